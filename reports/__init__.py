@@ -1,0 +1,1 @@
+"""dapo_ablate.reports."""
