@@ -1,0 +1,625 @@
+"""The run ledger: which runs each experiment needs, who is running them, and what they produced.
+
+A `Ledger` is a narrow storage interface over one SQL database (SQLite by default, PostgreSQL
+for clusters). Only the driver writes it; any process may read it (`dapo-ablate status`).
+
+Contract
+--------
+Experiments and runs
+    `ensure_experiment(name, spec)` creates the experiment or replaces its spec (idempotent).
+    `add_runs(name, runs)` records each `RunSpec` as *pending* unless a run with that `run_id`
+    already exists, and links it to the experiment either way. `run_id` is the caller's content
+    hash of everything that determines the result (factor levels, resolved trainer config, seed,
+    package version), so two experiments that need the same run share one row and one result:
+    nothing is trained twice. A run's spec is never updated; a changed input is a new `run_id`.
+
+States
+    ``pending --claim--> running --finish--> done``
+    ``running --fail--> failed --claim--> running`` (while ``attempts < max_attempts``)
+    ``running --release--> pending`` (Ctrl-C: the attempt is given back, not counted)
+    ``running --claim--> running`` once its heartbeat is older than ``lease_s`` (a crashed
+    driver's claim is taken over; the crashed attempt still counts).
+    *done* is final: `finish` on a done run returns False and leaves the stored result as it was;
+    `claim`, `fail` and `release` return False on it too.
+
+Concurrency
+    `claim` is a single ``UPDATE ... WHERE <claimable>`` whose row count says who won, so of
+    any number of drivers (threads, processes, hosts) racing for a run exactly one gets True.
+    `finish` marks the run done and writes its result in one transaction. A holder should call
+    `heartbeat` well within ``lease_s``; passing ``host`` to `heartbeat`, `fail` or `release`
+    makes them act only while that host still holds the claim (use a host string that is unique
+    per driver, e.g. ``"node3:4711"``). Leases compare the drivers' own UTC clocks: keep hosts
+    NTP-synced and ``lease_s`` far above their skew.
+    A `Ledger` may be shared by threads; every method is one transaction.
+
+Errors
+    Problems a user fixes (bad URL, unreachable server, newer schema, unknown experiment)
+    raise `LedgerError` with one sentence. An unknown ``run_id`` is a caller bug: `KeyError`.
+
+Stored values
+    JSON columns take dicts/lists of str, int, float, bool, None and numpy/torch scalars;
+    NaN and infinities are stored as null (PostgreSQL's JSON has no NaN).
+    Accuracy metrics are fractions in [0, 1] (see DESIGN: results table).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    and_,
+    create_engine,
+    event,
+    func,
+    inspect,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.orm import Session
+
+from dapo_ablate.ablation.ledger_models import (
+    DONE,
+    FAILED,
+    PENDING,
+    RUN_STATUSES,
+    RUNNING,
+    SCHEMA_VERSION,
+    Base,
+    Experiment,
+    ExperimentRun,
+    Result,
+    Run,
+    SchemaVersion,
+)
+
+__all__ = [
+    "DEFAULT_LEASE_S",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_URL",
+    "RUN_STATUSES",
+    "SCHEMA_VERSION",
+    "ExperimentRecord",
+    "Ledger",
+    "LedgerError",
+    "RunSpec",
+]
+
+DEFAULT_URL = "sqlite:///dapo-runs/ledger.db"
+DEFAULT_LEASE_S = 120.0
+"""A running run whose heartbeat is older than this (seconds) may be claimed by another driver."""
+DEFAULT_MAX_ATTEMPTS = 3
+"""A failed run is claimable again while it has been attempted fewer times than this."""
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+"""How long a SQLite writer waits for another process's write lock before giving up."""
+POSTGRES_CONNECT_TIMEOUT_S = 10
+_POSTGRES_INIT_LOCK = 0x0DA90_1ED6E5  # pg_advisory_xact_lock key serialising schema creation
+_WRITE = "dapo_ledger_write"  # execution option: this transaction will write
+_RESULT_DEFAULTS: dict[str, Any] = {
+    "eval_curve": [],
+    "signals": [],
+    "tokens_generated": 0,
+    "tokens_discarded": 0,
+    "wall_s": 0.0,
+}
+
+
+class LedgerError(RuntimeError):
+    """A ledger problem the user can fix, stated in one sentence."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run an experiment needs: a design cell at one seed."""
+
+    run_id: str
+    """Content hash of factor levels + resolved trainer config + seed + package version."""
+    cell_key: str
+    """The factor levels as a 0/1 string in factor order, e.g. "10110"."""
+    factors: dict[str, int]
+    """Factor name -> level (0 = off/low, 1 = on/high)."""
+    seed: int
+    config: dict[str, Any]
+    """The fully resolved trainer config (JSON-able), kept for audit and re-running."""
+
+
+@dataclass(frozen=True)
+class ExperimentRecord:
+    id: int
+    name: str
+    spec: dict[str, Any]
+    created_at: datetime
+    mlflow_parent_run_id: str | None
+
+
+class Ledger:
+    """The ledger at ``url`` (see the module docstring for the contract).
+
+    Opening it creates the tables on first use and records `SCHEMA_VERSION`; a database written
+    by a newer dapo-ablate is refused rather than misread.
+    """
+
+    def __init__(self, url: str = DEFAULT_URL) -> None:
+        self._url = _resolve_url(url)
+        self.url = self._url.render_as_string(hide_password=True)
+        """The database URL with any password masked (safe to print)."""
+        self._is_sqlite = self._url.get_backend_name() == "sqlite"
+        if self._is_sqlite:
+            _make_parent_folder(self._url, self.url)
+        self._engine = _make_engine(self._url)
+        self._write_engine = self._engine.execution_options(**{_WRITE: True})
+        self._insert = sqlite_insert if self._is_sqlite else postgresql_insert
+        try:
+            self._open_schema()
+        except BaseException:
+            self._engine.dispose()
+            raise
+
+    def close(self) -> None:
+        """Close pooled connections (the ledger can still be used; it reconnects)."""
+        self._engine.dispose()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Ledger({self.url!r})"
+
+    # -- experiments ---------------------------------------------------------------------------
+
+    def ensure_experiment(self, name: str, spec: dict[str, Any]) -> int:
+        """Create experiment `name` or replace its spec; return its id."""
+        stmt = self._insert(Experiment).values(name=name, spec=spec, created_at=_now())
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[Experiment.name], set_={"spec": stmt.excluded.spec}
+        )
+        with self._session(write=True) as session:
+            session.execute(stmt)
+            return self._experiment_id(session, name)
+
+    def get_experiment(self, name: str) -> ExperimentRecord | None:
+        with self._session() as session:
+            row = session.scalar(select(Experiment).where(Experiment.name == name))
+            if row is None:
+                return None
+            return ExperimentRecord(
+                row.id, row.name, row.spec, row.created_at, row.mlflow_parent_run_id
+            )
+
+    def set_mlflow_parent(self, name: str, mlflow_run_id: str) -> None:
+        with self._session(write=True) as session:
+            experiment_id = self._experiment_id(session, name)
+            session.execute(
+                update(Experiment)
+                .where(Experiment.id == experiment_id)
+                .values(mlflow_parent_run_id=mlflow_run_id)
+            )
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    def add_runs(self, name: str, runs: Sequence[RunSpec]) -> int:
+        """Record `runs` for experiment `name`; return how many were new to the ledger.
+
+        Existing runs (same `run_id`, possibly added by another experiment) are only linked.
+        """
+        unique = list({run.run_id: run for run in runs}.values())
+        now = _now()
+        with self._session(write=True) as session:
+            experiment_id = self._experiment_id(session, name)
+            existing: set[str] = set()
+            for chunk in _chunks([run.run_id for run in unique], 500):
+                existing.update(session.scalars(select(Run.run_id).where(Run.run_id.in_(chunk))))
+            new = [run for run in unique if run.run_id not in existing]
+            if new:
+                rows = [_run_row(run, now) for run in new]
+                # DO NOTHING: another driver may insert the same run between our SELECT and here.
+                session.execute(self._insert(Run.__table__).on_conflict_do_nothing(), rows)
+            if unique:
+                links = [{"experiment_id": experiment_id, "run_id": run.run_id} for run in unique]
+                link = self._insert(ExperimentRun.__table__).on_conflict_do_nothing()
+                session.execute(link, links)
+        return len(new)
+
+    def claimable(
+        self,
+        name: str,
+        *,
+        lease_s: float = DEFAULT_LEASE_S,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> list[str]:
+        """Run ids of `name` that `claim` would accept now, in (cell_key, seed) order."""
+        with self._session() as session:
+            experiment_id = self._experiment_id(session, name)
+            query = (
+                select(Run.run_id)
+                .join(ExperimentRun, ExperimentRun.run_id == Run.run_id)
+                .where(
+                    ExperimentRun.experiment_id == experiment_id,
+                    _claimable(_now(), lease_s, max_attempts),
+                )
+                .order_by(Run.cell_key, Run.seed, Run.run_id)
+            )
+            return list(session.scalars(query))
+
+    def claim(
+        self,
+        run_id: str,
+        host: str,
+        *,
+        lease_s: float = DEFAULT_LEASE_S,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> bool:
+        """Atomically take `run_id` for `host`; True for exactly one of any racing callers."""
+        now = _now()
+        stmt = (
+            update(Run)
+            .where(Run.run_id == run_id, _claimable(now, lease_s, max_attempts))
+            .values(
+                status=RUNNING,
+                attempts=Run.attempts + 1,
+                host=host,
+                started_at=now,
+                heartbeat_at=now,
+                finished_at=None,
+            )
+        )
+        return self._transition(run_id, stmt)
+
+    def heartbeat(self, run_id: str, host: str | None = None) -> bool:
+        """Renew the lease; False if the run is no longer running (for `host`, if given)."""
+        stmt = update(Run).where(_held(run_id, host)).values(heartbeat_at=_now())
+        return self._transition(run_id, stmt)
+
+    def finish(self, run_id: str, result: dict[str, Any]) -> bool:
+        """Mark `run_id` done and store `result`; False (and nothing written) if already done.
+
+        `result` keys: ``metrics`` (dict, required), ``eval_curve`` (list of dicts, one per
+        evaluation step), ``signals`` (list of per-step dicts), ``tokens_generated``,
+        ``tokens_discarded``, ``wall_s``.
+        """
+        values = _result_values(result)
+        now = _now()
+        stmt = (
+            update(Run)
+            .where(Run.run_id == run_id, Run.status != DONE)
+            .values(status=DONE, finished_at=now, heartbeat_at=None, error=None)
+        )
+        with self._session(write=True) as session:
+            if not self._won(session, run_id, stmt):
+                return False
+            session.add(Result(run_id=run_id, recorded_at=now, **values))
+            return True
+
+    def fail(self, run_id: str, error: str, host: str | None = None) -> bool:
+        """Record a failed attempt of a running run with its error text."""
+        stmt = (
+            update(Run)
+            .where(_held(run_id, host))
+            .values(status=FAILED, error=error, finished_at=_now(), heartbeat_at=None)
+        )
+        return self._transition(run_id, stmt)
+
+    def release(self, run_id: str, host: str | None = None) -> bool:
+        """Put a running run back to pending and give its attempt back (used on Ctrl-C)."""
+        stmt = (
+            update(Run)
+            .where(_held(run_id, host))
+            .values(
+                status=PENDING,
+                attempts=Run.attempts - 1,  # claim counted it; a running run has >= 1
+                host=None,
+                started_at=None,
+                heartbeat_at=None,
+            )
+        )
+        return self._transition(run_id, stmt)
+
+    def set_mlflow_run(self, run_id: str, mlflow_run_id: str) -> None:
+        stmt = update(Run).where(Run.run_id == run_id).values(mlflow_run_id=mlflow_run_id)
+        self._transition(run_id, stmt)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def counts(self, name: str) -> dict[str, int]:
+        """Status -> number of runs of `name` (every status present, zeros included)."""
+        with self._session() as session:
+            query = (
+                select(Run.status, func.count())
+                .join(ExperimentRun, ExperimentRun.run_id == Run.run_id)
+                .where(ExperimentRun.experiment_id == self._experiment_id(session, name))
+                .group_by(Run.status)
+            )
+            found = dict(session.execute(query).tuples().all())
+        return {status: found.get(status, 0) for status in RUN_STATUSES}
+
+    def runs_table(self, name: str) -> list[dict[str, Any]]:
+        """One dict per run of `name`, in (cell_key, seed) order: what `status` prints.
+
+        Keys: run_id, cell_key, factors, seed, status, attempts, error, host, created_at,
+        started_at, finished_at, heartbeat_at, wall_s and metrics (None until done),
+        mlflow_run_id.
+        """
+        rows = []
+        for run, result in self._runs_with_results(name, done_only=False):
+            rows.append(
+                {
+                    "run_id": run.run_id,
+                    "cell_key": run.cell_key,
+                    "factors": run.factors,
+                    "seed": run.seed,
+                    "status": run.status,
+                    "attempts": run.attempts,
+                    "error": run.error,
+                    "host": run.host,
+                    "created_at": run.created_at,
+                    "started_at": run.started_at,
+                    "finished_at": run.finished_at,
+                    "heartbeat_at": run.heartbeat_at,
+                    "wall_s": result.wall_s if result else None,
+                    "metrics": result.metrics if result else None,
+                    "mlflow_run_id": run.mlflow_run_id,
+                }
+            )
+        return rows
+
+    def results(self, name: str) -> list[dict[str, Any]]:
+        """One dict per done run of `name`, in (cell_key, seed) order: what reports consume.
+
+        Keys: run_id, cell_key, factors, seed, metrics, eval_curve, signals, tokens_generated,
+        tokens_discarded, wall_s, mlflow_run_id.
+        """
+        return [
+            {
+                "run_id": run.run_id,
+                "cell_key": run.cell_key,
+                "factors": run.factors,
+                "seed": run.seed,
+                "metrics": result.metrics,
+                "eval_curve": result.eval_curve,
+                "signals": result.signals,
+                "tokens_generated": result.tokens_generated,
+                "tokens_discarded": result.tokens_discarded,
+                "wall_s": result.wall_s,
+                "mlflow_run_id": run.mlflow_run_id,
+            }
+            for run, result in self._runs_with_results(name, done_only=True)
+        ]
+
+    # -- internals -----------------------------------------------------------------------------
+
+    @contextmanager
+    def _session(self, write: bool = False, doing: str = "use") -> Iterator[Session]:
+        """The one way in: a transaction that commits, rolls back on error and translates
+        driver errors into `LedgerError`. `write` takes SQLite's write lock up front."""
+        try:
+            engine = self._write_engine if write else self._engine
+            with Session(engine, expire_on_commit=False) as session, session.begin():
+                yield session
+        except DBAPIError as err:
+            reason = _first_line(err.orig if err.orig is not None else err)
+            hint = "; check `ledger:` in the spec" if doing == "connect to" else ""
+            raise LedgerError(
+                f"could not {doing} the ledger database at {self.url}: {reason}{hint}"
+            ) from err
+
+    def _open_schema(self) -> None:
+        # Opening an up-to-date ledger only reads, so `status` never waits for `run`'s writes.
+        with self._session(doing="connect to") as session:
+            if self._schema_version(session) == SCHEMA_VERSION:
+                return
+        with self._session(write=True, doing="connect to") as session:
+            if not self._is_sqlite:  # SQLite's BEGIN IMMEDIATE already serialises creation
+                session.execute(select(func.pg_advisory_xact_lock(_POSTGRES_INIT_LOCK)))
+            found = self._schema_version(session)
+            # Migrations from older versions go here once SCHEMA_VERSION is bumped.
+            Base.metadata.create_all(session.connection())
+            if found is None:
+                session.add(SchemaVersion(id=1, version=SCHEMA_VERSION))
+
+    def _schema_version(self, session: Session) -> int | None:
+        """The stored schema version (None for a new database); refuses a newer one."""
+        if not inspect(session.connection()).has_table(SchemaVersion.__tablename__):
+            return None
+        found = session.scalar(select(SchemaVersion.version))
+        if found is not None and found > SCHEMA_VERSION:
+            raise LedgerError(
+                f"the ledger database at {self.url} has schema version {found}, newer than "
+                f"this dapo-ablate supports ({SCHEMA_VERSION}); upgrade dapo-ablate or "
+                "point `ledger:` at another database"
+            )
+        return found
+
+    def _experiment_id(self, session: Session, name: str) -> int:
+        experiment_id = session.scalar(select(Experiment.id).where(Experiment.name == name))
+        if experiment_id is None:
+            raise LedgerError(
+                f"the ledger at {self.url} has no experiment named {name!r}; "
+                "check `name:` in the spec or run it first"
+            )
+        return experiment_id
+
+    def _transition(self, run_id: str, stmt: Any) -> bool:
+        with self._session(write=True) as session:
+            return self._won(session, run_id, stmt)
+
+    @staticmethod
+    def _won(session: Session, run_id: str, stmt: Any) -> bool:
+        """Execute a guarded UPDATE of one run; True if it matched. Unknown run -> KeyError."""
+        if session.execute(stmt.execution_options(synchronize_session=False)).rowcount == 1:
+            return True
+        if session.get(Run, run_id) is None:
+            raise KeyError(f"no run {run_id!r} in the ledger")
+        return False
+
+    def _runs_with_results(
+        self, name: str, done_only: bool
+    ) -> list[tuple[Run, Result | None]]:
+        with self._session() as session:
+            query = (
+                select(Run, Result)
+                .join(ExperimentRun, ExperimentRun.run_id == Run.run_id)
+                .join(Result, Result.run_id == Run.run_id, isouter=not done_only)
+                .where(ExperimentRun.experiment_id == self._experiment_id(session, name))
+                .order_by(Run.cell_key, Run.seed, Run.run_id)
+            )
+            return list(session.execute(query).tuples())
+
+
+def _claimable(now: datetime, lease_s: float, max_attempts: int) -> ColumnElement[bool]:
+    return or_(
+        Run.status == PENDING,
+        and_(Run.status == FAILED, Run.attempts < max_attempts),
+        and_(Run.status == RUNNING, Run.heartbeat_at < now - timedelta(seconds=lease_s)),
+    )
+
+
+def _held(run_id: str, host: str | None) -> ColumnElement[bool]:
+    held = and_(Run.run_id == run_id, Run.status == RUNNING)
+    return held if host is None else and_(held, Run.host == host)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _run_row(run: RunSpec, now: datetime) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "cell_key": run.cell_key,
+        "factors": dict(run.factors),
+        "seed": run.seed,
+        "config": run.config,
+        "status": PENDING,
+        "attempts": 0,
+        "created_at": now,
+    }
+
+
+def _result_values(result: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(result) - set(_RESULT_DEFAULTS) - {"metrics"}
+    if unknown:
+        raise ValueError(f"unknown result keys {sorted(unknown)}; expected metrics and "
+                         f"{sorted(_RESULT_DEFAULTS)}")
+    if not isinstance(result.get("metrics"), dict):
+        raise ValueError("a run result needs `metrics`, a dict of metric name -> value")
+    values = {**_RESULT_DEFAULTS, **result}
+    values["tokens_generated"] = int(values["tokens_generated"])
+    values["tokens_discarded"] = int(values["tokens_discarded"])
+    values["wall_s"] = float(values["wall_s"])
+    return values
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON-able copy of `value`: NaN/inf -> None, numpy/torch scalars -> Python numbers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int)):
+        return value
+    if isinstance(value, dict):
+        return {str(key): _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    if hasattr(value, "item"):  # numpy / torch scalar
+        return _json_safe(value.item())
+    raise TypeError(f"cannot store a {type(value).__name__} in the ledger: {value!r}")
+
+
+def _to_json(value: Any) -> str:
+    return json.dumps(_json_safe(value), allow_nan=False)
+
+
+def _resolve_url(url: str) -> URL:
+    """Parse `url`; plain ``postgresql://`` (or ``postgres://``) uses the psycopg 3 driver."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as err:
+        raise LedgerError(f"the ledger URL {url!r} is not a database URL: {err}") from err
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    backend = parsed.get_backend_name()
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise LedgerError(
+            "an in-memory SQLite ledger would forget every run; give a file, "
+            "e.g. sqlite:///dapo-runs/ledger.db"
+        )
+    if backend not in ("sqlite", "postgresql"):
+        raise LedgerError(
+            f"unsupported ledger database {parsed.render_as_string(hide_password=True)}; "
+            "use sqlite:///path/to/ledger.db or postgresql://user@host/db"
+        )
+    return parsed
+
+
+def _make_parent_folder(url: URL, safe_url: str) -> None:
+    database = url.database or ""
+    if database.startswith("file:"):  # sqlite URI filenames: leave them to SQLite
+        return
+    try:
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise LedgerError(
+            f"could not create the folder for the ledger database at {safe_url}: "
+            f"{err.strerror}; check `ledger:` in the spec"
+        ) from err
+
+
+def _make_engine(url: URL) -> Engine:
+    if url.get_backend_name() == "postgresql":
+        return create_engine(
+            url,
+            json_serializer=_to_json,
+            pool_pre_ping=True,
+            connect_args={"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S},
+        )
+    engine = create_engine(url, json_serializer=_to_json)
+    event.listen(engine, "connect", _sqlite_on_connect)
+    event.listen(engine, "begin", _sqlite_on_begin)
+    return engine
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    # WAL: readers (`status`) never block the writer (`run`) and vice versa. The busy timeout
+    # makes a second writer wait for the lock instead of failing with "database is locked".
+    # isolation_level=None stops pysqlite from issuing its own (late, deferred) BEGIN;
+    # _sqlite_on_begin issues ours.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _sqlite_on_begin(connection: Any) -> None:
+    # A deferred transaction that reads and then writes must upgrade its lock, and in WAL mode
+    # that upgrade fails at once (SQLITE_BUSY) if another writer committed meanwhile: the busy
+    # timeout does not help. Writers therefore take the write lock when they begin.
+    immediate = connection.get_execution_options().get(_WRITE, False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0].strip().rstrip(".") if lines else type(error).__name__
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

@@ -1,0 +1,65 @@
+"""Shared fixtures. Database fixtures: `ledger_url` runs a test on SQLite and on PostgreSQL.
+
+PostgreSQL is the real server at 127.0.0.1:5432 (override with DAPO_TEST_POSTGRES_URL); each
+test gets a fresh database `dapo_test_<hex>`, dropped afterwards. If the server is unreachable
+the PostgreSQL cases are skipped, or fail when DAPO_REQUIRE_POSTGRES=1 (CI).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+
+POSTGRES_ADMIN_URL = os.environ.get(
+    "DAPO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+@pytest.fixture(scope="session")
+def postgres_admin() -> Iterator[Engine]:
+    """An AUTOCOMMIT engine on the test server (CREATE DATABASE refuses transactions)."""
+    engine = create_engine(
+        POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3}
+    )
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except OperationalError as err:
+        engine.dispose()
+        where = make_url(POSTGRES_ADMIN_URL).render_as_string(hide_password=True)
+        reason = str(err.orig).strip().splitlines()[0]
+        message = f"PostgreSQL at {where} is unreachable ({reason})"
+        if os.environ.get("DAPO_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"{message} and DAPO_REQUIRE_POSTGRES=1")
+        pytest.skip(f"{message}; set DAPO_REQUIRE_POSTGRES=1 to make this a failure")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def postgres_url(postgres_admin: Engine) -> Iterator[str]:
+    """URL of a fresh, empty PostgreSQL database, dropped after the test."""
+    name = f"dapo_test_{uuid.uuid4().hex[:12]}"
+    with postgres_admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(
+            hide_password=False
+        )
+    finally:
+        with postgres_admin.connect() as connection:  # FORCE: ends connections a test leaked
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def ledger_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """A URL of an empty ledger database: a SQLite file, then a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger.db'}"
+    return request.getfixturevalue("postgres_url")

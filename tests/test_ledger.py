@@ -1,0 +1,341 @@
+"""The ledger's contract, one suite run on SQLite and on PostgreSQL (fixture `ledger_url`)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from sqlalchemy import create_engine, text
+
+from dapo_ablate.ablation.ledger import SCHEMA_VERSION, Ledger, LedgerError, RunSpec
+
+FACTORS = (
+    "overlong_filter", "clip_higher", "soft_overlong", "token_level_loss", "dynamic_sampling"
+)
+
+
+def make_runs(cells: range | list[int], seed: int = 0) -> list[RunSpec]:
+    """Runs for cells given as integers 0..31 (bit i = factor i), ids unique per cell and seed."""
+    runs = []
+    for cell in cells:
+        levels = {name: (cell >> i) & 1 for i, name in enumerate(FACTORS)}
+        cell_key = "".join(str(level) for level in levels.values())
+        runs.append(RunSpec(f"run-{cell_key}-s{seed}", cell_key, levels, seed, {"lr": 1e-6}))
+    return runs
+
+
+RESULT = {
+    "metrics": {"avg@32": 0.5, "pass@32": 0.75},
+    "eval_curve": [{"step": 0, "avg@32": 0.25}, {"step": 10, "avg@32": 0.5}],
+    "signals": [{"step": 1, "entropy": 1.5, "kept_groups": 4}],
+    "tokens_generated": 12_000,
+    "tokens_discarded": 3_000,
+    "wall_s": 42.5,
+}
+
+
+@pytest.fixture
+def ledger(ledger_url: str) -> Iterator[Ledger]:
+    with Ledger(ledger_url) as opened:
+        opened.ensure_experiment("exp", {"design": "full"})
+        yield opened
+
+
+def read_schema_versions(url: str) -> list[int]:
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect() as connection:
+            return list(connection.execute(text("SELECT version FROM schema_version")).scalars())
+    finally:
+        engine.dispose()
+
+
+# -- opening ---------------------------------------------------------------------------------
+
+
+def test_schema_version_is_recorded_once(ledger_url: str) -> None:
+    Ledger(ledger_url).close()
+    Ledger(ledger_url).close()
+    assert read_schema_versions(ledger_url) == [SCHEMA_VERSION]
+
+
+def test_newer_schema_is_refused(ledger_url: str) -> None:
+    Ledger(ledger_url).close()
+    engine = create_engine(ledger_url)
+    with engine.begin() as connection:
+        newer = {"v": SCHEMA_VERSION + 1}
+        connection.execute(text("UPDATE schema_version SET version = :v"), newer)
+    engine.dispose()
+    with pytest.raises(LedgerError, match=rf"schema version {SCHEMA_VERSION + 1}, newer than"):
+        Ledger(ledger_url)
+
+
+def test_drivers_opening_a_fresh_database_at_once_all_succeed(ledger_url: str) -> None:
+    barrier, errors = threading.Barrier(6), []
+
+    def open_ledger() -> None:
+        barrier.wait()
+        try:
+            Ledger(ledger_url).close()
+        except Exception as err:  # collected: a thread's exception would otherwise vanish
+            errors.append(err)
+
+    threads = [threading.Thread(target=open_ledger) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert read_schema_versions(ledger_url) == [SCHEMA_VERSION]
+
+
+def test_unreachable_database_is_one_clear_sentence() -> None:
+    with pytest.raises(LedgerError) as raised:
+        Ledger("postgresql://postgres:hunter2@127.0.0.1:1/dapo")
+    message = str(raised.value)
+    masked = "postgresql+psycopg://postgres:***@127.0.0.1:1/dapo"
+    assert message.startswith(f"could not connect to the ledger database at {masked}: ")
+    assert message.endswith("; check `ledger:` in the spec")
+    assert "hunter2" not in message and "\n" not in message
+
+
+def test_unusable_urls_are_ledger_errors(tmp_path) -> None:
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(LedgerError, match="could not create the folder for the ledger database"):
+        Ledger(f"sqlite:///{tmp_path / 'a_file' / 'ledger.db'}")
+    with pytest.raises(LedgerError, match="unsupported ledger database"):
+        Ledger("mysql://root@localhost/dapo")
+    with pytest.raises(LedgerError, match="in-memory SQLite ledger"):
+        Ledger("sqlite://")
+
+
+@pytest.mark.postgres
+def test_plain_postgresql_url_uses_psycopg(postgres_url: str) -> None:
+    plain = postgres_url.replace("postgresql+psycopg://", "postgresql://")
+    with Ledger(plain) as ledger:
+        assert ledger.url.startswith("postgresql+psycopg://")
+        assert ledger.ensure_experiment("exp", {}) == 1
+
+
+def test_sqlite_creates_its_folder_and_uses_wal(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Ledger().close()  # the default URL is relative to the working directory
+    path = tmp_path / "dapo-runs" / "ledger.db"
+    with sqlite3.connect(path) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_status_from_a_second_process_while_a_writer_holds_the_lock(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url) as ledger:
+        ledger.ensure_experiment("exp", {})
+        ledger.add_runs("exp", make_runs(range(3)))
+        writer = sqlite3.connect(
+            tmp_path / "ledger.db", isolation_level=None, check_same_thread=False
+        )
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("UPDATE runs SET status = 'running'")  # not committed yet
+        status = (
+            "import json, sys; from dapo_ablate.ablation.ledger import Ledger; "
+            "print(json.dumps(Ledger(sys.argv[1]).counts('exp')))"
+        )
+        try:
+            shown = subprocess.run(
+                [sys.executable, "-c", status, url], capture_output=True, text=True, timeout=60
+            )
+            assert shown.returncode == 0, shown.stderr
+            assert json.loads(shown.stdout)["pending"] == 3
+            # A second writer waits for the lock (busy timeout) instead of failing.
+            threading.Timer(0.3, writer.rollback).start()
+            assert ledger.claim("run-00000-s0", "h:1")
+        finally:
+            writer.close()
+
+
+# -- experiments and runs ----------------------------------------------------------------------
+
+
+def test_ensure_experiment_is_idempotent_and_updates_the_spec(ledger: Ledger) -> None:
+    first = ledger.get_experiment("exp")
+    assert ledger.ensure_experiment("exp", {"design": "fractional"}) == first.id
+    record = ledger.get_experiment("exp")
+    assert record.spec == {"design": "fractional"} and record.created_at == first.created_at
+    assert ledger.get_experiment("absent") is None
+    ledger.set_mlflow_parent("exp", "parent-123")
+    assert ledger.get_experiment("exp").mlflow_parent_run_id == "parent-123"
+
+
+def test_unknown_experiment_and_run_are_reported(ledger: Ledger) -> None:
+    with pytest.raises(LedgerError, match="has no experiment named 'absent'"):
+        ledger.counts("absent")
+    with pytest.raises(KeyError, match="no run 'absent'"):
+        ledger.claim("absent", "h:1")
+
+
+def test_add_runs_is_idempotent(ledger: Ledger) -> None:
+    runs = make_runs(range(4))
+    assert ledger.add_runs("exp", runs) == 4
+    assert ledger.add_runs("exp", runs) == 0
+    assert ledger.add_runs("exp", runs + make_runs([4, 4])) == 1  # one new, listed twice
+    assert ledger.counts("exp") == {"pending": 5, "running": 0, "done": 0, "failed": 0}
+    assert ledger.claimable("exp") == sorted(run.run_id for run in make_runs(range(5)))
+
+
+def test_two_experiments_share_a_run_and_its_result(ledger: Ledger) -> None:
+    ledger.ensure_experiment("other", {})
+    ledger.add_runs("exp", make_runs(range(0, 4)))
+    assert ledger.add_runs("other", make_runs(range(2, 6))) == 2  # cells 2 and 3 are shared
+    shared = make_runs([2])[0].run_id
+    assert ledger.claim(shared, "h:1") and ledger.finish(shared, RESULT)
+    assert shared not in ledger.claimable("other")
+    assert [row["run_id"] for row in ledger.results("exp")] == [shared]
+    assert ledger.results("other") == ledger.results("exp")
+    assert ledger.counts("other") == {"pending": 3, "running": 0, "done": 1, "failed": 0}
+    assert len(ledger.runs_table("exp")) == 4
+
+
+# -- claiming ----------------------------------------------------------------------------------
+
+
+def test_claim_is_exclusive(ledger: Ledger) -> None:
+    ledger.add_runs("exp", make_runs(range(2)))
+    run_id = make_runs([0])[0].run_id
+    assert ledger.claim(run_id, "a:1")
+    assert not ledger.claim(run_id, "b:2")
+    assert ledger.claimable("exp") == [make_runs([1])[0].run_id]
+    row = ledger.runs_table("exp")[0]
+    assert (row["status"], row["attempts"], row["host"]) == ("running", 1, "a:1")
+    assert row["started_at"] is not None and row["heartbeat_at"] is not None
+
+
+def test_racing_drivers_claim_each_run_exactly_once(ledger: Ledger, ledger_url: str) -> None:
+    run_ids = [run.run_id for run in make_runs(range(20))]
+    ledger.add_runs("exp", make_runs(range(20)))
+    drivers = [Ledger(ledger_url) for _ in range(6)]  # separate engines: separate connections
+    barrier, wins, errors = threading.Barrier(len(drivers)), [], []
+
+    def drive(number: int, driver: Ledger) -> None:
+        barrier.wait()
+        try:
+            wins.extend(run_id for run_id in run_ids if driver.claim(run_id, f"host:{number}"))
+        except Exception as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=drive, args=pair) for pair in enumerate(drivers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for driver in drivers:
+        driver.close()
+    assert errors == []
+    assert sorted(wins) == sorted(run_ids)
+    assert {row["attempts"] for row in ledger.runs_table("exp")} == {1}
+
+
+def test_stale_lease_is_taken_over(ledger: Ledger) -> None:
+    ledger.add_runs("exp", make_runs([0]))
+    run_id = make_runs([0])[0].run_id
+    assert ledger.claim(run_id, "a:1", lease_s=0.2)
+    assert ledger.heartbeat(run_id, "a:1")
+    assert not ledger.claim(run_id, "b:2", lease_s=30)
+    time.sleep(0.3)
+    assert ledger.claimable("exp", lease_s=0.2) == [run_id]
+    assert ledger.claimable("exp", lease_s=30) == []
+    assert ledger.claim(run_id, "b:2", lease_s=0.2, max_attempts=1)  # a crash is not a failure
+    row = ledger.runs_table("exp")[0]
+    assert (row["status"], row["attempts"], row["host"]) == ("running", 2, "b:2")
+    # The crashed holder has lost the run: its heartbeat, fail and release do nothing.
+    assert not ledger.heartbeat(run_id, "a:1")
+    assert not ledger.fail(run_id, "late", host="a:1")
+    assert not ledger.release(run_id, host="a:1")
+    assert ledger.heartbeat(run_id, "b:2")
+
+
+def test_finish_happens_once(ledger: Ledger) -> None:
+    ledger.add_runs("exp", make_runs([0]))
+    run_id = make_runs([0])[0].run_id
+    assert ledger.claim(run_id, "a:1")
+    assert ledger.finish(run_id, RESULT)
+    assert not ledger.finish(run_id, {**RESULT, "metrics": {"avg@32": 0.0}})
+    assert not ledger.claim(run_id, "b:2", lease_s=0)
+    assert not ledger.fail(run_id, "late")
+    assert not ledger.release(run_id)
+    [row] = ledger.results("exp")
+    assert row["metrics"] == RESULT["metrics"]
+    assert ledger.counts("exp")["done"] == 1
+    assert ledger.runs_table("exp")[0]["finished_at"] is not None
+
+
+def test_results_round_trip(ledger: Ledger) -> None:
+    ledger.add_runs("exp", make_runs([0b10110], seed=3))
+    run_id = make_runs([0b10110], seed=3)[0].run_id
+    ledger.claim(run_id, "a:1")
+    ledger.set_mlflow_run(run_id, "child-7")
+    metrics = {"avg@32": np.float32(0.375), "loss": float("nan"), "steps": np.int64(20)}
+    assert ledger.finish(run_id, {**RESULT, "metrics": metrics})
+    [row] = ledger.results("exp")
+    assert row == {
+        "run_id": run_id,
+        "cell_key": "01101",
+        "factors": {"overlong_filter": 0, "clip_higher": 1, "soft_overlong": 1,
+                    "token_level_loss": 0, "dynamic_sampling": 1},
+        "seed": 3,
+        "metrics": {"avg@32": 0.375, "loss": None, "steps": 20},  # NaN is stored as null
+        "eval_curve": RESULT["eval_curve"],
+        "signals": RESULT["signals"],
+        "tokens_generated": 12_000,
+        "tokens_discarded": 3_000,
+        "wall_s": 42.5,
+        "mlflow_run_id": "child-7",
+    }
+    table_row = ledger.runs_table("exp")[0]
+    assert table_row["wall_s"] == 42.5 and table_row["metrics"]["avg@32"] == 0.375
+
+
+def test_malformed_result_writes_nothing(ledger: Ledger) -> None:
+    ledger.add_runs("exp", make_runs([0]))
+    run_id = make_runs([0])[0].run_id
+    ledger.claim(run_id, "a:1")
+    with pytest.raises(ValueError, match="needs `metrics`"):
+        ledger.finish(run_id, {"wall_s": 1.0})
+    with pytest.raises(ValueError, match="unknown result keys"):
+        ledger.finish(run_id, {**RESULT, "avg32": 0.5})
+    assert ledger.counts("exp")["running"] == 1 and ledger.results("exp") == []
+
+
+def test_failures_are_retried_until_max_attempts(ledger: Ledger) -> None:
+    ledger.add_runs("exp", make_runs([0]))
+    run_id = make_runs([0])[0].run_id
+    for attempt in (1, 2, 3):
+        assert ledger.claimable("exp", max_attempts=3) == [run_id]
+        assert ledger.claim(run_id, "a:1", max_attempts=3)
+        assert ledger.fail(run_id, f"RuntimeError: boom {attempt}")
+    assert ledger.claimable("exp", max_attempts=3) == []
+    assert not ledger.claim(run_id, "a:1", max_attempts=3)
+    assert ledger.claimable("exp", max_attempts=4) == [run_id]
+    row = ledger.runs_table("exp")[0]
+    assert (row["status"], row["attempts"], row["error"]) == ("failed", 3, "RuntimeError: boom 3")
+    assert ledger.counts("exp")["failed"] == 1
+    assert not ledger.fail(run_id, "not running")
+
+
+def test_release_gives_the_attempt_back(ledger: Ledger) -> None:
+    ledger.add_runs("exp", make_runs([0]))
+    run_id = make_runs([0])[0].run_id
+    assert not ledger.release(run_id)  # pending: nothing to release
+    assert ledger.claim(run_id, "a:1")
+    assert ledger.release(run_id, host="a:1")
+    row = ledger.runs_table("exp")[0]
+    assert (row["status"], row["attempts"], row["host"], row["started_at"]) == (
+        "pending", 0, None, None,
+    )
+    assert ledger.claim(run_id, "b:2")
+    assert ledger.runs_table("exp")[0]["attempts"] == 1
