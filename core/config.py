@@ -1,0 +1,363 @@
+"""TrainerConfig: one frozen, validated description of a DAPO training run.
+
+Defaults are the DAPO paper's (Yu et al., 2025, arXiv 2503.14476, section 4.1 and the verl recipe)
+so that a config naming only a model and data reproduces the paper's setting. The CPU quickstart
+(`examples/dapo_cpu.yaml`) overrides the scale knobs, not the semantics.
+
+Each concern has its own sub-config; every field carries a one-line doc right under it. Cross-field
+rules are checked when the config is built; `load_trainer_config` turns any violation into a
+`ConfigError` whose message is one sentence naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+BUILTIN = "builtin"
+TECHNIQUES = ("overlong_filter", "clip_higher", "soft_overlong", "token_level_loss", "dynamic_sampling")
+"""The five DAPO techniques, in the paper's cumulative order (Table 1 of the paper)."""
+
+SHORT_NAMES = {
+    "overlong_filter": "OF",
+    "clip_higher": "CH",
+    "soft_overlong": "SP",
+    "token_level_loss": "TL",
+    "dynamic_sampling": "DS",
+}
+
+
+class ConfigError(ValueError):
+    """A user's configuration mistake; the message is one sentence naming the field and the fix."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+
+class Techniques(_Frozen):
+    """The five DAPO techniques. Off means naive GRPO's behaviour for that point."""
+
+    overlong_filter: bool = True
+    """Mask the loss of truncated responses (off: truncated samples are trained on)."""
+    clip_higher: bool = True
+    """Use the decoupled upper clip bound `eps_high` (off: eps_high = eps_low, symmetric PPO clip)."""
+    soft_overlong: bool = True
+    """Add the soft overlong length penalty to the reward (off: no length penalty)."""
+    token_level_loss: bool = True
+    """Average the loss over all tokens of the mini-batch (off: GRPO's per-sample mean, then mean)."""
+    dynamic_sampling: bool = True
+    """Drop groups whose responses are all correct or all wrong, regenerating to refill the batch."""
+
+
+class ModelConfig(_Frozen):
+    """The policy: a local Hugging Face checkpoint, or the built-in tiny model."""
+
+    path: str = BUILTIN
+    """Local folder of a Hugging Face causal LM with its tokenizer, or `builtin` for the tiny model."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Parameter dtype for training (bfloat16 for real models on GPUs)."""
+    use_chat_template: bool = True
+    """Apply the tokenizer's chat template to prompts when it has one (chat-list prompts need it)."""
+    trust_remote_code: bool = False
+    """Passed to `from_pretrained`; leave off unless you trust the checkpoint's code."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (saves memory on long responses, costs ~30% time)."""
+    builtin_warmup_steps: int = Field(600, ge=0)
+    """Supervised warm-start steps of the built-in model (its recipe; cached on disk by hash)."""
+    threads: int = Field(1, ge=0)
+    """torch intra-op threads for this run (0: leave torch's default). Tiny models are faster on one."""
+
+
+class DataConfig(_Frozen):
+    """Training prompts and the held-out evaluation set."""
+
+    train: str = BUILTIN
+    """Training problems: `builtin`, or a .jsonl/.json/.parquet file (verl-style parquet as in DAPO-Math-17k)."""
+    eval: str = BUILTIN
+    """Held-out evaluation problems: `builtin`, or a file (AIME 2024 JSONL for real runs)."""
+    num_eval_problems: int | None = Field(64, ge=1)
+    """Evaluate on the first N held-out problems (None: all of them)."""
+    builtin_train_size: int = Field(20000, ge=1)
+    """Number of generated training problems when `train` is builtin."""
+    verifier: Literal["auto", "answer_line", "math_verify"] = "auto"
+    """`answer_line`: DAPO's exact match on the last `Answer:` line; `math_verify`: LaTeX equivalence; `auto`: both."""
+
+
+class RolloutConfig(_Frozen):
+    """Sampling for training and for evaluation."""
+
+    engine: Literal["hf", "vllm"] = "hf"
+    """`hf`: the built-in batched KV-cache loop (CPU or GPU); `vllm`: vLLM (GPU machines, extra `vllm`)."""
+    temperature: float = Field(1.0, gt=0)
+    """Training sampling temperature (paper: 1.0). Log-probs are computed at this temperature."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Training nucleus sampling (paper: 1.0)."""
+    max_response_len: int = Field(20480, ge=2)
+    """Generation ceiling in tokens, EOS included (paper: 20480 = 16384 + 4096 cache)."""
+    eval_temperature: float = Field(1.0, gt=0)
+    """Evaluation temperature (paper: 1.0)."""
+    eval_top_p: float = Field(0.7, gt=0, le=1)
+    """Evaluation nucleus sampling (paper: 0.7)."""
+    eval_k: int = Field(32, ge=1)
+    """Samples per evaluation problem: avg@k, pass@k and maj@k (paper: avg@32)."""
+    gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
+    """vLLM only: share of GPU memory for weights and KV cache."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """vLLM only: tensor-parallel degree of the rollout engine."""
+
+
+class AlgorithmConfig(_Frozen):
+    """The knobs behind the techniques, and the points the paper leaves open."""
+
+    group_size: int = Field(16, ge=2)
+    """Responses per prompt, G (paper: 16)."""
+    eps_low: float = Field(0.2, gt=0, lt=1)
+    """Lower clip bound: ratio >= 1 - eps_low (paper: 0.2)."""
+    eps_high: float = Field(0.28, gt=0)
+    """Upper clip bound used when clip_higher is on (paper: 0.28); off, eps_low is used."""
+    clip_ratio_c: float | None = Field(None, gt=1)
+    """Dual-clip bound for negative advantages (Ye et al. 2020); None disables it."""
+    overlong_cache: int = Field(4096, ge=1)
+    """Soft overlong cache length L_cache: the penalty ramps over the last L_cache tokens (paper: 4096)."""
+    overlong_penalty_factor: float = Field(1.0, ge=0)
+    """Penalty at the ceiling, in reward units (paper: 1.0)."""
+    filtered_in_group_stats: bool = True
+    """With overlong_filter, truncated samples still count in their group's mean/std (the paper is silent)."""
+    reward_correct: float = 1.0
+    """Reward of a verified-correct response (paper: +1)."""
+    reward_wrong: float = -1.0
+    """Reward of any other response, truncated ones included (paper: -1)."""
+    gen_prompts_per_round: int | None = Field(None, ge=1)
+    """Dynamic sampling: prompts generated per round (None: 3 x prompts_per_step, verl recipe's 1536)."""
+    max_gen_rounds: int = Field(10, ge=1)
+    """Dynamic sampling: stop after this many rounds and train on what was kept (logged, never a crash)."""
+    kl_coef: float = Field(0.0, ge=0)
+    """k3 KL penalty to the initial policy (paper: none, 0.0)."""
+    advantage_eps: float = Field(1e-6, gt=0)
+    """epsilon in (r - mean) / (std + eps)."""
+
+
+class OptimConfig(_Frozen):
+    """AdamW with a linear warm-up counted in rollout steps, then constant."""
+
+    lr: float = Field(1e-6, gt=0)
+    """Learning rate after warm-up (paper: 1e-6)."""
+    warmup_steps: int = Field(20, ge=0)
+    """Linear warm-up length in rollout steps (paper: 20)."""
+    weight_decay: float = Field(0.1, ge=0)
+    """AdamW weight decay (verl's DAPO recipe: 0.1)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    grad_clip: float = Field(1.0, gt=0)
+    """Clip the global gradient norm to this value (paper: 1.0)."""
+
+
+class BatchConfig(_Frozen):
+    """How much is generated and how it is cut into optimizer updates."""
+
+    prompts_per_step: int = Field(512, ge=1)
+    """Prompts per rollout step whose groups are trained on (paper: 512)."""
+    mini_batch_size: int = Field(512, ge=1)
+    """Responses per optimizer update (paper: 512, so 16 updates per step of 512 x 16 responses)."""
+    micro_batch_size: int | None = Field(None, ge=1)
+    """Responses per forward/backward (gradient accumulation); None: the whole mini-batch at once."""
+    epochs: int = Field(1, ge=1)
+    """Passes over each rollout step's batch (paper: 1)."""
+
+
+class ScheduleConfig(_Frozen):
+    """Run length, evaluation, checkpoints and the seed."""
+
+    total_steps: int = Field(100, ge=1)
+    """Rollout steps to train."""
+    eval_every: int = Field(20, ge=0)
+    """Evaluate every N rollout steps (0: only at the start and the end)."""
+    checkpoint_every: int = Field(0, ge=0)
+    """Save a resumable checkpoint every N rollout steps (0: never; needs an output folder)."""
+    seed: int = 0
+    """Seed of prompt order, sampling and initialisation noise; same config, same result."""
+    eval_seed: int = 1234
+    """Seed of evaluation sampling, shared by all runs so their evaluations use common random numbers."""
+
+
+class TrainerConfig(_Frozen):
+    """Everything `train()` needs. Build it with `load_trainer_config` or `TrainerConfig(**dict)`."""
+
+    techniques: Techniques = Techniques()
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    optim: OptimConfig = OptimConfig()
+    batch: BatchConfig = BatchConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+
+    @field_validator("model")
+    @classmethod
+    def _model_path_exists(cls, model: ModelConfig) -> ModelConfig:
+        if model.path != BUILTIN and not Path(model.path).expanduser().is_dir():
+            raise ValueError(
+                f"model.path {model.path!r} is not a folder; give a local Hugging Face checkpoint folder or `builtin`"
+            )
+        return model
+
+    @field_validator("data")
+    @classmethod
+    def _data_paths_exist(cls, data: DataConfig) -> DataConfig:
+        for name in ("train", "eval"):
+            value = getattr(data, name)
+            if value != BUILTIN and not Path(value).expanduser().is_file():
+                raise ValueError(f"data.{name} file {value!r} does not exist; give an existing file or `builtin`")
+        return data
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> "TrainerConfig":
+        alg, roll, batch = self.algorithm, self.rollout, self.batch
+        if alg.eps_high < alg.eps_low:
+            raise ValueError(
+                f"algorithm.eps_high ({alg.eps_high}) is below eps_low ({alg.eps_low}); "
+                "set eps_high >= eps_low (clip-higher only raises the upper bound)"
+            )
+        if alg.overlong_cache >= roll.max_response_len:
+            raise ValueError(
+                f"algorithm.overlong_cache ({alg.overlong_cache}) must be below rollout.max_response_len "
+                f"({roll.max_response_len}); lower the cache or raise the ceiling"
+            )
+        responses = batch.prompts_per_step * alg.group_size
+        if batch.mini_batch_size > responses or responses % batch.mini_batch_size:
+            raise ValueError(
+                f"batch.mini_batch_size ({batch.mini_batch_size}) must divide prompts_per_step x group_size "
+                f"({responses}); pick a divisor of {responses}"
+            )
+        if batch.micro_batch_size is not None and batch.micro_batch_size > batch.mini_batch_size:
+            raise ValueError(
+                f"batch.micro_batch_size ({batch.micro_batch_size}) exceeds mini_batch_size "
+                f"({batch.mini_batch_size}); make it at most the mini-batch"
+            )
+        if self.rollout.engine == "vllm" and self.model.path == BUILTIN:
+            raise ValueError("rollout.engine `vllm` needs model.path to be a Hugging Face checkpoint folder, not `builtin`")
+        return self
+
+    # ----------------------------------------------------------------------------- derived values
+    @property
+    def eps_high_effective(self) -> float:
+        """The upper clip bound actually used: eps_high with clip_higher, else eps_low."""
+        return self.algorithm.eps_high if self.techniques.clip_higher else self.algorithm.eps_low
+
+    @property
+    def gen_prompts_per_round(self) -> int:
+        """Prompts generated per round: prompts_per_step without dynamic sampling."""
+        if not self.techniques.dynamic_sampling:
+            return self.batch.prompts_per_step
+        return self.algorithm.gen_prompts_per_round or 3 * self.batch.prompts_per_step
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def digest(self) -> str:
+        """A stable content hash of the fully resolved config."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def with_overrides(self, overrides: dict[str, Any]) -> "TrainerConfig":
+        """A new config with dotted-path overrides, e.g. {"techniques.clip_higher": False}."""
+        data = self.to_dict()
+        for dotted, value in overrides.items():
+            set_dotted(data, dotted, value)
+        return build_trainer_config(data)
+
+
+def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set data["a"]["b"] = value for dotted "a.b", raising KeyError for an unknown path."""
+    *parents, leaf = dotted.split(".")
+    node = data
+    for key in parents:
+        if not isinstance(node.get(key), dict):
+            raise KeyError(dotted)
+        node = node[key]
+    if leaf not in node:
+        raise KeyError(dotted)
+    node[leaf] = value
+
+
+def knob_paths() -> dict[str, str]:
+    """Every tunable knob: its leaf name -> its dotted path (leaf names are unique)."""
+    paths: dict[str, str] = {}
+    for section, field in TrainerConfig.model_fields.items():
+        for leaf in field.annotation.model_fields:  # type: ignore[union-attr]
+            paths[leaf] = f"{section}.{leaf}"
+    return paths
+
+
+def resolve_knob(name: str) -> str:
+    """A knob given as a leaf (`eps_high`) or a dotted path (`algorithm.eps_high`) -> its dotted path."""
+    paths = knob_paths()
+    if name in paths:
+        return paths[name]
+    if name in paths.values():
+        return name
+    raise ConfigError(f"unknown knob {name!r}; use one of the TrainerConfig fields, e.g. eps_high or algorithm.eps_high")
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """The first pydantic error as one sentence naming the field and the fix."""
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    kind, msg = first["type"], first["msg"]
+    if kind == "extra_forbidden":
+        return f"{source}: unknown key `{loc}`; remove it or check its spelling against the documented fields"
+    if kind == "missing":
+        return f"{source}: `{loc}` is required; add it"
+    msg = msg.removeprefix("Value error, ")
+    where = f"`{loc}`: " if loc else ""
+    return f"{source}: {where}{msg}; fix this value"
+
+
+def build_trainer_config(data: dict[str, Any] | None, source: str = "trainer config") -> TrainerConfig:
+    """Validate a plain dict into a TrainerConfig, raising ConfigError with one sentence."""
+    try:
+        return TrainerConfig(**(data or {}))
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, source)) from None
+    except TypeError as err:
+        raise ConfigError(f"{source}: {err}; the top level must be a mapping of sections") from None
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping, raising ConfigError for a missing, unreadable or non-mapping file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist; check the path")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML ({err.__class__.__name__}); fix its syntax") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections at its top level")
+    return data
+
+
+def load_trainer_config(path: str | Path) -> TrainerConfig:
+    """Load and validate a TrainerConfig YAML file; relative data/model paths resolve against the file."""
+    data = read_yaml(path)
+    return build_trainer_config(resolve_relative_paths(data, Path(path).parent), source=str(path))
+
+
+def resolve_relative_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Make model.path and data.train/eval absolute, relative to the YAML file's folder when they exist there."""
+    out = json.loads(json.dumps(data))  # deep copy of plain data
+    for section, key in (("model", "path"), ("data", "train"), ("data", "eval")):
+        node = out.get(section)
+        if isinstance(node, dict) and isinstance(node.get(key), str) and node[key] != BUILTIN:
+            candidate = Path(node[key]).expanduser()
+            if not candidate.is_absolute() and (base / candidate).exists():
+                node[key] = str((base / candidate).resolve())
+    return out

@@ -1,0 +1,219 @@
+"""The policy: a Hugging Face causal LM and its tokenizer, from a local folder or built in.
+
+The built-in policy is a tiny Qwen2-architecture model (0.3M parameters, one token per character
+plus one `Answer:` token) warm-started by a short supervised phase on the built-in task. It is
+saved as an ordinary Hugging Face checkpoint folder, cached on disk under a hash of its recipe, so
+it is built once per machine and then loaded by the same code path as any user checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import BUILTIN, ModelConfig
+from .tasks import ANSWER_TOKEN, TaskSpec, warmstart_example
+
+RECIPE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class BuiltinRecipe:
+    """Everything that determines the built-in model's weights (hashed into its cache key)."""
+
+    task: TaskSpec = field(default_factory=TaskSpec)
+    hidden_size: int = 96
+    num_layers: int = 3
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 256
+    max_positions: int = 96
+    warmup_steps: int = 600
+    batch_size: int = 256
+    lr: float = 3e-3
+    seed: int = 0
+    version: int = RECIPE_VERSION
+
+    def digest(self) -> str:
+        blob = json.dumps(asdict(self), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Policy:
+    """A causal LM with its tokenizer and the prompt formatting that goes with them."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    use_chat_template: bool = True
+    source: str = ""
+
+    @property
+    def eos_token_id(self) -> int:
+        return int(self.tokenizer.eos_token_id)
+
+    @property
+    def pad_token_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad if pad is not None else self.tokenizer.eos_token_id)
+
+    def encode_prompt(self, prompt: str | list[dict]) -> list[int]:
+        """Token ids of a prompt; chat-list prompts go through the tokenizer's chat template."""
+        template = getattr(self.tokenizer, "chat_template", None)
+        if isinstance(prompt, list):
+            if not template:
+                text = "\n".join(m["content"] for m in prompt)
+                return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            prompt_messages = prompt
+        elif self.use_chat_template and template:
+            prompt_messages = [{"role": "user", "content": prompt}]
+        else:
+            return list(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        ids = self.tokenizer.apply_chat_template(prompt_messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return list(ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def cache_root() -> Path:
+    """Where built artefacts live: $DAPO_ABLATE_CACHE, else ~/.cache/dapo-ablate."""
+    return Path(os.environ.get("DAPO_ABLATE_CACHE", Path.home() / ".cache" / "dapo-ablate")).expanduser()
+
+
+def load_policy(cfg: ModelConfig) -> Policy:
+    """Load the configured policy (building and caching the built-in one on first use)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = builtin_checkpoint(BuiltinRecipe(warmup_steps=cfg.builtin_warmup_steps)) if cfg.path == BUILTIN else Path(cfg.path).expanduser()
+    dtype = getattr(torch, cfg.dtype)
+    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=cfg.trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, trust_remote_code=cfg.trust_remote_code)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    model.config.use_cache = True
+    return Policy(model=model, tokenizer=tokenizer, use_chat_template=cfg.use_chat_template, source=str(path))
+
+
+# --------------------------------------------------------------------------------- built-in model
+def builtin_tokenizer():
+    """A Hugging Face fast tokenizer: one token per character of the task, plus `Answer:`."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<eos>", "<unk>"]
+    symbols = list("0123456789+=, \n") + [ANSWER_TOKEN]
+    vocab = {tok: i for i, tok in enumerate(specials + symbols)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(f"{ANSWER_TOKEN}|[\\s\\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>", unk_token="<unk>")
+
+
+def builtin_model(recipe: BuiltinRecipe, vocab_size: int, eos_id: int, pad_id: int) -> torch.nn.Module:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=recipe.hidden_size,
+        num_hidden_layers=recipe.num_layers,
+        num_attention_heads=recipe.num_heads,
+        num_key_value_heads=recipe.num_kv_heads,
+        intermediate_size=recipe.intermediate_size,
+        max_position_embeddings=recipe.max_positions,
+        tie_word_embeddings=True,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+        bos_token_id=eos_id,
+    )
+    torch.manual_seed(recipe.seed)
+    return Qwen2ForCausalLM(config)
+
+
+def builtin_checkpoint(recipe: BuiltinRecipe = BuiltinRecipe(), log=print) -> Path:
+    """The built-in policy's checkpoint folder, built under a file lock on first use."""
+    root = cache_root()
+    final = root / f"builtin-{recipe.digest()}"
+    if (final / "recipe.json").is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with _file_lock(root / f"builtin-{recipe.digest()}.lock"):
+        if (final / "recipe.json").is_file():  # another process built it while we waited
+            return final
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=".building-"))
+        try:
+            _build_builtin(recipe, tmp, log)
+            os.replace(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _build_builtin(recipe: BuiltinRecipe, out: Path, log) -> None:
+    """Supervised warm-start on noisy worked solutions (loss on the response tokens only)."""
+    tokenizer = builtin_tokenizer()
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    model = builtin_model(recipe, len(tokenizer), eos, pad)
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))
+    rng = random.Random(recipe.seed + 1)
+    log(f"building the built-in policy ({recipe.warmup_steps} warm-start steps, cached in {out.parent}) ...")
+    start = time.time()
+    model.train()
+    for step in range(recipe.warmup_steps):
+        ids, labels, attn = _sft_batch(tokenizer, rng, recipe, eos, pad)
+        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if (step + 1) % 100 == 0:
+            log(f"  warm-start step {step + 1}: loss {loss.item():.3f} ({time.time() - start:.0f} s)")
+    model.eval()
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "recipe.json").write_text(json.dumps(asdict(recipe), indent=2))
+
+
+def _sft_batch(tokenizer, rng: random.Random, recipe: BuiltinRecipe, eos: int, pad: int):
+    rows = []
+    for _ in range(recipe.batch_size):
+        prompt, solution = warmstart_example(rng, recipe.task)
+        p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        r = tokenizer(solution, add_special_tokens=False)["input_ids"] + [eos]
+        rows.append((p, r))
+    width = max(len(p) + len(r) for p, r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (p, r) in enumerate(rows):
+        seq = p + r
+        ids[i, : len(seq)] = torch.tensor(seq)
+        labels[i, len(p) : len(seq)] = torch.tensor(r)
+        attn[i, : len(seq)] = 1
+    return ids, labels, attn

@@ -1,0 +1,63 @@
+"""RunResult: what one training run hands back (and writes as result.json)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class RunResult:
+    """The outcome of `train()`.
+
+    eval: evaluation curve, one dict per evaluation: {"step", "avg@k", "pass@k", "maj@k",
+        "response_length", "truncation_rate"}; accuracy metrics are fractions in [0, 1].
+    signals: one dict per rollout step (see `trainer.SIGNALS` for the documented keys).
+    tokens_generated: response tokens sampled for training, including those discarded by dynamic
+        sampling (evaluation tokens are counted apart, in eval_tokens).
+    tokens_discarded: generated tokens of groups dynamic sampling dropped (filtered or surplus).
+    """
+
+    config: dict[str, Any]
+    eval: list[dict[str, float]] = field(default_factory=list)
+    signals: list[dict[str, float]] = field(default_factory=list)
+    tokens_generated: int = 0
+    tokens_discarded: int = 0
+    tokens_trained: int = 0
+    eval_tokens: int = 0
+    wall_s: float = 0.0
+    peak_rss_mb: float = 0.0
+    steps: int = 0
+
+    @property
+    def final(self) -> dict[str, float]:
+        """The last evaluation's metrics (without its step)."""
+        return {k: v for k, v in self.eval[-1].items() if k != "step"} if self.eval else {}
+
+    @property
+    def initial(self) -> dict[str, float]:
+        return {k: v for k, v in self.eval[0].items() if k != "step"} if self.eval else {}
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["final"] = self.final
+        return out
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1))
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunResult":
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunResult":
+        return cls.from_dict(json.loads(Path(path).read_text()))

@@ -1,0 +1,202 @@
+"""Rollout engines: n samples per prompt, with behaviour log-probs and truncation flags.
+
+`RolloutEngine` is the interface the trainer uses; `HFRolloutEngine` is a batched KV-cache decoding
+loop over any Hugging Face causal LM (about 5x faster than `model.generate()` for tiny models on a
+CPU, where per-call overhead dominates: see benchmarks/rollout_vs_generate.py). The vLLM engine
+(`vllm_engine.py`) implements the same interface for GPU machines.
+
+Behaviour log-probs are log softmax(logits / temperature) of the sampled token, i.e. the policy's
+own log-prob at the training temperature, *not* renormalised by top-p: this is what the trainer
+recomputes, so the first update's importance ratio is exactly 1 up to float error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass
+class Rollout:
+    """Samples for a list of prompts, n per prompt, laid out prompt-major (prompt i -> rows i*n..i*n+n-1).
+
+    prompt_ids: list of token-id lists, one per row (a row repeats its prompt's ids).
+    responses: [N, T] long, right-padded with pad_id; T = longest response.
+    log_probs: [N, T] float, behaviour log-probs (0 at padding).
+    mask: [N, T] float, 1 on response tokens (EOS included), 0 on padding.
+    lengths: [N] long, response length in tokens, EOS included.
+    truncated: [N] bool, True where no EOS was produced within max_new_tokens.
+    """
+
+    prompt_ids: list[list[int]]
+    responses: torch.Tensor
+    log_probs: torch.Tensor
+    mask: torch.Tensor
+    lengths: torch.Tensor
+    truncated: torch.Tensor
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.lengths.sum())
+
+    def select(self, rows: torch.Tensor) -> "Rollout":
+        """The rows given by an index tensor, trimmed to their longest response."""
+        idx = rows.tolist()
+        width = int(self.lengths[rows].max()) if len(idx) else 0
+        return Rollout(
+            prompt_ids=[self.prompt_ids[i] for i in idx],
+            responses=self.responses[rows, :width],
+            log_probs=self.log_probs[rows, :width],
+            mask=self.mask[rows, :width],
+            lengths=self.lengths[rows],
+            truncated=self.truncated[rows],
+        )
+
+    @staticmethod
+    def concat(parts: list["Rollout"], pad_id: int) -> "Rollout":
+        parts = [p for p in parts if len(p.prompt_ids)]
+        width = max(p.responses.shape[1] for p in parts)
+
+        def pad(t: torch.Tensor, value) -> torch.Tensor:
+            return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
+
+        return Rollout(
+            prompt_ids=[ids for p in parts for ids in p.prompt_ids],
+            responses=torch.cat([pad(p.responses, pad_id) for p in parts]),
+            log_probs=torch.cat([pad(p.log_probs, 0.0) for p in parts]),
+            mask=torch.cat([pad(p.mask, 0.0) for p in parts]),
+            lengths=torch.cat([p.lengths for p in parts]),
+            truncated=torch.cat([p.truncated for p in parts]),
+        )
+
+
+class RolloutEngine(Protocol):
+    """What the trainer needs from a sampler."""
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        n: int,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        seed: int,
+    ) -> Rollout:
+        """n samples per prompt; the same arguments and weights give the same samples."""
+        ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Make the engine sample from the trainer's current weights (no-op when they are shared)."""
+        ...
+
+
+def sample_top_p(logits: torch.Tensor, top_p: float, generator: torch.Generator) -> torch.Tensor:
+    """Sample one token per row from softmax(logits) restricted to the top-p nucleus. logits [B, V]."""
+    probs = torch.softmax(logits, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        # keep a token if the mass strictly before it is below top_p (the top token is always kept)
+        keep = (sorted_probs.cumsum(dim=-1) - sorted_probs) < top_p
+        sorted_probs = sorted_probs * keep
+        choice = torch.multinomial(sorted_probs, 1, generator=generator)
+        return order.gather(-1, choice).squeeze(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+class HFRolloutEngine:
+    """Batched sampling with the model's own KV cache, one forward per new token.
+
+    Prompts are left-padded so every row's next token sits in the last column; position ids come
+    from the attention mask so padding does not shift positions. Rows that have finished are
+    dropped from the batch (and from the cache) as they finish, so the tail of long responses does
+    not pay for the rows that are done. Work is split into chunks of `max_batch` rows to bound
+    memory.
+    """
+
+    def __init__(self, model: torch.nn.Module, eos_token_id: int, pad_token_id: int, max_batch: int = 1024):
+        self.model = model
+        self.eos_token_id = eos_token_id
+        self.pad_token_id = pad_token_id
+        self.max_batch = max_batch
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        self.model = model  # the trainer's module itself: nothing to copy
+
+    def generate(self, prompts, n, temperature, top_p, max_new_tokens, seed) -> Rollout:
+        rows = [list(p) for p in prompts for _ in range(n)]
+        generator = torch.Generator().manual_seed(seed)
+        parts = [
+            self._generate_chunk(rows[i : i + self.max_batch], temperature, top_p, max_new_tokens, generator)
+            for i in range(0, len(rows), self.max_batch)
+        ]
+        return Rollout.concat(parts, self.pad_token_id)
+
+    @torch.no_grad()
+    def _generate_chunk(self, rows, temperature, top_p, max_new_tokens, generator) -> Rollout:
+        from transformers import DynamicCache
+
+        model, device = self.model, next(self.model.parameters()).device
+        was_training = model.training
+        model.eval()
+        batch = len(rows)
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
+        attn = torch.zeros((batch, width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            input_ids[i, width - len(r) :] = torch.tensor(r)
+            attn[i, width - len(r) :] = 1
+        input_ids, attn = input_ids.to(device), attn.to(device)
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)
+
+        tokens = torch.full((batch, max_new_tokens), self.pad_token_id, dtype=torch.long)
+        logps = torch.zeros((batch, max_new_tokens))
+        lengths = torch.full((batch,), max_new_tokens, dtype=torch.long)
+        finished = torch.zeros(batch, dtype=torch.bool)
+        alive = torch.arange(batch)  # original row index of each row still in the batch
+
+        cache = DynamicCache()
+        out = model(input_ids=input_ids, attention_mask=attn, position_ids=positions, past_key_values=cache, use_cache=True)
+        logits = out.logits[:, -1, :]
+        next_pos = positions[:, -1] + 1
+        for t in range(max_new_tokens):
+            scaled = logits.float() / temperature
+            token = sample_top_p(scaled, top_p, generator)
+            logp = torch.log_softmax(scaled, dim=-1).gather(-1, token[:, None]).squeeze(-1)
+            tokens[alive, t] = token.cpu()
+            logps[alive, t] = logp.cpu()
+            done_now = (token == self.eos_token_id).cpu()
+            if done_now.any():
+                lengths[alive[done_now]] = t + 1
+                finished[alive[done_now]] = True
+                keep = (~done_now).nonzero().squeeze(-1)
+                if keep.numel() == 0:
+                    break
+                alive, token, next_pos = alive[keep], token[keep.to(device)], next_pos[keep.to(device)]
+                attn = attn[keep.to(device)]
+                cache.batch_select_indices(keep.to(device))
+            if t + 1 == max_new_tokens:
+                break
+            attn = torch.cat([attn, torch.ones((attn.shape[0], 1), dtype=attn.dtype, device=device)], dim=-1)
+            out = model(
+                input_ids=token[:, None], attention_mask=attn, position_ids=next_pos[:, None],
+                past_key_values=cache, use_cache=True,
+            )
+            logits = out.logits[:, -1, :]
+            next_pos = next_pos + 1
+        if was_training:
+            model.train()
+
+        steps = torch.arange(max_new_tokens)[None, :]
+        mask = (steps < lengths[:, None]).float()
+        tokens = torch.where(mask.bool(), tokens, torch.full_like(tokens, self.pad_token_id))
+        width_out = int(lengths.max())
+        return Rollout(
+            prompt_ids=rows,
+            responses=tokens[:, :width_out],
+            log_probs=(logps * mask)[:, :width_out],
+            mask=mask[:, :width_out],
+            lengths=lengths,
+            truncated=~finished,
+        )

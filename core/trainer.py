@@ -1,0 +1,467 @@
+"""`train(config) -> RunResult`: GRPO with DAPO's five techniques as independent toggles.
+
+One rollout step:
+  1. sample prompts; roll out G responses each with behaviour log-probs;
+  2. verify; reward = +1 / -1 (truncated responses are wrong), plus the soft overlong penalty
+     when `soft_overlong` is on;
+  3. with `dynamic_sampling`, keep only groups whose *raw correctness* is mixed, generating more
+     rounds until `prompts_per_step` groups are kept (surplus kept groups are discarded, their
+     tokens counted as discarded); after `max_gen_rounds` train on what was kept and log it;
+  4. group-normalised advantages; with `overlong_filter`, truncated responses get zero loss weight;
+  5. shuffled mini-batches of `mini_batch_size` responses, one AdamW update each, against the
+     behaviour log-probs, with the clipped surrogate (eps_high only with `clip_higher`) averaged
+     per token (`token_level_loss`) or per sample (GRPO).
+How this departs from the paper's verl recipe: nothing by default; the CPU quickstart only
+shrinks the scale (model, batch, ceiling, steps) and raises the learning rate.
+
+No global state: everything a run needs is built from the config, and every random draw comes
+from a generator seeded by the config, so the same config gives the same result, and a run
+resumed from a step-boundary checkpoint gives the same result as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import resource
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from . import algorithms as alg
+from .config import BUILTIN, TrainerConfig
+from .data import load_eval_set, load_problems
+from .evaluation import EvalSettings, cached_initial_eval, evaluate, initial_eval_key
+from .policy import Policy, load_policy
+from .result import RunResult
+from .rollout import HFRolloutEngine, Rollout, RolloutEngine
+from .tasks import generate_problems
+from .verifier import Verifier
+
+BUILTIN_TRAIN_SEED = 0
+BUILTIN_EVAL_SEED = 1_000_003  # disjoint from the training stream
+
+SIGNALS = {
+    "step": "rollout step (1-based)",
+    "reward": "mean reward of the trained responses (penalty included)",
+    "accuracy": "share of all generated responses verified correct",
+    "entropy": "mean token entropy of the policy on trained tokens (nats)",
+    "response_length": "mean generated response length (tokens, EOS included)",
+    "response_length_max": "longest generated response",
+    "truncation_rate": "share of generated responses without EOS within the ceiling",
+    "overlong_rate": "share of generated responses longer than the soft-penalty start",
+    "penalty": "mean soft overlong penalty of the trained responses (0 when soft_overlong is off)",
+    "clipfrac_low": "share of trained tokens where the lower clip bound was active",
+    "clipfrac_high": "share of trained tokens where the upper clip bound was active",
+    "approx_kl": "mean (behaviour - current) log-prob over trained tokens",
+    "groups_kept": "share of generated groups kept for training (1 without dynamic sampling)",
+    "groups_mixed": "share of generated groups with mixed correctness",
+    "gen_rounds": "generation rounds this step",
+    "ds_exhausted": "1 if max_gen_rounds ended the step with fewer kept groups than asked",
+    "tokens_generated": "response tokens generated this step, discarded ones included",
+    "tokens_discarded": "generated tokens of groups dropped by dynamic sampling",
+    "tokens_trained": "tokens with nonzero loss weight",
+    "grad_norm": "mean global gradient norm before clipping over this step's updates",
+    "lr": "learning rate used this step",
+    "time_rollout_s": "seconds generating",
+    "time_reward_s": "seconds verifying and scoring",
+    "time_update_s": "seconds in forward/backward/optimizer",
+}
+"""Every per-step signal, documented (also logged to MLflow under these names)."""
+
+Callback = Callable[[str, int, dict[str, Any]], None]
+"""callback(kind, step, data): kind is "step" (data: signals) or "eval" (data: metrics)."""
+
+
+# ------------------------------------------------------------------------------------- problems
+@dataclass
+class PromptSampler:
+    """Shuffled passes over the training problems, resumable from its state."""
+
+    size: int
+    seed: int
+    epoch: int = 0
+    cursor: int = 0
+    order: list[int] = field(default_factory=list)
+
+    def draw(self, n: int) -> list[int]:
+        out: list[int] = []
+        while len(out) < n:
+            if self.cursor >= len(self.order):
+                self.order = list(range(self.size))
+                random.Random(self.seed * 7919 + self.epoch).shuffle(self.order)
+                self.epoch, self.cursor = self.epoch + 1, 0
+            take = min(n - len(out), len(self.order) - self.cursor)
+            out += self.order[self.cursor : self.cursor + take]
+            self.cursor += take
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "cursor": self.cursor, "order": self.order}
+
+
+def load_task(config: TrainerConfig) -> tuple[list[tuple[Any, str]], list[tuple[Any, str]]]:
+    """(train problems, held-out problems) as (prompt, answer) pairs."""
+    data = config.data
+    if data.train == BUILTIN:
+        train = [(p.prompt, p.answer) for p in generate_problems(data.builtin_train_size, BUILTIN_TRAIN_SEED)]
+    else:
+        train = [(p.prompt, p.answer) for p in load_problems(data.train)]
+    if data.eval == BUILTIN:
+        held_out = [(p.prompt, p.answer) for p in generate_problems(data.num_eval_problems or 64, BUILTIN_EVAL_SEED)]
+    else:
+        held_out = [(p.prompt, p.answer) for p in load_eval_set(data.eval, limit=data.num_eval_problems)]
+    return train, held_out[: data.num_eval_problems or None]
+
+
+# ------------------------------------------------------------------------------------ the batch
+@dataclass
+class StepBatch:
+    """What one rollout step trains on (kept groups only), plus the step's bookkeeping."""
+
+    rollout: Rollout | None
+    rewards: torch.Tensor  # [groups, G]
+    correct: torch.Tensor  # [groups, G] bool
+    penalty: torch.Tensor  # [groups, G]
+    stats: dict[str, float]
+
+
+def collect_batch(
+    config: TrainerConfig,
+    engine: RolloutEngine,
+    policy: Policy,
+    verifier: Verifier,
+    train: list[tuple[Any, str]],
+    encoded: dict[int, list[int]],
+    sampler: PromptSampler,
+    step: int,
+) -> StepBatch:
+    """Generate, verify, reward and (with dynamic sampling) filter until the batch is full."""
+    tech, algo, roll = config.techniques, config.algorithm, config.rollout
+    G, want = algo.group_size, config.batch.prompts_per_step
+    kept: list[tuple[Rollout, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    n_kept = rounds = groups_seen = groups_mixed = 0
+    tokens_generated = tokens_discarded = 0
+    n_samples = n_correct = n_truncated = n_overlong = 0
+    lengths_sum, length_max = 0.0, 0
+    t_roll = t_reward = 0.0
+    penalty_start = roll.max_response_len - algo.overlong_cache
+    while True:
+        rounds += 1
+        idx = sampler.draw(config.gen_prompts_per_round)
+        for i in idx:
+            if i not in encoded:
+                encoded[i] = policy.encode_prompt(train[i][0])
+        t0 = time.perf_counter()
+        rollout = engine.generate(
+            [encoded[i] for i in idx], G, roll.temperature, roll.top_p, roll.max_response_len,
+            seed=(config.schedule.seed * 1_000_003 + step) * 101 + rounds,
+        )
+        t1 = time.perf_counter()
+        texts = [policy.decode(rollout.responses[r, : int(rollout.lengths[r])].tolist()) for r in range(len(idx) * G)]
+        correct = torch.tensor(verifier(texts, [train[i][1] for i in idx for _ in range(G)]))
+        correct = correct & ~rollout.truncated  # a truncated response has no final answer
+        penalty = (
+            alg.soft_overlong_penalty(rollout.lengths, roll.max_response_len, algo.overlong_cache, algo.overlong_penalty_factor)
+            if tech.soft_overlong else torch.zeros(len(correct))
+        )
+        rewards = torch.where(correct, algo.reward_correct, algo.reward_wrong) + penalty
+        t_roll += t1 - t0
+        t_reward += time.perf_counter() - t1
+
+        correct_g = correct.view(len(idx), G)
+        mixed = alg.keep_mixed_groups(correct_g)
+        keep = mixed if tech.dynamic_sampling else torch.ones(len(idx), dtype=torch.bool)
+        keep_groups = keep.nonzero().squeeze(-1)[: want - n_kept]  # surplus kept groups are discarded
+        rows = (keep_groups[:, None] * G + torch.arange(G)).reshape(-1)
+        if len(keep_groups):
+            kept.append((rollout.select(rows), rewards.view(-1, G)[keep_groups], correct_g[keep_groups],
+                         penalty.view(-1, G)[keep_groups]))
+        n_kept += len(keep_groups)
+
+        tokens_generated += rollout.num_tokens
+        tokens_discarded += rollout.num_tokens - int(rollout.lengths[rows].sum())
+        groups_seen += len(idx)
+        groups_mixed += int(mixed.sum())
+        n_samples += len(correct)
+        n_correct += int(correct.sum())
+        n_truncated += int(rollout.truncated.sum())
+        n_overlong += int((rollout.lengths > penalty_start).sum())
+        lengths_sum += float(rollout.lengths.sum())
+        length_max = max(length_max, int(rollout.lengths.max()))
+        if n_kept >= want or not tech.dynamic_sampling or rounds >= algo.max_gen_rounds:
+            break
+
+    stats = {
+        "accuracy": n_correct / n_samples,
+        "response_length": lengths_sum / n_samples,
+        "response_length_max": float(length_max),
+        "truncation_rate": n_truncated / n_samples,
+        "overlong_rate": n_overlong / n_samples,
+        "groups_kept": n_kept / groups_seen,
+        "groups_mixed": groups_mixed / groups_seen,
+        "gen_rounds": float(rounds),
+        "ds_exhausted": float(tech.dynamic_sampling and n_kept < want),
+        "tokens_generated": float(tokens_generated),
+        "tokens_discarded": float(tokens_discarded),
+        "time_rollout_s": t_roll,
+        "time_reward_s": t_reward,
+    }
+    if not kept:
+        empty = torch.zeros((0, G))
+        return StepBatch(None, empty, empty.bool(), empty, stats)
+    return StepBatch(
+        rollout=Rollout.concat([k[0] for k in kept], policy.pad_token_id),
+        rewards=torch.cat([k[1] for k in kept]),
+        correct=torch.cat([k[2] for k in kept]),
+        penalty=torch.cat([k[3] for k in kept]),
+        stats=stats,
+    )
+
+
+# ------------------------------------------------------------------------------------ the update
+def response_log_probs(
+    model: torch.nn.Module, rollout: Rollout, rows: torch.Tensor, temperature: float, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs [b, T] of the responses in `rows` at `temperature`, and token entropies [b, T].
+
+    Each row is laid out as [left-padded prompt | response], as during sampling, so positions
+    match the decoding loop's.
+    """
+    device = next(model.parameters()).device
+    prompts = [rollout.prompt_ids[i] for i in rows.tolist()]
+    responses = rollout.responses[rows]
+    P, T = max(len(p) for p in prompts), responses.shape[1]
+    ids = torch.full((len(prompts), P + T), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(prompts), P + T), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, P - len(p) : P] = torch.tensor(p)
+        attn[i, P - len(p) : P] = 1
+    ids[:, P:] = responses
+    attn[:, P:] = 1  # padding after EOS is masked out of the loss, and causal attention never looks ahead
+    ids, attn = ids.to(device), attn.to(device)
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=positions).logits[:, P - 1 : P - 1 + T]
+    logits = logits.float() / temperature
+    logp = torch.log_softmax(logits, dim=-1)
+    token_logp = logp.gather(-1, responses.to(device)[..., None]).squeeze(-1)
+    with torch.no_grad():
+        entropy = -(logp.exp() * logp).sum(-1)
+    return token_logp.cpu() if device.type != "cpu" else token_logp, entropy.cpu()
+
+
+def update_policy(
+    config: TrainerConfig,
+    model: torch.nn.Module,
+    ref_model: torch.nn.Module | None,
+    optimizer: torch.optim.Optimizer,
+    batch: StepBatch,
+    pad_id: int,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """Advantages, loss mask, then one AdamW update per shuffled mini-batch."""
+    tech, algo = config.techniques, config.algorithm
+    rollout = batch.rollout
+    assert rollout is not None
+    truncated = rollout.truncated.view(batch.rewards.shape)
+    valid = ~truncated if (tech.overlong_filter and not algo.filtered_in_group_stats) else None
+    advantages = alg.group_advantages(batch.rewards, algo.advantage_eps, valid=valid).reshape(-1)
+    mask = rollout.mask.clone()
+    if tech.overlong_filter:
+        mask[rollout.truncated] = 0.0  # truncated responses carry no loss weight
+    eps_high = config.eps_high_effective
+    N, mb = len(advantages), config.batch.mini_batch_size
+    micro = config.batch.micro_batch_size or mb
+    totals = {"clipfrac_low": 0.0, "clipfrac_high": 0.0, "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0}
+    grad_norms: list[float] = []
+    token_count = 0.0
+    model.train()
+    for _ in range(config.batch.epochs):
+        order = torch.randperm(N, generator=generator)
+        for start in range(0, N, mb):
+            mini = order[start : start + mb]
+            mini_tokens = float(mask[mini].sum())
+            mini_seqs = float((mask[mini].sum(-1) > 0).sum())
+            if mini_tokens == 0:
+                continue
+            optimizer.zero_grad(set_to_none=True)
+            for ms in range(0, len(mini), micro):
+                rows = mini[ms : ms + micro]
+                m = mask[rows]
+                if m.sum() == 0:
+                    continue
+                logp, entropy = response_log_probs(model, rollout, rows, config.rollout.temperature, pad_id)
+                loss, metrics = alg.clipped_policy_loss(
+                    logp, rollout.log_probs[rows], advantages[rows], m, algo.eps_low, eps_high,
+                    token_level=tech.token_level_loss, clip_ratio_c=algo.clip_ratio_c,
+                )
+                if ref_model is not None and algo.kl_coef > 0:
+                    with torch.no_grad():
+                        ref_logp, _ = response_log_probs(ref_model, rollout, rows, config.rollout.temperature, pad_id)
+                    kl = alg.aggregate_loss(alg.k3_kl(logp, ref_logp), m, tech.token_level_loss)
+                    loss = loss + algo.kl_coef * kl
+                    totals["kl"] += float(kl) * float(m.sum())
+                # weight each micro-batch so the sum equals the un-split mini-batch's average
+                weight = float(m.sum()) / mini_tokens if tech.token_level_loss else float((m.sum(-1) > 0).sum()) / mini_seqs
+                (loss * weight).backward()
+                n_tok = float(m.sum())
+                token_count += n_tok
+                for key in ("clipfrac_low", "clipfrac_high", "approx_kl"):
+                    totals[key] += metrics[key] * n_tok
+                totals["entropy"] += float((entropy * m).sum())
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)))
+            optimizer.step()
+    out = {k: v / max(token_count, 1.0) for k, v in totals.items()}
+    out["grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
+    out["tokens_trained"] = float(mask.sum())
+    out["reward"] = float(batch.rewards.mean())
+    out["penalty"] = float(batch.penalty.mean())
+    out["updates"] = float(len(grad_norms))
+    return out
+
+
+def lr_at(config: TrainerConfig, step: int) -> float:
+    """Linear warm-up over `warmup_steps` rollout steps (step is 1-based), then constant."""
+    w = config.optim.warmup_steps
+    return config.optim.lr * (min(1.0, step / w) if w > 0 else 1.0)
+
+
+# -------------------------------------------------------------------------------------- the loop
+def train(
+    config: TrainerConfig,
+    out_dir: str | Path | None = None,
+    *,
+    callbacks: list[Callback] = (),
+    resume: bool = True,
+    eval_cache_dir: str | Path | None = None,
+    engine_factory: Callable[[Policy, TrainerConfig], RolloutEngine] | None = None,
+) -> RunResult:
+    """Train one configuration and return its RunResult (also written to out_dir/result.json).
+
+    out_dir: where checkpoints and result.json go (None: keep nothing on disk).
+    resume: continue from out_dir/checkpoint.pt when it was written by the same config.
+    eval_cache_dir: share step-0 evaluations between runs with the same policy and eval settings.
+    engine_factory: build the rollout engine (default: HFRolloutEngine; vLLM for engine "vllm").
+    """
+    started = time.time()
+    if config.model.threads > 0:
+        torch.set_num_threads(config.model.threads)
+    torch.manual_seed(config.schedule.seed)
+    out = Path(out_dir) if out_dir is not None else None
+    policy = load_policy(config.model)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = policy.model.to(device)
+    ref_model = copy.deepcopy(model).eval() if config.algorithm.kl_coef > 0 else None
+    engine = (engine_factory or default_engine)(policy, config)
+    verifier = Verifier(method=config.data.verifier)
+    train_set, held_out = load_task(config)
+    encoded: dict[int, list[int]] = {}
+    eval_prompts = [policy.encode_prompt(p) for p, _ in held_out]
+    eval_answers = [a for _, a in held_out]
+    settings = EvalSettings(
+        k=config.rollout.eval_k, temperature=config.rollout.eval_temperature, top_p=config.rollout.eval_top_p,
+        max_new_tokens=config.rollout.max_response_len, seed=config.schedule.eval_seed,
+    )
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=lr_at(config, 1), betas=config.optim.betas, weight_decay=config.optim.weight_decay
+    )
+    sampler = PromptSampler(size=len(train_set), seed=config.schedule.seed)
+    update_gen = torch.Generator().manual_seed(config.schedule.seed + 17)
+    result = RunResult(config=config.to_dict())
+    first_step = 1
+    ckpt = out / "checkpoint.pt" if out is not None else None
+    if ckpt is not None and resume and ckpt.is_file():
+        state = torch.load(ckpt, weights_only=False)
+        if state["config_digest"] == config.digest():
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            sampler = PromptSampler(size=len(train_set), seed=config.schedule.seed, **state["sampler"])
+            update_gen.set_state(state["update_gen"])
+            result = RunResult.from_dict(state["result"])
+            first_step = result.steps + 1
+            started = time.time() - result.wall_s  # wall time before the interruption counts
+            engine.sync_weights(model)
+
+    def run_eval(step: int) -> None:
+        t0 = time.perf_counter()
+        compute = lambda: evaluate(engine, eval_prompts, eval_answers, policy.decode, verifier, settings, step)  # noqa: E731
+        if step == 0:
+            key = initial_eval_key(_policy_identity(policy, config), held_out, settings, {"verifier": config.data.verifier})
+            metrics = cached_initial_eval(Path(eval_cache_dir) if eval_cache_dir else None, key, compute)
+        else:
+            metrics = compute()
+        metrics = {**metrics, "time_eval_s": time.perf_counter() - t0}
+        result.eval_tokens += int(metrics.pop("tokens", 0))
+        result.eval.append(metrics)
+        for cb in callbacks:
+            cb("eval", step, metrics)
+
+    if not result.eval:
+        run_eval(0)
+    every = config.schedule.eval_every
+    for step in range(first_step, config.schedule.total_steps + 1):
+        lr = lr_at(config, step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        batch = collect_batch(config, engine, policy, verifier, train_set, encoded, sampler, step)
+        signals: dict[str, float] = {"step": step, "lr": lr, **batch.stats}
+        t0 = time.perf_counter()
+        if batch.rollout is not None:
+            signals.update(update_policy(config, model, ref_model, optimizer, batch, policy.pad_token_id, update_gen))
+            engine.sync_weights(model)
+        else:  # dynamic sampling found no mixed group within max_gen_rounds: nothing to train on
+            signals.update({"tokens_trained": 0.0, "updates": 0.0})
+        signals["time_update_s"] = time.perf_counter() - t0
+        result.signals.append(signals)
+        result.tokens_generated += int(batch.stats["tokens_generated"])
+        result.tokens_discarded += int(batch.stats["tokens_discarded"])
+        result.tokens_trained += int(signals["tokens_trained"])
+        result.steps = step
+        for cb in callbacks:
+            cb("step", step, signals)
+        if (every and step % every == 0) or step == config.schedule.total_steps:
+            run_eval(step)
+        if ckpt is not None and config.schedule.checkpoint_every and step % config.schedule.checkpoint_every == 0:
+            result.wall_s = time.time() - started
+            _save_checkpoint(ckpt, config, model, optimizer, sampler, update_gen, result)
+
+    result.wall_s = time.time() - started
+    result.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if out is not None:
+        result.save(out / "result.json")
+    return result
+
+
+def default_engine(policy: Policy, config: TrainerConfig) -> RolloutEngine:
+    if config.rollout.engine == "vllm":
+        from .vllm_engine import VLLMRolloutEngine
+
+        return VLLMRolloutEngine(policy, config)
+    return HFRolloutEngine(policy.model, policy.eos_token_id, policy.pad_token_id)
+
+
+def _policy_identity(policy: Policy, config: TrainerConfig) -> str:
+    return f"{policy.source}|{config.model.dtype}|{config.model.use_chat_template}"
+
+
+def _save_checkpoint(path: Path, config, model, optimizer, sampler, update_gen, result: RunResult) -> None:
+    """Write a step-boundary checkpoint atomically (a crash mid-write leaves the previous one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(
+        {
+            "config_digest": config.digest(),
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "sampler": sampler.state(),
+            "update_gen": update_gen.get_state(),
+            "result": result.to_dict(),
+        },
+        tmp,
+    )
+    os.replace(tmp, path)
+
