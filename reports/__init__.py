@@ -1,1 +1,25 @@
-"""dapo_ablate.reports."""
+"""dapo_ablate.reports: causal-isolation reports from a tidy results table.
+
+Reads a pandas DataFrame (or a CSV) with one 0/1 column per factor, ``seed``, metric columns
+and optional compute columns; imports neither dapo_ablate.core nor dapo_ablate.ablation.
+
+    from dapo_ablate.reports import load_results_csv, write_report
+    results, factors = load_results_csv("results.csv")
+    write_report(results, factors, "report/")
+"""
+
+from .analysis import Analysis, analyze
+from .report import FORMATS, write_report
+from .table import PAPER_AIME_AVG32, PAPER_FACTORS, ReportInputError, load_results_csv, validate_results
+
+__all__ = [
+    "Analysis",
+    "FORMATS",
+    "PAPER_AIME_AVG32",
+    "PAPER_FACTORS",
+    "ReportInputError",
+    "analyze",
+    "load_results_csv",
+    "validate_results",
+    "write_report",
+]

@@ -1,0 +1,125 @@
+"""Which cells an experiment has, and what that lets the reports estimate.
+
+A two-level design over k factors is read from the set of observed cells (bitmasks):
+
+- ``full``: all 2^k cells; every statistic is computed from the cell means directly.
+- ``fraction``: a regular fraction 2^(k-p) (e.g. the half fraction E = ABCD): every pair of
+  -1/+1 contrast columns over the observed cells is either orthogonal or equal up to sign, and
+  no main effect is constant. Terms equal up to sign are *aliases* (their effects cannot be
+  told apart); Shapley values and orderings come from a fitted model with main effects and
+  two-factor interactions, assuming higher-order interactions are zero.
+- ``incomplete``: anything else; the reports give what the observed cells support.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import combinations
+
+import numpy as np
+
+from .table import ReportInputError, cell_label, describe_cell
+
+Term = tuple[int, ...]
+"""An interaction term as sorted factor indices: (0,) is the main effect of factor 0, (0, 2) a:c."""
+
+
+def term_name(term: Term, factors: list[str]) -> str:
+    """``a`` for a main effect, ``a:b`` for an interaction, ``I`` for the intercept."""
+    return ":".join(factors[i] for i in term) if term else "I"
+
+
+def all_terms(k: int, max_order: int | None = None) -> list[Term]:
+    """Every interaction term up to ``max_order`` (default k), by order then lexicographically."""
+    top = k if max_order is None else min(k, max_order)
+    return [term for order in range(1, top + 1) for term in combinations(range(k), order)]
+
+
+def contrast_column(masks: np.ndarray, term: Term) -> np.ndarray:
+    """-1/+1 column of a term over cells: prod_{i in term} (2 * level_i - 1). Shape [cells]."""
+    column = np.ones(len(masks))
+    for i in term:
+        column *= 2 * ((masks >> i) & 1) - 1
+    return column
+
+
+@dataclass(frozen=True)
+class DesignInfo:
+    """The observed design and what it supports."""
+
+    kind: str  # "full" | "fraction" | "incomplete"
+    k: int
+    observed: tuple[int, ...]  # observed cell masks, sorted
+    missing: tuple[int, ...]  # cell masks absent from a full 2^k design
+    alias_groups: tuple[tuple[Term, ...], ...] = field(default=())  # fraction: each group's first term is fitted
+    defining_words: tuple[Term, ...] = field(default=())  # fraction: terms aliased with the intercept
+
+    @property
+    def resolution(self) -> int | None:
+        """Length of the shortest defining word (None for a full or incomplete design)."""
+        return min(map(len, self.defining_words)) if self.defining_words else None
+
+    def missing_labels(self, factors: list[str], limit: int = 8) -> str:
+        labels = [cell_label(mask, factors) for mask in self.missing[:limit]]
+        more = f" and {len(self.missing) - limit} more" if len(self.missing) > limit else ""
+        return ", ".join(labels) + more
+
+
+def _alias_structure(masks: np.ndarray, k: int) -> tuple[list[list[Term]], list[Term]] | None:
+    """Alias groups and defining words of a regular fraction, or None when the cells are not one.
+
+    Gram matrix G = C^T C of all 2^k contrast columns (intercept included) over the m cells:
+    regular iff every entry is 0 or +-m (columns orthogonal or aliased).
+    """
+    terms: list[Term] = [(), *all_terms(k)]
+    columns = np.stack([contrast_column(masks, term) for term in terms], axis=1)
+    gram = columns.T @ columns
+    m = len(masks)
+    if not np.all(np.isin(np.abs(gram), (0, m))):
+        return None
+    groups: list[list[Term]] = []
+    seen: set[int] = set()
+    for a in range(len(terms)):
+        if a in seen:
+            continue
+        group = [terms[b] for b in range(a, len(terms)) if abs(gram[a, b]) == m]
+        seen.update(b for b in range(a, len(terms)) if abs(gram[a, b]) == m)
+        groups.append(group)
+    defining = [term for term in groups[0] if term]  # the group of the intercept
+    return groups[1:], defining
+
+
+def describe_design(observed_masks: np.ndarray, k: int) -> DesignInfo:
+    """Classify the observed cells as a full design, a regular fraction or an incomplete design."""
+    observed = tuple(sorted(set(int(m) for m in observed_masks)))
+    missing = tuple(sorted(set(range(2**k)) - set(observed)))
+    if not missing:
+        return DesignInfo("full", k, observed, missing)
+    structure = _alias_structure(np.array(observed), k)
+    if structure is not None:
+        groups, defining = structure
+        # each main effect alone in its group as the fitted term, none constant
+        mains_estimable = sum(1 for g in groups if sum(len(t) == 1 for t in g) == 1) == k
+        if mains_estimable:
+            return DesignInfo("fraction", k, observed, missing, tuple(map(tuple, groups)), tuple(defining))
+    return DesignInfo("incomplete", k, observed, missing)
+
+
+def require_design(info: DesignInfo, declared: str | None, factors: list[str]) -> None:
+    """Enforce a declared design: ``full`` needs every cell, ``fraction`` a regular fraction.
+
+    Declared names containing ``full`` mean full; ``frac`` or ``half`` mean fraction; anything
+    else (or None) accepts whatever the cells support.
+    """
+    name = (declared or "").lower()
+    if "full" in name and info.kind != "full":
+        raise ReportInputError(
+            f"the full design has no runs for cell {describe_cell(info.missing[0], factors)}"
+            + (f" (and {len(info.missing) - 1} more cells)" if len(info.missing) > 1 else "")
+            + "; run the missing cells, or drop --design full to report what the cells support"
+        )
+    if ("frac" in name or "half" in name) and info.kind == "incomplete":
+        raise ReportInputError(
+            f"the {len(info.observed)} observed cells are not a regular fraction of the 2^{info.k} design; "
+            "run the missing cells of the fraction, or drop --design to report what the cells support"
+        )

@@ -1,0 +1,200 @@
+"""``write_report``: analyse a results table and write every table, figure and report file."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from . import plots
+from .analysis import Analysis, analyze
+from .export import to_html, to_markdown, display_frame, write_table
+from .summary import summary_sections
+from .table import ReportInputError, validate_curves
+
+FORMATS = ("csv", "md", "tex", "png", "html")
+REPORT_ORDERINGS_SHOWN = 3  # report.md/html show this many orderings; cumulative.csv has all
+
+
+def _captions(analysis: Analysis) -> dict[str, str]:
+    unit = " (percentage points)" if analysis.percent else ""
+    conf = f"{analysis.confidence:.0%} CI"
+    paper = (
+        " Column paper: the DAPO paper's numbers (Qwen2.5-32B, AIME 2024 avg@32, one run per row)."
+        if analysis.paper_reference and analysis.percent else ""
+    )
+    return {
+        "cells": f"Cells: runs, mean and sd over seeds, {conf} of {analysis.metric}{unit}.",
+        "cumulative": f"Cumulative tables: each step adds one factor to the row above; delta is the gain over it, with {conf}.{paper}",
+        "orderings": "Order dependence: each factor's gain by the position at which an ordering adds it, and over all orderings (mean with "
+        f"{conf}, min, max, share of orderings in which it helps).",
+        "shapley": f"Shapley values (mean gain over all orderings) and Banzhaf values (mean over edges = main effect), {conf}{unit}.",
+        "effects": f"Factorial effects (-1/+1 coding, effect = 2 x OLS coefficient): main effects and two-factor interactions, {conf}{unit}.",
+        "leave_one_out": f"Leave-one-out (full minus full without the factor) and add-one (baseline plus the factor minus baseline), {conf}{unit}.",
+        "compute": "Compute per cell (means over seeds): tokens generated include those discarded by dynamic sampling; "
+        f"gain is over the baseline{unit}, gain_per_mtok per million generated tokens.",
+    }
+
+
+def _cumulative_display(analysis: Analysis, limit: int | None = None) -> pd.DataFrame:
+    """The cumulative table with the paper's numbers beside the ``paper`` ordering."""
+    table = analysis.cumulative
+    if limit is not None:
+        table = table[table["ordering"].isin(list(dict.fromkeys(table["ordering"]))[:limit])]
+    if not (analysis.paper_reference and analysis.percent):
+        return table
+    paper = [
+        analysis.paper_reference[row.step] if row.ordering == "paper" and row.step < len(analysis.paper_reference) else None
+        for row in table.itertuples(index=False)
+    ]
+    shown = table.copy()
+    shown.insert(shown.columns.get_loc("mean") + 1, "paper", [float("nan") if v is None else float(v) for v in paper])
+    return shown
+
+
+def _figures(analysis: Analysis, curves: pd.DataFrame | None) -> dict[str, bytes]:
+    """PNG bytes by file name, for the figures the data support."""
+    made = {
+        "shapley.png": plots.shapley_plot(analysis.shapley, analysis.metric, analysis.percent, analysis.confidence),
+        "gain_by_position.png": plots.position_plot(analysis.orderings, analysis.metric, analysis.percent),
+        "interactions.png": plots.interaction_plot(analysis.effects, analysis.factors, analysis.percent),
+        "learning_curves.png": None if curves is None else plots.curves_plot(curves, analysis.factors, analysis.metric, analysis.percent),
+    }
+    return {name: png for name, png in made.items() if png is not None}
+
+
+def _report_tables(analysis: Analysis) -> list[tuple[str, str, pd.DataFrame]]:
+    """(section title, table name, display table) in report order."""
+    return [
+        ("Cumulative tables", "cumulative", _cumulative_display(analysis, REPORT_ORDERINGS_SHOWN)),
+        ("Shapley and Banzhaf values", "shapley", analysis.shapley),
+        ("Order dependence", "orderings", analysis.orderings),
+        ("Factorial effects", "effects", analysis.effects),
+        ("Leave-one-out and add-one", "leave_one_out", analysis.leave_one_out),
+        ("Compute", "compute", analysis.compute),
+        ("Cells", "cells", analysis.cells),
+    ]
+
+
+FIGURE_AFTER = {"shapley": ["shapley.png"], "orderings": ["gain_by_position.png"], "effects": ["interactions.png"], "cells": ["learning_curves.png"]}
+
+
+def report_markdown(analysis: Analysis, figures: list[str]) -> str:
+    """report.md: summary, then each table (and its figure when written)."""
+    captions = _captions(analysis)
+    parts = [f"# Ablation report: {analysis.metric}\n"]
+    for heading, lines in summary_sections(analysis).items():
+        parts.append(f"## {heading}\n\n" + "\n".join(f"- {line}" for line in lines) + "\n")
+    for title, name, table in _report_tables(analysis):
+        shown = display_frame(table, analysis.percent, analysis.factors)
+        parts.append(f"## {title}\n\n{captions[name]}\n\n" + (to_markdown(table, shown) if len(table) else "_Not computed._\n"))
+        if name == "cumulative" and table["ordering"].nunique() < analysis.cumulative["ordering"].nunique():
+            parts.append("Only the first orderings are shown; cumulative.csv has all of them.\n")
+        parts += [f"![{figure}]({figure})\n" for figure in FIGURE_AFTER.get(name, []) if figure in figures]
+    return "\n".join(parts)
+
+
+CSS = """
+body { font-family: system-ui, sans-serif; max-width: 72rem; margin: 2rem auto; padding: 0 1rem; color: #1d1d1f; }
+table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; font-size: 0.85rem; }
+th, td { padding: 0.2rem 0.6rem; border-bottom: 1px solid #ddd; }
+th { border-bottom: 2px solid #444; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.caption { color: #555; font-size: 0.9rem; }
+img { max-width: 100%; }
+.scroll { overflow-x: auto; }
+.summary li { margin: 0.2rem 0; }
+"""
+
+
+def report_html(analysis: Analysis, figures: dict[str, bytes]) -> str:
+    """report.html: self-contained (inline CSS, figures as base64 data URIs, no scripts)."""
+    captions = _captions(analysis)
+    esc = html.escape
+    body = [f"<h1>Ablation report: {esc(analysis.metric)}</h1>"]
+    for heading, lines in summary_sections(analysis).items():
+        items = "".join(f"<li>{esc(line)}</li>" for line in lines)
+        body.append(f'<h2>{esc(heading)}</h2><ul class="summary">{items}</ul>')
+    for title, name, table in _report_tables(analysis):
+        shown = display_frame(table, analysis.percent, analysis.factors)
+        body.append(f'<h2>{esc(title)}</h2><p class="caption">{esc(captions[name])}</p>')
+        body.append(f'<div class="scroll">{to_html(table, shown)}</div>' if len(table) else "<p><em>Not computed.</em></p>")
+        for figure in FIGURE_AFTER.get(name, []):
+            if figure in figures:
+                data = base64.b64encode(figures[figure]).decode("ascii")
+                body.append(f'<img alt="{esc(figure)}" src="data:image/png;base64,{data}">')
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>Ablation report: {esc(analysis.metric)}</title><style>{CSS}</style></head>"
+        f"<body>{''.join(body)}</body></html>\n"
+    )
+
+
+def _check_options(formats, confidence: float) -> set[str]:
+    chosen = {formats} if isinstance(formats, str) else set(formats)
+    unknown = chosen - set(FORMATS)
+    if unknown:
+        raise ReportInputError(f"unknown format {', '.join(sorted(unknown))}; choose from {','.join(FORMATS)}")
+    if not 0 < confidence < 1:
+        raise ReportInputError(f"confidence {confidence} is not between 0 and 1; use e.g. 0.95")
+    return chosen
+
+
+def write_report(
+    results: pd.DataFrame,
+    factors: list[str],
+    out_dir: str | Path,
+    metric: str = "avg@32",
+    orderings: str | list[list[str]] = "paper",
+    formats=FORMATS,
+    confidence: float = 0.95,
+    seed: int = 0,
+    curves: pd.DataFrame | None = None,
+    design: str | None = None,
+    n_boot: int = 2000,
+    echo: Callable[[str], None] | None = None,
+) -> dict[str, Path]:
+    """Analyse ``results`` and write the report files into ``out_dir``; returns {file name: path}.
+
+    Tables: cells, cumulative, orderings, shapley, effects, leave_one_out, compute, each as
+    .csv / .md / .tex per ``formats``; figures shapley.png, gain_by_position.png,
+    interactions.png and learning_curves.png (when ``curves`` is given and the data support
+    them); report.md; report.html. ``design`` ("full", "fraction" or None) declares the
+    intended design: a declared full design with a missing cell is an error; otherwise the
+    report covers what the cells support. Raises ReportInputError before writing anything when
+    the input cannot be used. ``echo`` (e.g. ``print``) receives the plain-language summary.
+    """
+    chosen = _check_options(formats, confidence)
+    factors = list(factors)
+    if curves is not None:
+        curves = validate_curves(curves, factors, metric)
+    analysis = analyze(results, factors, metric, orderings, confidence, seed, design, n_boot)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    written: dict[str, Path] = {}
+    captions = _captions(analysis)
+    for name in ("cells", "cumulative", "orderings", "shapley", "effects", "leave_one_out", "compute"):
+        display = _cumulative_display(analysis) if name == "cumulative" else None
+        table = getattr(analysis, name)
+        written |= write_table(name, table, out, chosen, captions[name], analysis.percent, factors, display)
+    figures = _figures(analysis, curves) if chosen & {"png", "html"} else {}
+    if "png" in chosen:
+        for name, png in figures.items():
+            written[name] = out / name
+            written[name].write_bytes(png)
+    if "md" in chosen:
+        written["report.md"] = out / "report.md"
+        written["report.md"].write_text(report_markdown(analysis, list(figures) if "png" in chosen else []))
+    if "html" in chosen:
+        written["report.html"] = out / "report.html"
+        written["report.html"].write_text(report_html(analysis, figures))
+    if echo is not None:
+        for heading, lines in summary_sections(analysis).items():
+            echo(f"{heading}:")
+            for line in lines:
+                echo(f"  - {line}")
+    return written

@@ -1,0 +1,212 @@
+"""The tidy results table that reports read, and its validation at the edge.
+
+One row per finished run: one 0/1 column per factor (0 = off, 1 = on), ``seed``, one or more
+metric columns (``avg@32``, ...) and, when known, the compute columns ``tokens_generated``
+(every generated token, including those dynamic sampling discarded), ``tokens_discarded`` and
+``wall_s``. Accuracy metrics are stored as fractions in [0, 1]; displays may show them as
+percentage points, like the DAPO paper.
+
+A cell is one combination of factor levels. Inside the reports a cell is a bitmask over the
+factor list: bit ``i`` is factor ``factors[i]``, so the baseline is 0 and the full cell ``2**k - 1``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+SEED_COLUMN = "seed"
+COMPUTE_COLUMNS = ("tokens_generated", "tokens_discarded", "wall_s")
+
+PAPER_FACTORS = (
+    "overlong_filter",
+    "clip_higher",
+    "soft_overlong",
+    "token_level_loss",
+    "dynamic_sampling",
+)
+"""DAPO's five techniques in the paper's cumulative order (Yu et al., 2025, Table 3)."""
+
+SHORT_LABELS = {
+    "overlong_filter": "OF",
+    "clip_higher": "CH",
+    "soft_overlong": "SP",
+    "token_level_loss": "TL",
+    "dynamic_sampling": "DS",
+}
+
+PAPER_AIME_AVG32 = (30, 36, 38, 41, 42, 50)
+"""The paper's cumulative AIME 2024 avg@32 (percentage points, Qwen2.5-32B, one run per row):
+naive GRPO, then +OF, +CH, +SP, +TL, +DS."""
+
+
+class ReportInputError(ValueError):
+    """A results table the reports cannot use; the message names the column or cell and the fix."""
+
+
+def factor_label(factor: str) -> str:
+    """Short display label: OF, CH, SP, TL, DS for DAPO's techniques, the name otherwise."""
+    return SHORT_LABELS.get(factor, factor)
+
+
+def is_paper_design(factors: list[str]) -> bool:
+    """True when the factors are exactly DAPO's five techniques (in any order)."""
+    return sorted(factors) == sorted(PAPER_FACTORS)
+
+
+def cell_label(mask: int, factors: list[str]) -> str:
+    """``OF+CH`` style label of a cell; ``GRPO`` (DAPO's five) or ``baseline`` when all are off."""
+    on = [factor_label(f) for i, f in enumerate(factors) if mask >> i & 1]
+    if on:
+        return "+".join(on)
+    return "GRPO" if is_paper_design(factors) else "baseline"
+
+
+def describe_cell(mask: int, factors: list[str]) -> str:
+    """Full description of a cell for error messages: ``a=1, b=0 (a)``."""
+    levels = ", ".join(f"{f}={mask >> i & 1}" for i, f in enumerate(factors))
+    return f"{levels} ({cell_label(mask, factors)})"
+
+
+def cell_masks(results: pd.DataFrame, factors: list[str]) -> np.ndarray:
+    """Bitmask of each row's cell: sum_i level_i * 2**i. Shape [rows]."""
+    levels = results[factors].to_numpy(dtype=np.int64)
+    return levels @ (1 << np.arange(len(factors), dtype=np.int64))
+
+
+def infer_factors(results: pd.DataFrame, metric: str) -> list[str]:
+    """The 0/1 columns of a results table, in column order.
+
+    Excluded: ``seed``, the metric, the compute columns, and any column whose name contains
+    ``@`` (other metrics such as ``pass@32``, which can be all 0/1 in tiny runs).
+    """
+    skip = {SEED_COLUMN, metric, *COMPUTE_COLUMNS}
+    factors = []
+    for column in results.columns:
+        if column in skip or "@" in str(column):
+            continue
+        values = results[column]
+        if values.dtype == bool or (
+            pd.api.types.is_numeric_dtype(values) and values.notna().all() and values.isin([0, 1]).all()
+        ):
+            factors.append(str(column))
+    return factors
+
+
+def _require_columns(results: pd.DataFrame, factors: list[str], metric: str) -> None:
+    if metric not in results.columns:
+        candidates = [c for c in results.columns if "@" in str(c)] or list(results.columns)
+        raise ReportInputError(
+            f"metric column '{metric}' is missing; pass --metric with one of: "
+            + ", ".join(map(str, candidates))
+        )
+    if SEED_COLUMN not in results.columns:
+        raise ReportInputError(
+            f"column '{SEED_COLUMN}' is missing; add it (use 0 on every row if each cell ran once)"
+        )
+    if not factors:
+        raise ReportInputError(
+            "no factor columns found; add one 0/1 column per factor or pass --factors a,b,..."
+        )
+    if len(set(factors)) != len(factors):
+        raise ReportInputError(f"factor list {factors} names a column twice; list each factor once")
+    for factor in factors:
+        if factor not in results.columns:
+            raise ReportInputError(
+                f"factor column '{factor}' is missing; add it or pass --factors with the columns to use"
+            )
+        if factor in (SEED_COLUMN, metric):
+            raise ReportInputError(f"'{factor}' cannot be both a factor and the seed or metric column")
+
+
+def _check_levels(results: pd.DataFrame, factors: list[str]) -> None:
+    for factor in factors:
+        values = results[factor]
+        bad = values[~values.isin([0, 1, True, False]) | values.isna()]
+        if len(bad):
+            shown = ", ".join(sorted({str(v) for v in bad.unique()})[:5])
+            raise ReportInputError(
+                f"factor column '{factor}' has levels {shown}; code each factor 0 (off) or 1 (on)"
+            )
+
+
+def _row_cell(results: pd.DataFrame, factors: list[str], row) -> str:
+    """Description of the cell of one row (by index label)."""
+    return describe_cell(int(sum(int(results.at[row, f]) << i for i, f in enumerate(factors))), factors)
+
+
+def _check_metric(results: pd.DataFrame, factors: list[str], metric: str) -> None:
+    values = pd.to_numeric(results[metric], errors="coerce")
+    bad = values.isna()
+    if bad.any():
+        first = results.index[bad][0]
+        more = f" (and {int(bad.sum()) - 1} more rows)" if bad.sum() > 1 else ""
+        raise ReportInputError(
+            f"metric column '{metric}' is empty or not a number in cell {_row_cell(results, factors, first)}, "
+            f"seed {results.at[first, SEED_COLUMN]}{more}; drop those runs or fill in their results"
+        )
+
+
+def _check_duplicates(results: pd.DataFrame, factors: list[str]) -> None:
+    duplicated = results.duplicated([*factors, SEED_COLUMN])
+    if duplicated.any():
+        first = results.index[duplicated.to_numpy()][0]
+        raise ReportInputError(
+            f"cell {_row_cell(results, factors, first)} has more than one row for seed "
+            f"{results.at[first, SEED_COLUMN]}; keep one run per cell and seed"
+        )
+
+
+def validate_results(results: pd.DataFrame, factors: list[str], metric: str) -> pd.DataFrame:
+    """Check a results table and return a clean copy (factors as int 0/1, metric as float).
+
+    Raises ReportInputError, one sentence naming the column or cell and the fix, for: a missing
+    metric, seed or factor column; factor levels other than 0/1; an empty (NaN) or non-numeric
+    metric; two rows for the same cell and seed.
+    """
+    if len(results) == 0:
+        raise ReportInputError("the results table has no rows; run the experiment or pass another CSV")
+    _require_columns(results, factors, metric)
+    _check_levels(results, factors)
+    if results[SEED_COLUMN].isna().any():
+        raise ReportInputError(f"column '{SEED_COLUMN}' has empty values; give every run its seed")
+    clean = results.reset_index(drop=True)  # a fresh index: rows are named by position below
+    clean[factors] = clean[factors].astype(int)
+    _check_metric(clean, factors, metric)
+    clean[metric] = pd.to_numeric(clean[metric]).astype(float)
+    _check_duplicates(clean, factors)
+    return clean
+
+
+def load_results_csv(
+    path: str | Path, factors: list[str] | None = None, metric: str = "avg@32"
+) -> tuple[pd.DataFrame, list[str]]:
+    """Read and validate a results CSV; returns ``(results, factors)``.
+
+    ``factors`` defaults to the CSV's 0/1 columns (see ``infer_factors``).
+    """
+    path = Path(path)
+    try:
+        results = pd.read_csv(path)
+    except FileNotFoundError:
+        raise ReportInputError(f"results file '{path}' does not exist; check the --results path") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        raise ReportInputError(f"results file '{path}' is not a readable CSV ({error}); export it again") from None
+    if factors is None:
+        factors = infer_factors(results, metric)
+    return validate_results(results, list(factors), metric), list(factors)
+
+
+def validate_curves(curves: pd.DataFrame, factors: list[str], metric: str) -> pd.DataFrame:
+    """Check a learning-curves table: factor columns (0/1), ``seed``, ``step`` and the metric."""
+    for column in [*factors, SEED_COLUMN, "step", metric]:
+        if column not in curves.columns:
+            raise ReportInputError(
+                f"curves table lacks column '{column}'; give the factor columns, seed, step and {metric}"
+            )
+    _check_levels(curves, factors)
+    clean = curves.copy()
+    clean[factors] = clean[factors].astype(int)
+    return clean
