@@ -1,0 +1,246 @@
+"""Users' problem sets: JSONL, JSON and verl-style parquet (DAPO-Math-17k), and held-out eval sets.
+
+Every format becomes a list of ``Problem(prompt, answer, id)``. A prompt is either plain text or
+a chat, a list of ``{"role", "content"}`` dicts; the policy applies its chat template later.
+
+Accepted records (keys are matched exactly first, then case-insensitively, so AIME files with
+``Problem``/``Answer`` columns load as they are):
+- prompt: ``prompt``, ``problem`` or ``question`` (or ``prompt_key``; a dotted key such as
+  ``a.b`` reads a nested field);
+- answer: ``answer`` or ``ground_truth``, or verl's ``reward_model.ground_truth`` (or
+  ``answer_key``); integer answers become strings (``34`` and ``34.0`` -> ``"34"``);
+- id: ``id`` or ``index``, or verl's ``extra_info.index``; else ``"<file stem>:<line or row>"``.
+
+DAPO-Math-17k ships each of its ~17k problems about a hundred times (1.79M rows); ``dedupe``
+(on by default) keeps the first of each exact (prompt, answer) pair. Parquet is read in record
+batches, so with ``dedupe`` only the unique problems are ever held in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+PROMPT_KEYS = ("prompt", "problem", "question")
+ANSWER_KEYS = ("answer", "ground_truth", "reward_model.ground_truth")
+ID_KEYS = ("id", "index", "extra_info.index")
+SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+class DataError(ValueError):
+    """A problem file that cannot be loaded; the message names the file, the record and the fix."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One verifiable problem."""
+
+    prompt: str | list[dict]
+    """Plain text, or a chat: a list of {"role": ..., "content": ...} dicts."""
+    answer: str
+    """The ground-truth answer, as a string (compared by the verifier)."""
+    id: str
+    """Stable identifier: the record's own id, else "<file stem>:<line or row>"."""
+
+
+def load_problems(
+    path: str | Path,
+    limit: int | None = None,
+    prompt_key: str | None = None,
+    answer_key: str | None = None,
+    dedupe: bool = True,
+) -> list[Problem]:
+    """Load problems from ``.jsonl``, ``.json`` (a list of records) or verl-style ``.parquet``.
+
+    ``limit`` keeps the first ``limit`` problems (after deduplication), in file order.
+    ``dedupe`` drops exact duplicate (prompt, answer) pairs, keeping the first; DAPO-Math-17k
+    needs it (each problem appears ~100 times). Raises DataError on a missing file, an unknown
+    suffix, a record without prompt or answer, or a file without records.
+    """
+    path = Path(path)
+    if path.suffix not in SUFFIXES:
+        raise DataError(f"{path}: unknown file type {path.suffix!r}; use one of {', '.join(SUFFIXES)}.")
+    if not path.is_file():
+        raise DataError(f"{path}: no such file; check the data path in your config.")
+    if limit is not None and limit < 1:
+        raise DataError(f"{path}: limit must be a positive number of problems, got {limit}.")
+    readers = {".jsonl": _read_jsonl, ".json": _read_json, ".parquet": _read_parquet}
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    duplicates = 0
+    for where, record in readers[path.suffix](path):
+        problem = _to_problem(record, path, where, prompt_key, answer_key)
+        if dedupe:
+            key = json.dumps([problem.prompt, problem.answer], sort_keys=True)
+            if key in seen:
+                duplicates += 1
+                continue
+            seen.add(key)
+        problems.append(problem)
+        if limit is not None and len(problems) >= limit:
+            break
+    if not problems:
+        raise DataError(f"{path}: the file has no records; add at least one problem.")
+    if duplicates:
+        logger.info("%s: dropped %d duplicate problems, kept %d", path, duplicates, len(problems))
+    return problems
+
+
+def load_eval_set(
+    path: str | Path,
+    exclude: Iterable[Problem] = (),
+    limit: int | None = None,
+    prompt_key: str | None = None,
+    answer_key: str | None = None,
+) -> list[Problem]:
+    """Load a held-out evaluation set (e.g. AIME 2024 JSONL), deduplicated.
+
+    Problems whose prompt text also appears in ``exclude`` (the training problems) are dropped
+    with a warning that counts them, so that a contaminated eval set cannot inflate avg@k.
+    Prompts are compared by their text with whitespace collapsed (a chat by its contents).
+    """
+    problems = load_problems(path, limit=limit, prompt_key=prompt_key, answer_key=answer_key)
+    train_texts = {_prompt_text(p.prompt) for p in exclude}
+    if not train_texts:
+        return problems
+    held_out = [p for p in problems if _prompt_text(p.prompt) not in train_texts]
+    if len(held_out) < len(problems):
+        logger.warning("%s: dropped %d of %d eval problems that also appear in the training set",
+                       path, len(problems) - len(held_out), len(problems))
+    if not held_out:
+        raise DataError(f"{path}: every eval problem also appears in the training set; use a held-out file.")
+    return held_out
+
+
+# --- readers: yield (where, record) with where = "line N" or "row N" --------------------------
+
+
+def _read_jsonl(path: Path) -> Iterator[tuple[str, dict]]:
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataError(f"{path}: line {number} is not valid JSON ({error.msg}); "
+                                "write one JSON object per line.") from None
+            yield f"line {number}", record
+
+
+def _read_json(path: Path) -> Iterator[tuple[str, dict]]:
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise DataError(f"{path}: not valid JSON ({error.msg} at line {error.lineno}); "
+                        "write a list of problem objects.") from None
+    if not isinstance(records, list):
+        raise DataError(f"{path}: expected a JSON list of problem objects, got {type(records).__name__}; "
+                        "wrap the records in [...] or use .jsonl.")
+    for number, record in enumerate(records):
+        yield f"record {number}", record
+
+
+def _read_parquet(path: Path) -> Iterator[tuple[str, dict]]:
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except Exception as error:  # pyarrow raises several types for a corrupt file
+        raise DataError(f"{path}: not a readable parquet file ({error}); re-export it.") from None
+    row = 0
+    for batch in parquet.iter_batches(batch_size=4096):
+        for record in batch.to_pylist():  # nested columns come back as dicts and lists
+            yield f"row {row}", record
+            row += 1
+
+
+# --- records -----------------------------------------------------------------------------------
+
+
+def _lookup(record: dict, keys: Iterable[str]) -> tuple[str | None, Any]:
+    """The first of ``keys`` present with a value (exact match, then case-insensitive).
+
+    A dotted key (``reward_model.ground_truth``) looks inside nested objects.
+    """
+    lowered = {str(k).lower(): k for k in record}
+    for key in keys:
+        for actual in (key, lowered.get(key.lower())):
+            if actual in record and not _is_missing(record[actual]):
+                return actual, record[actual]
+        head, dot, rest = key.partition(".")
+        if dot:
+            _, inner = _lookup(record, (head,))
+            if isinstance(inner, dict):
+                _, value = _lookup(inner, (rest,))
+                if value is not None:
+                    return key, value
+    return None, None
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _to_problem(
+    record: Any, path: Path, where: str, prompt_key: str | None, answer_key: str | None
+) -> Problem:
+    if not isinstance(record, dict):
+        raise DataError(f"{path}: {where} is a {type(record).__name__}, not an object; "
+                        "write each problem as an object with a prompt and an answer.")
+    prompt_keys = (prompt_key,) if prompt_key else PROMPT_KEYS
+    _, prompt = _lookup(record, prompt_keys)
+    if prompt is None:
+        raise DataError(f"{path}: {where} has no prompt (looked for {', '.join(map(repr, prompt_keys))}); "
+                        "add one or pass prompt_key.")
+    answer_keys = (answer_key,) if answer_key else ANSWER_KEYS
+    _, answer = _lookup(record, answer_keys)
+    return Problem(
+        prompt=_to_prompt(prompt, path, where),
+        answer=_to_answer(answer, path, where, answer_keys),
+        id=_find_id(record, path, where),
+    )
+
+
+def _to_answer(answer: Any, path: Path, where: str, answer_keys: tuple[str, ...]) -> str:
+    if isinstance(answer, float) and answer.is_integer():
+        answer = int(answer)  # 34.0 from a numeric column with gaps
+    if isinstance(answer, (str, int, float)) and not isinstance(answer, bool) and str(answer).strip():
+        return str(answer).strip()
+    raise DataError(f"{path}: {where} has no answer (looked for {', '.join(map(repr, answer_keys))}); "
+                    "add one or pass answer_key.")
+
+
+def _to_prompt(prompt: Any, path: Path, where: str) -> str | list[dict]:
+    if isinstance(prompt, str) and prompt.strip():
+        return prompt
+    if hasattr(prompt, "tolist"):  # a numpy array of messages, as pandas reads verl parquet
+        prompt = prompt.tolist()
+    if isinstance(prompt, list) and prompt and all(_is_message(m) for m in prompt):
+        return [{"role": m["role"], "content": m["content"]} for m in prompt]
+    raise DataError(f"{path}: {where} has an empty or malformed prompt; use text or a list of "
+                    '{"role": ..., "content": ...} messages.')
+
+
+def _is_message(message: Any) -> bool:
+    return (isinstance(message, dict) and isinstance(message.get("role"), str)
+            and isinstance(message.get("content"), str))
+
+
+def _find_id(record: dict, path: Path, where: str) -> str:
+    _, value = _lookup(record, ID_KEYS)
+    if value is None or isinstance(value, (dict, list)):
+        return f"{path.stem}:{where.split()[-1]}"
+    return str(value)
+
+
+def _prompt_text(prompt: str | list[dict]) -> str:
+    text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
+    return " ".join(text.split())
