@@ -165,11 +165,7 @@ def collect_batch(
         texts = [policy.decode(rollout.responses[r, : int(rollout.lengths[r])].tolist()) for r in range(len(idx) * G)]
         correct = torch.tensor(verifier(texts, [train[i][1] for i in idx for _ in range(G)]))
         correct = correct & ~rollout.truncated  # a truncated response has no final answer
-        penalty = (
-            alg.soft_overlong_penalty(rollout.lengths, roll.max_response_len, algo.overlong_cache, algo.overlong_penalty_factor)
-            if tech.soft_overlong else torch.zeros(len(correct))
-        )
-        rewards = torch.where(correct, algo.reward_correct, algo.reward_wrong) + penalty
+        rewards, penalty = shape_rewards(config, correct, rollout.lengths)
         t_roll += t1 - t0
         t_reward += time.perf_counter() - t1
 
@@ -223,6 +219,47 @@ def collect_batch(
     )
 
 
+# ------------------------------------------------------------- where each technique acts (tested)
+def shape_rewards(config: TrainerConfig, correct: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reward = +1 / -1 by the verifier, plus the soft overlong penalty only with `soft_overlong`.
+
+    correct [N] bool, lengths [N] (EOS included) -> (rewards [N], penalty [N]).
+    """
+    algo, roll = config.algorithm, config.rollout
+    if config.techniques.soft_overlong:
+        penalty = alg.soft_overlong_penalty(lengths, roll.max_response_len, algo.overlong_cache, algo.overlong_penalty_factor)
+    else:
+        penalty = torch.zeros(len(correct))
+    return torch.where(correct, algo.reward_correct, algo.reward_wrong) + penalty, penalty
+
+
+def compute_advantages(config: TrainerConfig, rewards: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
+    """Group-normalised advantages [groups, G]; with `overlong_filter` and filtered_in_group_stats
+    off, truncated samples are left out of their group's mean and std."""
+    algo = config.algorithm
+    valid = ~truncated if (config.techniques.overlong_filter and not algo.filtered_in_group_stats) else None
+    return alg.group_advantages(rewards, algo.advantage_eps, valid=valid)
+
+
+def loss_mask(config: TrainerConfig, rollout: Rollout) -> torch.Tensor:
+    """Per-token loss weights [N, T]: the response mask, with truncated responses zeroed only
+    with `overlong_filter` (naive GRPO trains on them)."""
+    mask = rollout.mask.clone()
+    if config.techniques.overlong_filter:
+        mask[rollout.truncated] = 0.0
+    return mask
+
+
+def policy_loss(config: TrainerConfig, log_probs, old_log_probs, advantages, mask):
+    """The clipped surrogate with eps_high only under `clip_higher`, token-mean only under
+    `token_level_loss` (else GRPO's sample-mean)."""
+    algo = config.algorithm
+    return alg.clipped_policy_loss(
+        log_probs, old_log_probs, advantages, mask, algo.eps_low, config.eps_high_effective,
+        token_level=config.techniques.token_level_loss, clip_ratio_c=algo.clip_ratio_c,
+    )
+
+
 # ------------------------------------------------------------------------------------ the update
 def response_log_probs(
     model: torch.nn.Module, rollout: Rollout, rows: torch.Tensor, temperature: float, pad_id: int
@@ -267,13 +304,8 @@ def update_policy(
     tech, algo = config.techniques, config.algorithm
     rollout = batch.rollout
     assert rollout is not None
-    truncated = rollout.truncated.view(batch.rewards.shape)
-    valid = ~truncated if (tech.overlong_filter and not algo.filtered_in_group_stats) else None
-    advantages = alg.group_advantages(batch.rewards, algo.advantage_eps, valid=valid).reshape(-1)
-    mask = rollout.mask.clone()
-    if tech.overlong_filter:
-        mask[rollout.truncated] = 0.0  # truncated responses carry no loss weight
-    eps_high = config.eps_high_effective
+    advantages = compute_advantages(config, batch.rewards, rollout.truncated.view(batch.rewards.shape)).reshape(-1)
+    mask = loss_mask(config, rollout)
     N, mb = len(advantages), config.batch.mini_batch_size
     micro = config.batch.micro_batch_size or mb
     totals = {"clipfrac_low": 0.0, "clipfrac_high": 0.0, "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0}
@@ -295,10 +327,7 @@ def update_policy(
                 if m.sum() == 0:
                     continue
                 logp, entropy = response_log_probs(model, rollout, rows, config.rollout.temperature, pad_id)
-                loss, metrics = alg.clipped_policy_loss(
-                    logp, rollout.log_probs[rows], advantages[rows], m, algo.eps_low, eps_high,
-                    token_level=tech.token_level_loss, clip_ratio_c=algo.clip_ratio_c,
-                )
+                loss, metrics = policy_loss(config, logp, rollout.log_probs[rows], advantages[rows], m)
                 if ref_model is not None and algo.kl_coef > 0:
                     with torch.no_grad():
                         ref_logp, _ = response_log_probs(ref_model, rollout, rows, config.rollout.temperature, pad_id)

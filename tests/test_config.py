@@ -1,0 +1,87 @@
+"""TrainerConfig: the paper's defaults, cross-field rules, and one-sentence errors."""
+
+import pytest
+
+from dapo_ablate.core.config import (
+    ConfigError,
+    TrainerConfig,
+    build_trainer_config,
+    load_trainer_config,
+    resolve_knob,
+)
+
+
+def test_defaults_are_the_papers():
+    c = TrainerConfig()
+    assert all(getattr(c.techniques, t) for t in ("overlong_filter", "clip_higher", "soft_overlong",
+                                                  "token_level_loss", "dynamic_sampling"))
+    assert (c.optim.lr, c.optim.warmup_steps, c.optim.grad_clip) == (1e-6, 20, 1.0)
+    assert (c.batch.prompts_per_step, c.algorithm.group_size, c.batch.mini_batch_size) == (512, 16, 512)
+    # 512 prompts x 16 responses / 512 per mini-batch = 16 optimizer updates per rollout step
+    assert c.batch.prompts_per_step * c.algorithm.group_size // c.batch.mini_batch_size == 16
+    assert (c.algorithm.eps_low, c.algorithm.eps_high) == (0.2, 0.28)
+    assert (c.rollout.max_response_len, c.algorithm.overlong_cache) == (20480, 4096)
+    assert c.rollout.max_response_len - c.algorithm.overlong_cache == 16384  # the penalty's start
+    assert (c.rollout.temperature, c.rollout.top_p) == (1.0, 1.0)
+    assert (c.rollout.eval_k, c.rollout.eval_temperature, c.rollout.eval_top_p) == (32, 1.0, 0.7)
+    assert c.algorithm.kl_coef == 0.0
+
+
+def test_eps_high_is_used_only_with_clip_higher():
+    on = TrainerConfig()
+    off = on.with_overrides({"techniques.clip_higher": False})
+    assert on.eps_high_effective == 0.28 and off.eps_high_effective == 0.2
+
+
+def test_config_is_frozen_and_hash_is_stable():
+    c = TrainerConfig()
+    with pytest.raises(Exception):
+        c.optim.lr = 1.0  # type: ignore[misc]
+    assert c.digest() == TrainerConfig().digest()
+    assert c.digest() != c.with_overrides({"schedule.seed": 1}).digest()
+
+
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        ({"optim": {"lrr": 1}}, ["optim.lrr", "unknown key"]),
+        ({"optim": {"lr": "fast"}}, ["optim.lr"]),
+        ({"algorithm": {"eps_low": 0.3, "eps_high": 0.2}}, ["eps_high", "eps_low"]),
+        ({"algorithm": {"overlong_cache": 40000}}, ["overlong_cache", "max_response_len"]),
+        ({"batch": {"prompts_per_step": 4, "mini_batch_size": 5}, "algorithm": {"group_size": 4}}, ["mini_batch_size"]),
+        ({"model": {"path": "/no/such/model"}}, ["model.path", "/no/such/model"]),
+        ({"data": {"train": "/no/such/file.parquet"}}, ["data.train"]),
+        ({"rollout": {"engine": "vllm"}}, ["vllm", "model.path"]),
+    ],
+)
+def test_bad_config_gets_one_sentence_naming_the_field(data, words):
+    with pytest.raises(ConfigError) as err:
+        build_trainer_config(data, source="x.yaml")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("x.yaml")
+    for word in words:
+        assert word in message
+
+
+def test_yaml_round_trip_and_relative_paths(tmp_path):
+    (tmp_path / "train.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n')
+    path = tmp_path / "c.yaml"
+    path.write_text("data: {train: train.jsonl}\nschedule: {total_steps: 3}\n")
+    c = load_trainer_config(path)
+    assert c.schedule.total_steps == 3 and c.data.train == str(tmp_path / "train.jsonl")
+
+
+def test_yaml_errors(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_trainer_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optim: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_trainer_config(bad)
+
+
+def test_resolve_knob():
+    assert resolve_knob("eps_high") == "algorithm.eps_high"
+    assert resolve_knob("optim.lr") == "optim.lr"
+    with pytest.raises(ConfigError, match="unknown knob"):
+        resolve_knob("nope")
