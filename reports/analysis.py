@@ -100,7 +100,9 @@ def _cells_table(sample: CellSample, factors: list[str], confidence: float, lent
     )
 
 
-def _cumulative_table(values: CellValues, paths: list[tuple[str, list[str]]], factors: list[str]) -> pd.DataFrame:
+def _cumulative_table(
+    values: CellValues, paths: list[tuple[str, list[str]]], factors: list[str]
+) -> pd.DataFrame:
     rows = []
     for name, path in paths:
         masks = path_masks(path, factors)
@@ -109,9 +111,15 @@ def _cumulative_table(values: CellValues, paths: list[tuple[str, list[str]]], fa
         for step in range(len(masks)):
             rows.append(
                 {
-                    "ordering": name, "step": step, "added": path[step - 1] if step else "baseline",
-                    "mean": mean[step], "ci_low": mean_low[step], "ci_high": mean_high[step],
-                    "delta": delta[step], "delta_ci_low": delta_low[step], "delta_ci_high": delta_high[step],
+                    "ordering": name,
+                    "step": step,
+                    "added": path[step - 1] if step else "baseline",
+                    "mean": mean[step],
+                    "ci_low": mean_low[step],
+                    "ci_high": mean_high[step],
+                    "delta": delta[step],
+                    "delta_ci_low": delta_low[step],
+                    "delta_ci_high": delta_high[step],
                 }
             )
     return pd.DataFrame(rows)
@@ -120,17 +128,34 @@ def _cumulative_table(values: CellValues, paths: list[tuple[str, list[str]]], fa
 def _orderings_table(values: CellValues, factors: list[str]) -> pd.DataFrame:
     k, rows = len(factors), []
     if np.isnan(values.point).any():
-        return pd.DataFrame(columns=["factor", "position", "n_orderings", "mean", "ci_low", "ci_high", "min", "max", "share_positive"])
+        return pd.DataFrame(
+            columns=[
+                "factor",
+                "position",
+                "n_orderings",
+                "mean",
+                "ci_low",
+                "ci_high",
+                "min",
+                "max",
+                "share_positive",
+            ]
+        )
     for i, factor in enumerate(factors):
         summary = position_summary(values.point, i)
         mean, low, high = values.summarize(lambda v: position_means(v, i))
         for p in range(k + 1):
             rows.append(
                 {
-                    "factor": factor, "position": str(p + 1) if p < k else "all",
+                    "factor": factor,
+                    "position": str(p + 1) if p < k else "all",
                     "n_orderings": factorial(k - 1) if p < k else factorial(k),
-                    "mean": mean[p], "ci_low": low[p], "ci_high": high[p], "min": summary["min"][p],
-                    "max": summary["max"][p], "share_positive": summary["share_positive"][p],
+                    "mean": mean[p],
+                    "ci_low": low[p],
+                    "ci_high": high[p],
+                    "min": summary["min"][p],
+                    "max": summary["max"][p],
+                    "share_positive": summary["share_positive"][p],
                 }
             )
     return pd.DataFrame(rows)
@@ -145,7 +170,20 @@ def _order_gap_table(values: CellValues, factors: list[str]) -> pd.DataFrame:
     k = len(factors)
     gap, low, high = values.summarize(lambda v: sv.leave_one_out(v) - sv.add_one(v))
     first, _, _ = values.summarize(sv.add_one)
-    return pd.DataFrame({"factor": factors, "first": first, "last": first + gap, "gap": gap, "ci_low": low, "ci_high": high}) if k > 1 else pd.DataFrame()
+    return (
+        pd.DataFrame(
+            {
+                "factor": factors,
+                "first": first,
+                "last": first + gap,
+                "gap": gap,
+                "ci_low": low,
+                "ci_high": high,
+            }
+        )
+        if k > 1
+        else pd.DataFrame()
+    )
 
 
 def _shapley_table(values: CellValues, factors: list[str]) -> pd.DataFrame:
@@ -153,8 +191,13 @@ def _shapley_table(values: CellValues, factors: list[str]) -> pd.DataFrame:
     beta, beta_low, beta_high = values.summarize(sv.banzhaf_values)
     return pd.DataFrame(
         {
-            "factor": factors, "shapley": phi, "ci_low": phi_low, "ci_high": phi_high,
-            "banzhaf": beta, "banzhaf_ci_low": beta_low, "banzhaf_ci_high": beta_high,
+            "factor": factors,
+            "shapley": phi,
+            "ci_low": phi_low,
+            "ci_high": phi_high,
+            "banzhaf": beta,
+            "banzhaf_ci_low": beta_low,
+            "banzhaf_ci_high": beta_high,
         }
     )
 
@@ -164,8 +207,13 @@ def _leave_one_out_table(values: CellValues, factors: list[str]) -> pd.DataFrame
     add, add_low, add_high = values.summarize(sv.add_one)
     return pd.DataFrame(
         {
-            "factor": factors, "leave_one_out": loo, "loo_ci_low": loo_low, "loo_ci_high": loo_high,
-            "add_one": add, "add_one_ci_low": add_low, "add_one_ci_high": add_high,
+            "factor": factors,
+            "leave_one_out": loo,
+            "loo_ci_low": loo_low,
+            "loo_ci_high": loo_high,
+            "add_one": add,
+            "add_one_ci_low": add_low,
+            "add_one_ci_high": add_high,
         }
     )
 
@@ -176,7 +224,12 @@ def _shapley_check(shapley: pd.DataFrame, values: CellValues) -> dict | None:
         return None
     full, baseline = float(values.point[-1]), float(values.point[0])
     total = float(shapley["shapley"].sum())
-    return {"sum": total, "full": full, "baseline": baseline, "ok": bool(np.isclose(total, full - baseline, atol=1e-9))}
+    return {
+        "sum": total,
+        "full": full,
+        "baseline": baseline,
+        "ok": bool(np.isclose(total, full - baseline, atol=1e-9)),
+    }
 
 
 def _alias_lines(design: DesignInfo, factors: list[str]) -> list[str]:
@@ -205,7 +258,9 @@ def _design_notes(design: DesignInfo, factors: list[str], values: CellValues, pa
         for name, path in paths:
             lacking = [m for m in path_masks(path, factors) if np.isnan(values.point[m])]
             if lacking:
-                notes.append(f"Ordering {name} lacks cell {describe_cell(int(lacking[0]), factors)}; its later rows are empty.")
+                notes.append(
+                    f"Ordering {name} lacks cell {describe_cell(int(lacking[0]), factors)}; its later rows are empty."
+                )
     return notes
 
 
@@ -234,13 +289,19 @@ def analyze(
     elif sample.df == 0:
         notes.append("One seed per cell and no basis for Lenth's method: no confidence intervals.")
     if (sample.n == 1).any() and not lenth and sample.df > 0:
-        notes.append(f"{int((sample.n == 1).sum())} cells have a single seed; their noise is missing from the intervals.")
+        notes.append(
+            f"{int((sample.n == 1).sum())} cells have a single seed; their noise is missing from the intervals."
+        )
     values = CellValues(sample, info, confidence)
 
     shapley = _shapley_table(values, factors)
     source = {"full": "cell means", "fraction": "fitted model (main effects + two-factor interactions)"}
     return Analysis(
-        factors=factors, metric=metric, confidence=confidence, design=info, n_runs=len(results),
+        factors=factors,
+        metric=metric,
+        confidence=confidence,
+        design=info,
+        n_runs=len(results),
         cells=_cells_table(sample, factors, confidence, lenth),
         cumulative=_cumulative_table(values, paths, factors),
         orderings=_orderings_table(values, factors),
@@ -249,7 +310,8 @@ def analyze(
         leave_one_out=_leave_one_out_table(values, factors),
         compute=compute_table(results, factors, metric),
         order_gaps=_order_gap_table(values, factors),
-        ci_method=sample.method, effects_method=effects.method,
+        ci_method=sample.method,
+        effects_method=effects.method,
         values_source=source.get(info.kind, "observed cell means (incomplete design)"),
         all_effects=effects.all_effects,
         shapley_check=_shapley_check(shapley, values),

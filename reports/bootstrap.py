@@ -71,7 +71,9 @@ def bootstrap_cells(
 ) -> CellSample:
     """Cell means with paired-over-seeds bootstrap replicates (see the module docstring)."""
     rng = np.random.default_rng(seed)
-    by_seed = results.assign(_mask=cell_masks(results, factors)).pivot(index="_mask", columns=SEED_COLUMN, values=metric)
+    by_seed = results.assign(_mask=cell_masks(results, factors)).pivot(
+        index="_mask", columns=SEED_COLUMN, values=metric
+    )
     values = by_seed.to_numpy(dtype=float)  # [m cells, all seeds], NaN where a cell lacks a seed
     masks = by_seed.index.to_numpy(dtype=np.int64)
     present = ~np.isnan(values)
@@ -87,7 +89,9 @@ def bootstrap_cells(
     n = present.sum(axis=1)
     means = np.nanmean(values, axis=1)
     sd = by_seed.std(axis=1, ddof=1).to_numpy(dtype=float)  # NaN for a single seed
-    paired = any(pattern.sum() > 1 and (group_of.ravel() == g).sum() > 1 for g, pattern in enumerate(patterns))
+    paired = any(
+        pattern.sum() > 1 and (group_of.ravel() == g).sum() > 1 for g, pattern in enumerate(patterns)
+    )
     method = (
         f"bootstrap over seeds ({n_boot} resamples"
         + (", paired across cells that share seeds" if paired else "")

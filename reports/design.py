@@ -51,7 +51,9 @@ class DesignInfo:
     k: int
     observed: tuple[int, ...]  # observed cell masks, sorted
     missing: tuple[int, ...]  # cell masks absent from a full 2^k design
-    alias_groups: tuple[tuple[Term, ...], ...] = field(default=())  # fraction: each group's first term is fitted
+    alias_groups: tuple[tuple[Term, ...], ...] = field(
+        default=()
+    )  # fraction: each group's first term is fitted
     defining_words: tuple[Term, ...] = field(default=())  # fraction: terms aliased with the intercept
 
     @property

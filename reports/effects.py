@@ -118,7 +118,11 @@ def factorial_effects(
         method = (
             f"OLS with -1/+1 coding, effect = 2 x coefficient, t interval with {fit.df_resid:.0f} residual df"
             + (" (seeds as blocks)" if blocked else "")
-            + ("" if design.kind != "incomplete" else "; incomplete design, so interactions beyond those fitted are assumed zero")
+            + (
+                ""
+                if design.kind != "incomplete"
+                else "; incomplete design, so interactions beyond those fitted are assumed zero"
+            )
         )
     elif design.kind in ("full", "fraction") and len(terms) >= 3:
         pse = lenth_pse(effect)
@@ -133,7 +137,11 @@ def factorial_effects(
         table = _table(terms, factors, effect, np.full(len(terms), np.nan), 0, confidence)
         method = "No residual degrees of freedom and no basis for Lenth's method: effects have no SE."
     return EffectsFit(
-        table[table["order"] <= 2][EFFECT_COLUMNS].reset_index(drop=True), table, method, lenth_sigma, lenth_df
+        table[table["order"] <= 2][EFFECT_COLUMNS].reset_index(drop=True),
+        table,
+        method,
+        lenth_sigma,
+        lenth_df,
     )
 
 

@@ -13,9 +13,29 @@ from pathlib import Path
 import pandas as pd
 
 METRIC_COLUMNS = {
-    "mean", "sd", "ci_low", "ci_high", "delta", "delta_ci_low", "delta_ci_high", "shapley",
-    "banzhaf", "banzhaf_ci_low", "banzhaf_ci_high", "effect", "se", "leave_one_out", "loo_ci_low",
-    "loo_ci_high", "add_one", "add_one_ci_low", "add_one_ci_high", "min", "max", "gain", "gain_per_mtok",
+    "mean",
+    "sd",
+    "ci_low",
+    "ci_high",
+    "delta",
+    "delta_ci_low",
+    "delta_ci_high",
+    "shapley",
+    "banzhaf",
+    "banzhaf_ci_low",
+    "banzhaf_ci_high",
+    "effect",
+    "se",
+    "leave_one_out",
+    "loo_ci_low",
+    "loo_ci_high",
+    "add_one",
+    "add_one_ci_low",
+    "add_one_ci_high",
+    "min",
+    "max",
+    "gain",
+    "gain_per_mtok",
 }
 SHARE_COLUMNS = {"share_positive", "discarded_share"}
 COUNT_COLUMNS = {"n", "step", "n_orderings", "paper"}
@@ -74,8 +94,18 @@ def to_markdown(table: pd.DataFrame, shown: pd.DataFrame) -> str:
     return "\n".join([header, rule, *rows]) + "\n"
 
 
-LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
-                  "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+LATEX_SPECIALS = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -86,9 +116,13 @@ def to_latex(table: pd.DataFrame, shown: pd.DataFrame, caption: str) -> str:
     """A booktabs ``tabular`` (\\toprule, \\midrule, \\bottomrule) inside a table float."""
     spec = "".join("l" if is_text_column(table, c) else "r" for c in shown.columns)
     lines = [
-        r"\begin{table}[ht]", r"\centering", rf"\caption{{{latex_escape(caption)}}}",
-        rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
-        " & ".join(latex_escape(c) for c in shown.columns) + r" \\", r"\midrule",
+        r"\begin{table}[ht]",
+        r"\centering",
+        rf"\caption{{{latex_escape(caption)}}}",
+        rf"\begin{{tabular}}{{{spec}}}",
+        r"\toprule",
+        " & ".join(latex_escape(c) for c in shown.columns) + r" \\",
+        r"\midrule",
     ]
     lines += [" & ".join(latex_escape(v) for v in row) + r" \\" for row in shown.itertuples(index=False)]
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
@@ -100,10 +134,12 @@ def to_html(table: pd.DataFrame, shown: pd.DataFrame) -> str:
     numeric = [not is_text_column(table, c) for c in shown.columns]
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown.columns)
     body = "".join(
-        "<tr>" + "".join(
+        "<tr>"
+        + "".join(
             f'<td class="num">{html.escape(v)}</td>' if num else f"<td>{html.escape(v)}</td>"
             for v, num in zip(row, numeric)
-        ) + "</tr>"
+        )
+        + "</tr>"
         for row in shown.itertuples(index=False)
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -52,7 +52,9 @@ def resolve_orderings(
     if orderings == "paper":
         if paper_available(factors):
             return [("paper", list(PAPER_FACTORS))], notes
-        notes.append("The factors are not DAPO's five techniques, so the cumulative table follows the given factor order.")
+        notes.append(
+            "The factors are not DAPO's five techniques, so the cumulative table follows the given factor order."
+        )
         return [("given", list(factors))], notes
     if orderings == "all":
         if len(factors) > MAX_FACTORS_ALL_ORDERINGS:
@@ -71,7 +73,9 @@ def resolve_orderings(
     for raw in orderings:
         path = [_resolve(name, factors) for name in raw]
         if len(set(path)) != len(path) or not path:
-            raise ReportInputError(f"ordering {','.join(raw)} repeats a factor or is empty; list each factor once")
+            raise ReportInputError(
+                f"ordering {','.join(raw)} repeats a factor or is empty; list each factor once"
+            )
         named.append(("paper" if path == list(PAPER_FACTORS) else ordering_name(path), path))
     return named, notes
 

@@ -81,31 +81,47 @@ def position_plot(orderings: pd.DataFrame, metric: str, percent: bool) -> bytes 
 
 
 def interaction_plot(effects: pd.DataFrame, factors: list[str], percent: bool) -> bytes | None:
-    """Heatmap: two-factor interaction effects off the diagonal, main effects on it; * = p < 0.05."""
+    """Heatmap of two-factor interaction effects (colour); main effects written on the diagonal.
+
+    The colour scale follows the interactions only, so a large main effect does not wash them
+    out. A star marks p < 0.05.
+    """
     if effects.empty or effects["effect"].isna().all():
         return None
     scale, unit = _scale(percent)
     k = len(factors)
     grid = np.full((k, k), np.nan)
-    stars = np.full((k, k), "", dtype=object)
+    text = np.full((k, k), "", dtype=object)
     for row in effects.itertuples(index=False):
         names = row.term.split(":")
-        i, j = (factors.index(names[0]), factors.index(names[-1]))
-        grid[i, j] = grid[j, i] = row.effect * scale
-        stars[i, j] = stars[j, i] = "*" if row.p_value < 0.05 else ""
-    limit = np.nanmax(np.abs(grid)) or 1.0
+        i, j = factors.index(names[0]), factors.index(names[-1])
+        value = row.effect * scale
+        label = (f"{value:.1f}" if percent else f"{value:.3g}") + ("*" if row.p_value < 0.05 else "")
+        text[i, j] = text[j, i] = label
+        if i != j:
+            grid[i, j] = grid[j, i] = value
+    limit = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
+    colours = plt.get_cmap("RdBu").with_extremes(bad="#eeeeee")
     figure, axis = plt.subplots(figsize=(1.0 * k + 2.5, 0.9 * k + 1.6))
-    image = axis.imshow(grid, cmap="RdBu", vmin=-limit, vmax=limit)
+    image = axis.imshow(grid, cmap=colours, vmin=-limit or -1, vmax=limit or 1)
     for i in range(k):
         for j in range(k):
-            if not np.isnan(grid[i, j]):
-                axis.text(j, i, f"{grid[i, j]:.1f}{stars[i, j]}" if percent else f"{grid[i, j]:.3g}{stars[i, j]}",
-                          ha="center", va="center", fontsize=8)
+            dark = abs(np.nan_to_num(grid[i, j])) > 0.6 * limit
+            axis.text(
+                j,
+                i,
+                text[i, j],
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if dark else "black",
+                fontweight="bold" if i == j else "normal",
+            )
     labels = [factor_label(f) for f in factors]
     axis.set_xticks(range(k), labels)
     axis.set_yticks(range(k), labels)
-    figure.colorbar(image, ax=axis, label=f"effect{unit}")
-    axis.set_title("Effects: main (diagonal), interactions (off)")
+    figure.colorbar(image, ax=axis, label=f"interaction effect{unit}")
+    axis.set_title("Two-factor interactions (diagonal: main effects)", fontsize=10)
     return _png(figure)
 
 

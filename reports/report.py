@@ -24,7 +24,8 @@ def _captions(analysis: Analysis) -> dict[str, str]:
     conf = f"{analysis.confidence:.0%} CI"
     paper = (
         " Column paper: the DAPO paper's numbers (Qwen2.5-32B, AIME 2024 avg@32, one run per row)."
-        if analysis.paper_reference and analysis.percent else ""
+        if analysis.paper_reference and analysis.percent
+        else ""
     )
     return {
         "cells": f"Cells: runs, mean and sd over seeds, {conf} of {analysis.metric}{unit}.",
@@ -47,21 +48,33 @@ def _cumulative_display(analysis: Analysis, limit: int | None = None) -> pd.Data
     if not (analysis.paper_reference and analysis.percent):
         return table
     paper = [
-        analysis.paper_reference[row.step] if row.ordering == "paper" and row.step < len(analysis.paper_reference) else None
+        (
+            analysis.paper_reference[row.step]
+            if row.ordering == "paper" and row.step < len(analysis.paper_reference)
+            else None
+        )
         for row in table.itertuples(index=False)
     ]
     shown = table.copy()
-    shown.insert(shown.columns.get_loc("mean") + 1, "paper", [float("nan") if v is None else float(v) for v in paper])
+    shown.insert(
+        shown.columns.get_loc("mean") + 1, "paper", [float("nan") if v is None else float(v) for v in paper]
+    )
     return shown
 
 
 def _figures(analysis: Analysis, curves: pd.DataFrame | None) -> dict[str, bytes]:
     """PNG bytes by file name, for the figures the data support."""
     made = {
-        "shapley.png": plots.shapley_plot(analysis.shapley, analysis.metric, analysis.percent, analysis.confidence),
+        "shapley.png": plots.shapley_plot(
+            analysis.shapley, analysis.metric, analysis.percent, analysis.confidence
+        ),
         "gain_by_position.png": plots.position_plot(analysis.orderings, analysis.metric, analysis.percent),
         "interactions.png": plots.interaction_plot(analysis.effects, analysis.factors, analysis.percent),
-        "learning_curves.png": None if curves is None else plots.curves_plot(curves, analysis.factors, analysis.metric, analysis.percent),
+        "learning_curves.png": (
+            None
+            if curves is None
+            else plots.curves_plot(curves, analysis.factors, analysis.metric, analysis.percent)
+        ),
     }
     return {name: png for name, png in made.items() if png is not None}
 
@@ -74,12 +87,17 @@ def _report_tables(analysis: Analysis) -> list[tuple[str, str, pd.DataFrame]]:
         ("Order dependence", "orderings", analysis.orderings),
         ("Factorial effects", "effects", analysis.effects),
         ("Leave-one-out and add-one", "leave_one_out", analysis.leave_one_out),
-        ("Compute", "compute", analysis.compute),
-        ("Cells", "cells", analysis.cells),
+        ("Compute", "compute", analysis.compute.drop(columns=analysis.factors)),  # the cell label says it
+        ("Cells", "cells", analysis.cells.drop(columns=analysis.factors)),
     ]
 
 
-FIGURE_AFTER = {"shapley": ["shapley.png"], "orderings": ["gain_by_position.png"], "effects": ["interactions.png"], "cells": ["learning_curves.png"]}
+FIGURE_AFTER = {
+    "shapley": ["shapley.png"],
+    "orderings": ["gain_by_position.png"],
+    "effects": ["interactions.png"],
+    "cells": ["learning_curves.png"],
+}
 
 
 def report_markdown(analysis: Analysis, figures: list[str]) -> str:
@@ -90,7 +108,10 @@ def report_markdown(analysis: Analysis, figures: list[str]) -> str:
         parts.append(f"## {heading}\n\n" + "\n".join(f"- {line}" for line in lines) + "\n")
     for title, name, table in _report_tables(analysis):
         shown = display_frame(table, analysis.percent, analysis.factors)
-        parts.append(f"## {title}\n\n{captions[name]}\n\n" + (to_markdown(table, shown) if len(table) else "_Not computed._\n"))
+        parts.append(
+            f"## {title}\n\n{captions[name]}\n\n"
+            + (to_markdown(table, shown) if len(table) else "_Not computed._\n")
+        )
         if name == "cumulative" and table["ordering"].nunique() < analysis.cumulative["ordering"].nunique():
             parts.append("Only the first orderings are shown; cumulative.csv has all of them.\n")
         parts += [f"![{figure}]({figure})\n" for figure in FIGURE_AFTER.get(name, []) if figure in figures]
@@ -121,7 +142,11 @@ def report_html(analysis: Analysis, figures: dict[str, bytes]) -> str:
     for title, name, table in _report_tables(analysis):
         shown = display_frame(table, analysis.percent, analysis.factors)
         body.append(f'<h2>{esc(title)}</h2><p class="caption">{esc(captions[name])}</p>')
-        body.append(f'<div class="scroll">{to_html(table, shown)}</div>' if len(table) else "<p><em>Not computed.</em></p>")
+        body.append(
+            f'<div class="scroll">{to_html(table, shown)}</div>'
+            if len(table)
+            else "<p><em>Not computed.</em></p>"
+        )
         for figure in FIGURE_AFTER.get(name, []):
             if figure in figures:
                 data = base64.b64encode(figures[figure]).decode("ascii")
@@ -137,7 +162,9 @@ def _check_options(formats, confidence: float) -> set[str]:
     chosen = {formats} if isinstance(formats, str) else set(formats)
     unknown = chosen - set(FORMATS)
     if unknown:
-        raise ReportInputError(f"unknown format {', '.join(sorted(unknown))}; choose from {','.join(FORMATS)}")
+        raise ReportInputError(
+            f"unknown format {', '.join(sorted(unknown))}; choose from {','.join(FORMATS)}"
+        )
     if not 0 < confidence < 1:
         raise ReportInputError(f"confidence {confidence} is not between 0 and 1; use e.g. 0.95")
     return chosen

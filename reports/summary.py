@@ -19,7 +19,11 @@ def _interval(low: float, high: float, percent: bool) -> str:
 def design_line(analysis: Analysis) -> str:
     design, k = analysis.design, len(analysis.factors)
     seeds = sorted(set(analysis.cells["n"]))
-    seed_text = f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''} per cell" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]} seeds per cell"
+    seed_text = (
+        f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''} per cell"
+        if len(seeds) == 1
+        else f"{seeds[0]}-{seeds[-1]} seeds per cell"
+    )
     kind = {
         "full": f"full 2^{k} factorial",
         "fraction": f"regular 2^({k}-{k - int(np.log2(len(design.observed)))}) fraction, resolution {design.resolution}",
@@ -70,14 +74,20 @@ def _order_lines(analysis: Analysis) -> tuple[list[str], list[str]]:
         if np.isnan(row.ci_low) or row.ci_low <= 0 <= row.ci_high:
             flat.append(factor_label(row.factor))
             continue
-        share = f"; it helps in {100 * overall.loc[row.factor, 'share_positive']:.0f}% of orderings" if row.factor in overall.index else ""
+        share = (
+            f"; it helps in {100 * overall.loc[row.factor, 'share_positive']:.0f}% of orderings"
+            if row.factor in overall.index
+            else ""
+        )
         supported.append(
             f"Order matters for {factor_label(row.factor)}: added first it gains {_amount(row.first, percent)}, "
             f"added last {_amount(row.last, percent)} (difference {_amount(row.gap, percent)} "
             f"{_interval(row.ci_low, row.ci_high, percent)}){share}."
         )
     if flat:
-        unsupported.append(f"No clear order dependence for {', '.join(flat)} (first vs last gain not distinguishable).")
+        unsupported.append(
+            f"No clear order dependence for {', '.join(flat)} (first vs last gain not distinguishable)."
+        )
     return supported, unsupported
 
 
@@ -91,9 +101,16 @@ def _path_line(analysis: Analysis) -> list[str]:
     if steps["delta"].isna().any():
         return []
     shapley = analysis.shapley.set_index("factor")["shapley"]
-    along = ", ".join(f"{factor_label(r.added)} {_amount(r.delta, analysis.percent)}" for r in steps.itertuples(index=False))
-    average = ", ".join(f"{factor_label(r.added)} {_amount(shapley[r.added], analysis.percent)}" for r in steps.itertuples(index=False))
-    return [f"Along the {name} ordering the step gains are {along}; averaged over all orderings (Shapley) they are {average}."]
+    along = ", ".join(
+        f"{factor_label(r.added)} {_amount(r.delta, analysis.percent)}" for r in steps.itertuples(index=False)
+    )
+    average = ", ".join(
+        f"{factor_label(r.added)} {_amount(shapley[r.added], analysis.percent)}"
+        for r in steps.itertuples(index=False)
+    )
+    return [
+        f"Along the {name} ordering the step gains are {along}; averaged over all orderings (Shapley) they are {average}."
+    ]
 
 
 def summary_sections(analysis: Analysis) -> dict[str, list[str]]:
@@ -112,9 +129,13 @@ def summary_sections(analysis: Analysis) -> dict[str, list[str]]:
     if analysis.design.kind == "fraction":
         unsupported.append("Aliased terms cannot be told apart: " + "; ".join(analysis.aliases[:6]) + ".")
     if "Lenth" in analysis.effects_method:
-        unsupported.append("With one seed per cell, the noise level is inferred from the small effects (Lenth); run more seeds for intervals that do not assume most effects are zero.")
+        unsupported.append(
+            "With one seed per cell, the noise level is inferred from the small effects (Lenth); run more seeds for intervals that do not assume most effects are zero."
+        )
     unsupported += analysis.notes
-    unsupported.append("Everything here holds for this model, data, budget and metric; other settings may differ.")
+    unsupported.append(
+        "Everything here holds for this model, data, budget and metric; other settings may differ."
+    )
     return {
         "Design": [design_line(analysis)],
         "Supported by the data": supported or ["No factor or interaction is distinguishable from zero."],
@@ -125,8 +146,11 @@ def summary_sections(analysis: Analysis) -> dict[str, list[str]]:
             f"Shapley values, orderings and leave-one-out use {analysis.values_source}.",
         ]
         + (
-            ["The effects table pools the residual variance of all runs; the bootstrap intervals use only seed-to-seed "
-             "variation of each statistic, so with few seeds they are wider and may call fewer terms clear."]
-            if "bootstrap over seeds" in analysis.ci_method and "residual df" in analysis.effects_method else []
+            [
+                "The effects table pools the residual variance of all runs; the bootstrap intervals use only seed-to-seed "
+                "variation of each statistic, so with few seeds they are wider and may call fewer terms clear."
+            ]
+            if "bootstrap over seeds" in analysis.ci_method and "residual df" in analysis.effects_method
+            else []
         ),
     }

@@ -193,7 +193,9 @@ def load_results_csv(
     except FileNotFoundError:
         raise ReportInputError(f"results file '{path}' does not exist; check the --results path") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
-        raise ReportInputError(f"results file '{path}' is not a readable CSV ({error}); export it again") from None
+        raise ReportInputError(
+            f"results file '{path}' is not a readable CSV ({error}); export it again"
+        ) from None
     if factors is None:
         factors = infer_factors(results, metric)
     return validate_results(results, list(factors), metric), list(factors)

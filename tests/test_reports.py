@@ -22,8 +22,13 @@ from dapo_ablate.reports.table import cell_label, infer_factors
 FACTORS = list(PAPER_FACTORS)
 OF, CH, SP, TL, DS = FACTORS
 PLANTED = {
-    (OF,): 0.06, (CH,): 0.02, (SP,): 0.03, (TL,): 0.01, (DS,): 0.08,
-    (CH, DS): 0.03, (OF, SP): -0.02,
+    (OF,): 0.06,
+    (CH,): 0.02,
+    (SP,): 0.03,
+    (TL,): 0.01,
+    (DS,): 0.08,
+    (CH, DS): 0.03,
+    (OF, SP): -0.02,
     (OF, CH, DS): 0.04,  # three-factor: makes Shapley and Banzhaf differ
 }
 HALF_FRACTION = [m for m in range(32) if bin(m).count("1") % 2 == 0]  # I = ABCDE, i.e. E = ABCD
@@ -94,8 +99,12 @@ def test_effects_standard_errors_by_hand():
     # cells and +-.75 in cell b: SSR = 6 * .0625 + 2 * .5625 = 1.5 on 8 - 5 = 3 df, sigma^2 = .5,
     # SE(effect) = 2 * sqrt(.5 / 8) = .5
     results = pd.DataFrame(
-        {"a": [0, 0, 1, 1, 0, 0, 1, 1], "b": [0, 0, 0, 0, 1, 1, 1, 1], "seed": [0, 1] * 4,
-         "avg@32": [1, 3, 5, 7, 2, 2, 10, 12]}
+        {
+            "a": [0, 0, 1, 1, 0, 0, 1, 1],
+            "b": [0, 0, 0, 0, 1, 1, 1, 1],
+            "seed": [0, 1] * 4,
+            "avg@32": [1, 3, 5, 7, 2, 2, 10, 12],
+        }
     )
     effects = analyze(results, ["a", "b"], n_boot=200).effects.set_index("term")
     np.testing.assert_allclose(effects["effect"], [6.5, 2.5, 2.5])
@@ -107,8 +116,9 @@ def test_effects_standard_errors_by_hand():
 def test_paired_bootstrap_interval_is_the_paired_t_interval():
     # cells A = (1, 2, 3, 4), B = (2, 4, 5, 7) over seeds 0..3; differences d = (1, 2, 2, 3):
     # mean 2, sd sqrt(2/3) = .8165, SE .4082, t(.975, 3) = 3.182 -> half-width 1.299
-    results = pd.DataFrame({"f": [0] * 4 + [1] * 4, "seed": list(range(4)) * 2,
-                            "avg@32": [1, 2, 3, 4, 2, 4, 5, 7]})
+    results = pd.DataFrame(
+        {"f": [0] * 4 + [1] * 4, "seed": list(range(4)) * 2, "avg@32": [1, 2, 3, 4, 2, 4, 5, 7]}
+    )
     sample = bootstrap_cells(results, ["f"], "avg@32", n_boot=20000, seed=0)
     difference = sample.replicates[:, 1] - sample.replicates[:, 0]
     low, high = t_interval(np.array(2.0), difference, sample.df, 0.95)
@@ -156,7 +166,9 @@ def test_effects_equal_contrasts_of_cell_means(planted, planted_results):
     for term in all_terms(5, 2):
         sign = contrast_column(cells, term)
         direct = means[sign > 0].mean() - means[sign < 0].mean()
-        assert planted.effects.set_index("term").loc[term_name(term, FACTORS), "effect"] == pytest.approx(direct)
+        assert planted.effects.set_index("term").loc[term_name(term, FACTORS), "effect"] == pytest.approx(
+            direct
+        )
 
 
 def test_shapley_equals_mean_gain_over_all_orderings(planted, planted_results):
@@ -168,7 +180,9 @@ def test_shapley_equals_mean_gain_over_all_orderings(planted, planted_results):
             gains[i] += means[mask | 1 << i] - means[mask]
             mask |= 1 << i
     np.testing.assert_allclose(planted.shapley["shapley"], gains / 120)
-    edge_means = [np.mean([means[m | 1 << i] - means[m] for m in range(32) if not m >> i & 1]) for i in range(5)]
+    edge_means = [
+        np.mean([means[m | 1 << i] - means[m] for m in range(32) if not m >> i & 1]) for i in range(5)
+    ]
     np.testing.assert_allclose(planted.shapley["banzhaf"], edge_means)
 
 
@@ -297,8 +311,14 @@ def test_declared_full_design_with_a_missing_cell_names_it():
     [
         (lambda df: df.drop(columns=["clip_higher"]), "factor column 'clip_higher' is missing"),
         (lambda df: df.drop(columns=["avg@32"]), "metric column 'avg@32' is missing"),
-        (lambda df: df.assign(soft_overlong=df["soft_overlong"] * 2), "factor column 'soft_overlong' has levels 2"),
-        (lambda df: df.assign(**{"avg@32": df["avg@32"].where(df.index != 11)}), r"cell .*\(OF\+SP\), seed 1;"),
+        (
+            lambda df: df.assign(soft_overlong=df["soft_overlong"] * 2),
+            "factor column 'soft_overlong' has levels 2",
+        ),
+        (
+            lambda df: df.assign(**{"avg@32": df["avg@32"].where(df.index != 11)}),
+            r"cell .*\(OF\+SP\), seed 1;",
+        ),
         (lambda df: pd.concat([df, df.iloc[:1]]), r"cell .*\(GRPO\) has more than one row for seed 0"),
         (lambda df: df.drop(columns=["seed"]), "column 'seed' is missing"),
     ],

@@ -1,0 +1,97 @@
+"""``dapo-ablate report``: parse options, load results, call ``reports.write_report``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from dapo_ablate.reports import FORMATS, ReportInputError, load_results_csv, write_report
+
+
+def parse_list(text: str | None) -> list[str] | None:
+    """``"a, b"`` -> ["a", "b"]; None stays None."""
+    if text is None:
+        return None
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def parse_orderings(text: str) -> str | list[list[str]]:
+    """``paper``, ``all``, or orderings separated by ';' with factors separated by ','."""
+    if text in ("paper", "all"):
+        return text
+    return [parse_list(path) or [] for path in text.split(";") if path.strip()]
+
+
+def _load_experiment(spec: Path):
+    """Results of an experiment from its spec, via the ablation package (imported lazily)."""
+    try:
+        from dapo_ablate.ablation.results import load_experiment_results
+    except ImportError as error:
+        typer.echo(
+            f"error: reading an experiment from its spec needs dapo_ablate.ablation.results ({error}); "
+            "pass --results CSV instead",
+            err=True,
+        )
+        raise typer.Exit(1) from None
+    return load_experiment_results(spec)
+
+
+def _log_to_mlflow(logger, out: Path) -> None:
+    """Attach the report to the experiment's MLflow parent run (``logger.log_artifacts(dir, path)``)."""
+    logger.log_artifacts(str(out), "report")
+
+
+def report(
+    spec: Optional[Path] = typer.Argument(None, help="Experiment spec YAML whose results to report."),
+    results: Optional[Path] = typer.Option(None, "--results", help="Results CSV instead of a spec."),
+    out: Path = typer.Option(..., "--out", help="Directory for the report files."),
+    metric: str = typer.Option("avg@32", "--metric", help="Metric column to analyse."),
+    orderings: str = typer.Option("paper", "--orderings", help="paper | all | 'a,b,c;c,b,a'."),
+    formats: str = typer.Option(",".join(FORMATS), "--format", help="Any of md,csv,tex,html,png."),
+    confidence: float = typer.Option(0.95, "--confidence", help="Confidence level of the intervals."),
+    factors: Optional[str] = typer.Option(
+        None, "--factors", help="Factor columns, e.g. a,b (default: the 0/1 columns or the spec's)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
+    design: Optional[str] = typer.Option(
+        None, "--design", help="Declare the design (full | fraction); default: what the cells support."
+    ),
+) -> None:
+    """Effects, interactions, order dependence and Shapley values of a factorial, with CIs."""
+    if (spec is None) == (results is None):
+        typer.echo("error: give either an experiment spec YAML or --results CSV (exactly one)", err=True)
+        raise typer.Exit(2)
+    logger, curves = None, None
+    try:
+        if results is not None:
+            table, factor_names = load_results_csv(results, parse_list(factors), metric)
+        else:
+            table, factor_names, curves, spec_design, logger = _load_experiment(spec)
+            factor_names = parse_list(factors) or factor_names
+            design = design or spec_design
+        written = write_report(
+            table,
+            factor_names,
+            out,
+            metric=metric,
+            orderings=parse_orderings(orderings),
+            formats=parse_list(formats) or [],
+            confidence=confidence,
+            seed=seed,
+            curves=curves,
+            design=design,
+            echo=typer.echo,
+        )
+    except ReportInputError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    if logger is not None:
+        _log_to_mlflow(logger, out)
+    typer.echo(f"wrote {len(written)} files to {out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``report`` command to the dapo-ablate app."""
+    app.command("report")(report)

@@ -1,0 +1,158 @@
+"""Report files: every table in CSV/Markdown/LaTeX, figures, report.md and a self-contained report.html."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dapo_ablate.reports import PAPER_FACTORS, write_report
+from dapo_ablate.reports.export import latex_escape
+from dapo_ablate.reports.simulate import simulate_results
+
+FACTORS = list(PAPER_FACTORS)
+PLANTED = {
+    ("overlong_filter",): 0.06,
+    ("dynamic_sampling",): 0.08,
+    ("clip_higher", "dynamic_sampling"): 0.03,
+    ("overlong_filter", "clip_higher", "dynamic_sampling"): 0.04,
+}
+TABLES = ["cells", "cumulative", "orderings", "shapley", "effects", "leave_one_out", "compute"]
+FIGURES = ["shapley.png", "gain_by_position.png", "interactions.png", "learning_curves.png"]
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory) -> Path:
+    results = simulate_results(FACTORS, 0.30, PLANTED, seeds=3, noise_sd=0.01, rng=0)
+    curves = pd.concat(
+        [results.assign(step=step, **{"avg@32": results["avg@32"] * step / 4}) for step in range(5)]
+    )
+    out = tmp_path_factory.mktemp("report")
+    written = write_report(results, FACTORS, out, curves=curves, n_boot=500)
+    assert set(written) == {f"{t}.{ext}" for t in TABLES for ext in ("csv", "md", "tex")} | set(FIGURES) | {
+        "report.md",
+        "report.html",
+    }
+    return out
+
+
+def test_every_file_is_written(report_dir):
+    for name in [
+        *(f"{t}.{ext}" for t in TABLES for ext in ("csv", "md", "tex")),
+        *FIGURES,
+        "report.md",
+        "report.html",
+    ]:
+        assert (report_dir / name).stat().st_size > 0, name
+    for figure in FIGURES:
+        assert (report_dir / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_csv_columns_follow_the_contract(report_dir):
+    read = lambda name: pd.read_csv(report_dir / f"{name}.csv")  # noqa: E731
+    assert list(read("cumulative").columns) == [
+        "ordering",
+        "step",
+        "added",
+        "mean",
+        "ci_low",
+        "ci_high",
+        "delta",
+        "delta_ci_low",
+        "delta_ci_high",
+    ]
+    assert list(read("shapley").columns) == [
+        "factor",
+        "shapley",
+        "ci_low",
+        "ci_high",
+        "banzhaf",
+        "banzhaf_ci_low",
+        "banzhaf_ci_high",
+    ]
+    assert list(read("effects").columns) == ["term", "effect", "se", "ci_low", "ci_high", "p_value"]
+    assert set(read("effects")["term"]) >= {"overlong_filter", "clip_higher:dynamic_sampling"}
+    cumulative = read("cumulative")
+    assert cumulative.loc[0, "ordering"] == "paper" and cumulative.loc[0, "step"] == 0
+    assert cumulative["mean"].between(0, 1).all()  # stored as fractions
+
+
+def test_markdown_shows_percentage_points_and_the_paper(report_dir):
+    text = (report_dir / "cumulative.md").read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| ordering"))
+    assert "| mean | paper |" in header
+    first_row = next(line for line in text.splitlines() if line.startswith("| paper | 0 |"))
+    assert re.search(r"\| baseline \| 3\d\.\d \| 30 \|", first_row)
+
+
+def test_latex_tables_use_booktabs_and_escape(report_dir):
+    text = (report_dir / "shapley.tex").read_text()
+    for command in (r"\toprule", r"\midrule", r"\bottomrule", r"\begin{tabular}"):
+        assert command in text
+    assert r"overlong\_filter" in text
+    assert latex_escape("a_b & 50%") == r"a\_b \& 50\%"
+
+
+def test_report_md_has_the_summary_and_links_figures(report_dir):
+    text = (report_dir / "report.md").read_text()
+    assert "## Supported by the data" in text and "## Not supported by the data" in text
+    assert "check passed" in text
+    for figure in FIGURES:
+        assert f"]({figure})" in text
+
+
+def test_report_html_is_self_contained(report_dir):
+    text = (report_dir / "report.html").read_text()
+    assert text.count('src="data:image/png;base64,') == len(FIGURES)
+    assert not re.search(r"(src|href)=\"(?!data:)", text)  # nothing loaded from elsewhere
+    assert "<script" not in text
+
+
+@pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)"
+)
+def test_report_html_loads_in_headless_chromium(report_dir, tmp_path):
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
+    url = (report_dir / "report.html").as_uri()
+    dom = subprocess.run(
+        [str(CHROMIUM), *flags, "--dump-dom", url], capture_output=True, text=True, timeout=60
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert "Supported by the data" in dom.stdout and dom.stdout.count("<img") == len(FIGURES)
+    shot = tmp_path / "report.png"
+    run = subprocess.run(
+        [str(CHROMIUM), *flags, f"--screenshot={shot}", "--window-size=1280,2000", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0 and shot.stat().st_size > 10_000, run.stderr[-2000:]
+
+
+def test_formats_limit_what_is_written(tmp_path):
+    results = simulate_results(["a", "b"], 0.3, {("a",): 0.1}, seeds=2, rng=1)
+    written = write_report(results, ["a", "b"], tmp_path, formats=["csv"], n_boot=100)
+    assert set(written) == {f"{t}.csv" for t in TABLES}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(written)
+
+
+def test_incomplete_design_report_says_what_it_lacks(tmp_path):
+    results = simulate_results(FACTORS, 0.30, PLANTED, seeds=2, cells=[0, 1, 3, 7, 15, 31], rng=2)
+    written = write_report(results, FACTORS, tmp_path, n_boot=200)
+    assert "shapley.png" not in written and "gain_by_position.png" not in written
+    text = (tmp_path / "report.md").read_text()
+    assert "Incomplete design: 6 of 32 cells" in text and "not computed" in text
