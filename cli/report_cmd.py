@@ -39,8 +39,15 @@ def _load_experiment(spec: Path):
 
 
 def _log_to_mlflow(logger, out: Path) -> None:
-    """Attach the report to the experiment's MLflow parent run (``logger.log_artifacts(dir, path)``)."""
-    logger.log_artifacts(str(out), "report")
+    """Attach the report to the experiment's MLflow parent run.
+
+    ``logger`` comes from ``load_experiment_results``: either a callable ``log(local_dir)`` or an
+    object with ``log_artifacts(local_dir, artifact_path)`` bound to the parent run.
+    """
+    if callable(logger):
+        logger(str(out))
+    else:
+        logger.log_artifacts(str(out), "report")
 
 
 def report(

@@ -60,19 +60,23 @@ class CellValues:
 
     def __init__(self, sample: CellSample, design: DesignInfo, confidence: float):
         self.sample, self.confidence, k = sample, confidence, design.k
+        m = len(sample.masks)
+        self.missing = np.ones(2**k, dtype=bool)
         if design.kind == "fraction":
             self.map = model_prediction_map(design, sample.n)  # [2**k, m]
-        else:  # observed cells in place, NaN for the missing ones
-            self.map = np.full((2**k, len(sample.masks)), np.nan)
-            self.map[sample.masks] = 0.0
-            self.map[sample.masks, np.arange(len(sample.masks))] = 1.0
+            self.missing[:] = False
+        else:  # observed cells in place; missing ones become NaN
+            self.map = np.zeros((2**k, m))
+            self.map[sample.masks, np.arange(m)] = 1.0
+            self.missing[sample.masks] = False
         self.point = self._expand(sample.means)
         self.replicates = self._expand(sample.replicates)
 
     def _expand(self, means: np.ndarray) -> np.ndarray:
-        """[..., m] -> [..., 2**k]; rows of NaN (missing cells) stay NaN."""
-        full = np.where(np.isnan(self.map).any(axis=1), np.nan, 0.0)
-        return np.nan_to_num(means @ np.nan_to_num(self.map).T) + full
+        """[..., m] observed cell means -> [..., 2**k] all cell means (NaN where missing)."""
+        values = means @ self.map.T
+        values[..., self.missing] = np.nan
+        return values
 
     def summarize(self, statistic: Statistic) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(estimate, ci_low, ci_high) of a statistic of the cell means."""
@@ -259,7 +263,7 @@ def _design_notes(design: DesignInfo, factors: list[str], values: CellValues, pa
             lacking = [m for m in path_masks(path, factors) if np.isnan(values.point[m])]
             if lacking:
                 notes.append(
-                    f"Ordering {name} lacks cell {describe_cell(int(lacking[0]), factors)}; its later rows are empty."
+                    f"Ordering {name} lacks cell {describe_cell(int(lacking[0]), factors)}; the rows that need it are empty."
                 )
     return notes
 
