@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
@@ -42,19 +43,26 @@ def postgres_admin() -> Iterator[Engine]:
     engine.dispose()
 
 
-@pytest.fixture
-def postgres_url(postgres_admin: Engine) -> Iterator[str]:
-    """URL of a fresh, empty PostgreSQL database, dropped after the test."""
-    name = f"dapo_test_{uuid.uuid4().hex[:12]}"
-    with postgres_admin.connect() as connection:
+@contextmanager
+def fresh_postgres_database(admin: Engine, prefix: str) -> Iterator[str]:
+    """Create database `<prefix>_<hex>` on the test server, yield its URL, drop it afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))
     try:
         yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(
             hide_password=False
         )
     finally:
-        with postgres_admin.connect() as connection:  # FORCE: ends connections a test leaked
+        with admin.connect() as connection:  # FORCE: ends connections a test leaked
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def postgres_url(postgres_admin: Engine) -> Iterator[str]:
+    """URL of a fresh, empty PostgreSQL database, dropped after the test."""
+    with fresh_postgres_database(postgres_admin, "dapo_test") as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -63,3 +71,14 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'ledger.db'}"
     return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def mlflow_uri(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    """An MLflow tracking URI of an empty store: a SQLite file, then a fresh PostgreSQL
+    database `dapo_mlflow_<hex>` (dropped afterwards)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'mlflow.db'}"
+        return
+    with fresh_postgres_database(request.getfixturevalue("postgres_admin"), "dapo_mlflow") as url:
+        yield url
