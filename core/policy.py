@@ -41,8 +41,8 @@ class BuiltinRecipe:
     intermediate_size: int = 256
     max_positions: int = 96
     warmup_steps: int = 600
-    batch_size: int = 256
-    lr: float = 3e-3
+    batch_size: int = 128
+    lr: float = 5e-3
     seed: int = 0
     version: int = RECIPE_VERSION
 
