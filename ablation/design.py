@@ -1,0 +1,683 @@
+"""Design expansion: the cells (factor-level combinations) and runs (cell x seed) a spec needs.
+
+A cell is a subset of the factors switched on (high). Orderings are paths through the lattice of
+factor subsets, from the baseline (nothing on) to the full recipe, adding one factor per step, so
+cells are shared between orderings: the paper's ordering of five techniques needs 6 cells, all
+120 orderings need the 32 cells of the full factorial.
+
+Designs (``spec.design``):
+
+- ``full``: all 2^k cells.
+- ``fractional``: a regular 2^(k-p) fraction. Factors are lettered A, B, ... in spec order; the
+  first k-p letters not generated form a full factorial and each generator (``E=ABCD``) sets a
+  factor to the product of others in -1/+1 coding. Default: the minimum-aberration generators
+  of `STANDARD_FRACTIONS`, choosing the fewest runs that reach ``resolution`` (without one: the
+  highest-resolution half fraction, p = 1).
+- ``one_at_a_time``: baseline, each factor alone, each factor left out of the full recipe, full.
+- ``cumulative``: the union of the prefixes of each ordering (``paper``: DAPO's order).
+
+Each cell x seed is one `PlannedRun` whose `run_id` hashes everything that determines its result
+(factor levels, the fully resolved trainer config, the seed, the package version), so a rerun or
+another experiment needing the same run finds it in the ledger instead of training it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import itertools
+import json
+import math
+import os
+import re
+import string
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dapo_ablate.ablation.ledger import RunSpec
+from dapo_ablate.core.config import (
+    BUILTIN,
+    SHORT_NAMES,
+    TECHNIQUES,
+    TrainerConfig,
+    build_trainer_config,
+    resolve_knob,
+    set_dotted,
+)
+
+if TYPE_CHECKING:  # spec.py imports this module's fraction helpers; only the type comes back
+    from dapo_ablate.ablation.spec import ExperimentSpec
+
+__all__ = [
+    "STANDARD_FRACTIONS",
+    "Cell",
+    "ComputeEstimate",
+    "DesignError",
+    "Factor",
+    "Fraction",
+    "Plan",
+    "PlannedRun",
+    "choose_fraction",
+    "estimate_run_seconds",
+    "expand",
+    "factors_of",
+    "make_run_id",
+    "paper_ordering",
+]
+
+LETTERS = string.ascii_uppercase
+
+STANDARD_FRACTIONS: dict[int, tuple[tuple[str, ...], ...]] = {
+    3: (("C=AB",),),
+    4: (("D=ABC",),),
+    5: (("E=ABCD",), ("D=AB", "E=AC")),
+    6: (("F=ABCDE",), ("E=ABC", "F=BCD"), ("D=AB", "E=AC", "F=BC")),
+    7: (("G=ABCDEF",), ("F=ABCD", "G=ABDE"), ("E=ABC", "F=BCD", "G=ACD"), ("D=AB", "E=AC", "F=BC", "G=ABC")),
+}
+"""Minimum-aberration generators of 2^(k-p) fractions, by k, for p = 1, 2, ... (Montgomery, Design
+and Analysis of Experiments, Table 8.14). Resolutions: k=3: III; k=4: IV; k=5: V, III; k=6: VI, IV,
+III; k=7: VII, IV, IV, III (computed from the generators, see `Fraction.resolution`)."""
+
+MAX_LISTED_ORDERINGS = math.factorial(8)
+"""Covered orderings are listed one by one up to this many (8 factors); beyond, only counted."""
+
+REFERENCE_SECONDS = 40.0
+"""Measured wall time of the built-in CPU quickstart on one CPU thread ..."""
+REFERENCE_WORK = 30 * 64 * 8 * 32
+"""... which is 30 steps x 64 prompts x 8 samples x a 32-token ceiling."""
+
+ROMAN = {1: "I", 2: "II", 3: "III", 4: "IV", 5: "V", 6: "VI", 7: "VII", 8: "VIII", 9: "IX", 10: "X"}
+
+
+def roman(n: int) -> str:
+    return ROMAN.get(n, str(n))
+
+
+class DesignError(ValueError):
+    """A design the factors cannot support; one sentence (spec.py prefixes the file and field)."""
+
+
+# ------------------------------------------------------------------------------------ factors
+@dataclass(frozen=True)
+class Factor:
+    """One two-level factor: a technique (off/on) or a knob (low/high value)."""
+
+    name: str
+    """Technique name (`clip_higher`) or the knob's leaf name (`eps_high`); the results-table column."""
+    path: str
+    """Dotted TrainerConfig path the levels are written to (`algorithm.eps_high`)."""
+    low: Any
+    """Value at level 0 (False for a technique)."""
+    high: Any
+    """Value at level 1 (True for a technique)."""
+    is_technique: bool
+
+    @property
+    def short(self) -> str:
+        """OF, CH, SP, TL, DS for the techniques; the knob's leaf name otherwise."""
+        return SHORT_NAMES[self.name] if self.is_technique else self.name
+
+    def value(self, level: int) -> Any:
+        return self.high if level else self.low
+
+    def describe_levels(self) -> str:
+        return "off / on" if self.is_technique else f"{self.low!r} / {self.high!r}"
+
+
+def factors_of(spec: ExperimentSpec) -> list[Factor]:
+    """The spec's factors (already validated and canonical) as `Factor`s, in spec order."""
+    factors = []
+    for entry in spec.factors:
+        if isinstance(entry, str):
+            factors.append(Factor(entry, f"techniques.{entry}", False, True, True))
+        else:
+            ((name, (low, high)),) = entry.items()
+            factors.append(Factor(name, resolve_knob(name), low, high, False))
+    return factors
+
+
+def paper_ordering(factors: Sequence[Factor]) -> tuple[str, ...]:
+    """DAPO's cumulative order restricted to these factors, knob factors appended in spec order."""
+    names = [f.name for f in factors]
+    return tuple([t for t in TECHNIQUES if t in names] + [f.name for f in factors if not f.is_technique])
+
+
+# -------------------------------------------------------------------------------------- cells
+@dataclass(frozen=True)
+class Cell:
+    """One combination of factor levels (0 = off/low, 1 = on/high), in factor order."""
+
+    levels: tuple[int, ...]
+
+    @property
+    def key(self) -> str:
+        """The levels as a 0/1 string in factor order, e.g. "10110"."""
+        return "".join(map(str, self.levels))
+
+    def on(self, factors: Sequence[Factor]) -> list[Factor]:
+        return [f for f, level in zip(factors, self.levels) if level]
+
+    def label(self, factors: Sequence[Factor], baseline: str = "GRPO") -> str:
+        """`OF+CH+eps_high=0.28` style; ``baseline`` when every factor is off/low."""
+        parts = [f.short if f.is_technique else f"{f.name}={f.high}" for f in self.on(factors)]
+        return "+".join(parts) or baseline
+
+
+def _cell_of(on: Iterable[int], k: int) -> Cell:
+    on = set(on)
+    return Cell(tuple(int(i in on) for i in range(k)))
+
+
+def _lattice_order(cell: Cell) -> tuple:
+    """Baseline first, then by how many factors are on, earlier factors first."""
+    return (sum(cell.levels), tuple(-level for level in cell.levels))
+
+
+def full_cells(k: int) -> list[Cell]:
+    return sorted((Cell(levels) for levels in itertools.product((0, 1), repeat=k)), key=_lattice_order)
+
+
+def one_at_a_time_cells(k: int) -> list[Cell]:
+    everything = range(k)
+    wanted = [_cell_of((), k)]
+    wanted += [_cell_of((i,), k) for i in everything]
+    wanted += [_cell_of((j for j in everything if j != i), k) for i in everything]
+    wanted.append(_cell_of(everything, k))
+    return list(dict.fromkeys(wanted))
+
+
+def cumulative_cells(orderings: Iterable[Sequence[int]], k: int) -> list[Cell]:
+    """The union of every ordering's prefixes (baseline, +first, +first+second, ...), deduplicated."""
+    cells: dict[Cell, None] = {}
+    for ordering in orderings:
+        for depth in range(len(ordering) + 1):
+            cells.setdefault(_cell_of(ordering[:depth], k))
+    return list(cells)
+
+
+# --------------------------------------------------------------------------------- fractions
+@dataclass(frozen=True)
+class Fraction:
+    """A regular 2^(k-p) fraction given by p generators; factor i is letter LETTERS[i]."""
+
+    k: int
+    generators: tuple[tuple[int, int, frozenset[int]], ...]
+    """(generated factor, sign +-1, word of base factors): x_generated = sign * prod(x_word) in -1/+1."""
+
+    @property
+    def p(self) -> int:
+        return len(self.generators)
+
+    @property
+    def runs(self) -> int:
+        return 2 ** (self.k - self.p)
+
+    def generator_text(self) -> list[str]:
+        return [
+            f"{LETTERS[g]}={'-' if sign < 0 else ''}{''.join(LETTERS[i] for i in sorted(word))}"
+            for g, sign, word in self.generators
+        ]
+
+    def defining_words(self) -> list[tuple[int, frozenset[int]]]:
+        """Every non-identity word w with I = sign * w: the products of the generator words."""
+        base = [(sign, word | {g}) for g, sign, word in self.generators]
+        words = []
+        for r in range(1, self.p + 1):
+            for combo in itertools.combinations(base, r):
+                sign, word = 1, frozenset()
+                for s, w in combo:
+                    sign, word = sign * s, word ^ w
+                words.append((sign, word))
+        return sorted(words, key=lambda sw: (len(sw[1]), sorted(sw[1])))
+
+    @property
+    def resolution(self) -> int:
+        """Length of the shortest defining word: III aliases main effects with two-factor
+        interactions, IV two-factor interactions with each other, V leaves both clear."""
+        return min(len(word) for _, word in self.defining_words())
+
+    def cells(self) -> list[Cell]:
+        generated = {g for g, _, _ in self.generators}
+        base = [i for i in range(self.k) if i not in generated]
+        cells = []
+        for base_levels in itertools.product((-1, 1), repeat=len(base)):
+            x = dict(zip(base, base_levels))
+            for g, sign, word in self.generators:
+                x[g] = sign * math.prod(x[i] for i in word)
+            cells.append(Cell(tuple((x[i] + 1) // 2 for i in range(self.k))))
+        return sorted(cells, key=_lattice_order)
+
+    def alias_chains(self, names: Sequence[str]) -> list[str]:
+        """The defining relation, then the alias chain of every main effect and two-factor
+        interaction (each chain once), e.g. ``OF = CH:SP:TL:DS`` for E = ABCD."""
+
+        def term(sign: int, word: frozenset[int]) -> str:
+            return ("-" if sign < 0 else "") + ":".join(names[i] for i in sorted(word))
+
+        words = self.defining_words()
+        lines = ["I = " + " = ".join(term(s, w) for s, w in words)]
+        seen: set[frozenset[int]] = set()
+        for order in (1, 2):
+            for effect in map(frozenset, itertools.combinations(range(self.k), order)):
+                if effect in seen:
+                    continue
+                chain = sorted(((s, effect ^ w) for s, w in words), key=lambda sw: (len(sw[1]), sorted(sw[1])))
+                seen.add(effect)
+                seen.update(w for _, w in chain)
+                lines.append(" = ".join([term(1, effect)] + [term(s, w) for s, w in chain]))
+        return lines
+
+
+_GENERATOR = re.compile(r"^\s*([A-Za-z])\s*=\s*([+-]?)\s*([A-Za-z]+)\s*$")
+
+
+def parse_generators(texts: Sequence[str], k: int) -> Fraction:
+    """`["E=ABCD"]` -> a Fraction over k factors, raising DesignError for a malformed set."""
+    letters = LETTERS[:k]
+    generators, generated = [], set()
+    parsed = []
+    for text in texts:
+        match = _GENERATOR.match(text) if isinstance(text, str) else None
+        if not match:
+            raise DesignError(f"generator {text!r} is not of the form E=ABCD; write a factor letter, '=', and a product of letters")
+        left, sign, word = match.group(1).upper(), match.group(2), match.group(3).upper()
+        for letter in left + word:
+            if letter not in letters:
+                raise DesignError(f"generator {text!r} names {letter}, but the {k} factors are lettered A..{letters[-1]} in spec order; use those letters")
+        if left in generated:
+            raise DesignError(f"factor {left} is generated twice; give each generated factor one generator")
+        generated.add(left)
+        parsed.append((text, left, -1 if sign == "-" else 1, word))
+    for text, left, sign, word in parsed:
+        if len(set(word)) != len(word):
+            raise DesignError(f"generator {text!r} repeats a letter; write each letter of the product once")
+        if set(word) & generated:
+            raise DesignError(f"generator {text!r} multiplies a generated factor; build words from the base factors only ({''.join(c for c in letters if c not in generated)})")
+        generators.append((letters.index(left), sign, frozenset(letters.index(c) for c in word)))
+    if not generators:
+        raise DesignError("generators is empty; give at least one, e.g. E=ABCD, or leave it out for the standard fraction")
+    fraction = Fraction(k, tuple(generators))
+    if fraction.resolution < 3:
+        raise DesignError(
+            f"generators {', '.join(fraction.generator_text())} give resolution {roman(fraction.resolution)}, "
+            "which aliases main effects with each other; use words of at least two letters that differ"
+        )
+    return fraction
+
+
+def choose_fraction(k: int, resolution: int | None = None, generators: Sequence[str] | None = None) -> Fraction:
+    """The fraction for k factors: the user's generators, else the fewest-run standard design
+    reaching ``resolution`` (default: the half fraction, the highest resolution)."""
+    if k < 3:
+        raise DesignError(f"a fractional design needs at least 3 factors (got {k}); use design: full")
+    if generators is not None:
+        fraction = parse_generators(generators, k)
+        if resolution is not None and fraction.resolution < resolution:
+            raise DesignError(
+                f"generators {', '.join(fraction.generator_text())} reach resolution {roman(fraction.resolution)}, "
+                f"below the requested {roman(resolution)}; change the generators or the resolution"
+            )
+        return fraction
+    if k not in STANDARD_FRACTIONS:
+        raise DesignError(f"there is no built-in fraction for {k} factors; give generators (e.g. H=ABCDEFG) or use design: full")
+    candidates = [parse_generators(g, k) for g in STANDARD_FRACTIONS[k]]
+    if resolution is None:
+        return candidates[0]
+    reaching = [f for f in candidates if f.resolution >= resolution]
+    if not reaching:
+        best = candidates[0]
+        raise DesignError(
+            f"no 2^({k}-p) fraction of {k} factors reaches resolution {roman(resolution)} "
+            f"(the best is {roman(best.resolution)}: {best.runs} runs, {', '.join(best.generator_text())}); "
+            "lower the resolution or use design: full"
+        )
+    return min(reaching, key=lambda f: f.runs)
+
+
+# -------------------------------------------------------------------------------- orderings
+def count_paths(cells: set[Cell], k: int) -> int:
+    """Complete orderings (baseline -> full, one factor per step) whose every prefix is a cell."""
+    paths: dict[Cell, int] = {}
+    for cell in sorted(cells, key=lambda c: sum(c.levels)):
+        if not any(cell.levels):
+            paths[cell] = 1
+            continue
+        paths[cell] = sum(
+            paths.get(Cell(cell.levels[:i] + (0,) + cell.levels[i + 1 :]), 0) for i in range(k) if cell.levels[i]
+        )
+    return paths.get(Cell((1,) * k), 0)
+
+
+def enumerate_paths(cells: set[Cell], k: int) -> list[tuple[int, ...]]:
+    """Every complete ordering through the cells, as factor indices, in lexicographic order."""
+    found: list[tuple[int, ...]] = []
+
+    def walk(prefix: tuple[int, ...]) -> None:
+        if len(prefix) == k:
+            found.append(prefix)
+            return
+        for i in range(k):
+            if i not in prefix and _cell_of(prefix + (i,), k) in cells:
+                walk(prefix + (i,))
+
+    if _cell_of((), k) in cells:
+        walk(())
+    return found
+
+
+# -------------------------------------------------------------------------------------- runs
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("dapo-ablate")
+    except importlib.metadata.PackageNotFoundError:  # a source checkout without `pip install -e`
+        return "0+unknown"
+
+
+def make_run_id(levels: dict[str, int], config: TrainerConfig, seed: int) -> str:
+    """First 16 hex chars of sha256 over the canonical JSON of everything that determines a run."""
+    blob = json.dumps(
+        {"factors": levels, "config": config.to_dict(), "seed": seed, "version": package_version()},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One cell at one seed: the unit the executor trains and the ledger records."""
+
+    run_id: str
+    cell: Cell
+    seed: int
+    config: TrainerConfig
+    """The fully resolved trainer config: the cell's levels applied and schedule.seed = seed."""
+    name: str
+    """Readable name for MLflow, e.g. "OF+CH+SP+TL+DS s0"."""
+    factors: dict[str, int] = field(default_factory=dict)
+    """Factor name -> level, in factor order."""
+
+    def to_run_spec(self) -> RunSpec:
+        return RunSpec(self.run_id, self.cell.key, dict(self.factors), self.seed, self.config.to_dict())
+
+
+def cell_config(base: TrainerConfig, factors: Sequence[Factor], cell: Cell, seed: int) -> TrainerConfig:
+    """The base config with this cell's factor values and schedule.seed = seed."""
+    data = base.to_dict()
+    for factor, level in zip(factors, cell.levels):
+        set_dotted(data, factor.path, factor.value(level))
+    set_dotted(data, "schedule.seed", seed)
+    return build_trainer_config(data, source=f"cell {cell.key} seed {seed}")
+
+
+# ----------------------------------------------------------------------------------- compute
+def estimate_run_seconds(config: TrainerConfig) -> float:
+    """Rough wall seconds of one run, scaled linearly from the built-in CPU quickstart
+    (`REFERENCE_SECONDS` for `REFERENCE_WORK`) by steps x prompts x group size x ceiling.
+
+    Only meaningful for the built-in model on CPU; a real model on a GPU differs by orders of
+    magnitude, so measure one run and pass seconds_per_run to `Plan.estimate` instead.
+    """
+    work = (
+        config.schedule.total_steps
+        * config.batch.prompts_per_step
+        * config.algorithm.group_size
+        * config.rollout.max_response_len
+    )
+    return REFERENCE_SECONDS * work / REFERENCE_WORK
+
+
+def generated_tokens_bound(config: TrainerConfig) -> int:
+    """Tokens generated if every response reached the ceiling, one sampling round per step
+    (dynamic sampling generates gen_prompts_per_round prompts per round and may add rounds)."""
+    return (
+        config.schedule.total_steps
+        * config.gen_prompts_per_round
+        * config.algorithm.group_size
+        * config.rollout.max_response_len
+    )
+
+
+@dataclass(frozen=True)
+class ComputeEstimate:
+    """A rough compute estimate for a plan (see `Plan.estimate`)."""
+
+    runs: int
+    cells: int
+    seconds_per_run: float
+    """Mean estimated (or given) seconds of one run."""
+    measured: bool
+    """True when seconds_per_run was given by the caller, False when scaled from the reference."""
+    parallelism: int
+    """Runs at a time: executor.max_concurrent, else the CPUs divided by cpus_per_run."""
+    run_seconds: float
+    """Sum over runs (CPU-side run time)."""
+    wall_s: float
+    """Estimated wall time: max(total / parallelism, the longest run)."""
+    tokens_upper: int
+    """Generated-token upper bound over all runs (see `generated_tokens_bound`)."""
+    real_model: bool
+    """True when some run uses a non-builtin model, for which the scaled estimate means little."""
+
+
+# -------------------------------------------------------------------------------------- plan
+@dataclass
+class Plan:
+    """What an experiment needs and what it lets the reports estimate."""
+
+    spec: ExperimentSpec
+    factors: list[Factor]
+    cells: list[Cell]
+    runs: list[PlannedRun]
+    orderings: list[tuple[str, ...]]
+    """Complete orderings (factor names) whose every prefix is a cell; the paper's and the
+    requested ones first. Listed in full up to MAX_LISTED_ORDERINGS, else only those."""
+    supports: list[str]
+    """Which statistics the design supports, and what it cannot give, in plain words."""
+    aliases: list[str] = field(default_factory=list)
+    """Fractional designs: the defining relation and the alias chains of main effects and
+    two-factor interactions."""
+    orderings_count: int = 0
+    """How many complete orderings the cells cover (len(orderings) unless too many to list)."""
+    resolution: int | None = None
+    generators: list[str] = field(default_factory=list)
+    requested_orderings: list[tuple[str, ...]] = field(default_factory=list)
+    """Cumulative designs: the orderings the spec asked for (for `all`: empty, see orderings)."""
+
+    @property
+    def design(self) -> str:
+        return self.spec.design
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.spec.seeds)
+
+    @property
+    def paper_ordering(self) -> tuple[str, ...]:
+        return paper_ordering(self.factors)
+
+    @property
+    def baseline_label(self) -> str:
+        return baseline_label(self.spec.trainer, self.factors)
+
+    def label(self, cell: Cell) -> str:
+        return cell.label(self.factors, self.baseline_label)
+
+    def ordering_name(self, ordering: Sequence[str]) -> str:
+        """``paper`` for the paper's ordering, else short names joined by '>' (OF>CH>SP>TL>DS)."""
+        if tuple(ordering) == self.paper_ordering:
+            return "paper"
+        short = {f.name: f.short for f in self.factors}
+        return ">".join(short[name] for name in ordering)
+
+    def orderings_through(self, cell: Cell) -> list[str]:
+        """Names of the listed orderings that pass through this cell (for MLflow tags)."""
+        on = {f.name for f in cell.on(self.factors)}
+        depth = len(on)
+        return [self.ordering_name(o) for o in self.orderings if set(o[:depth]) == on]
+
+    def run_specs(self) -> list[RunSpec]:
+        return [run.to_run_spec() for run in self.runs]
+
+    def estimate(self, seconds_per_run: float | None = None) -> ComputeEstimate:
+        """Runs, unique cells, wall time at the executor's parallelism, and a token bound."""
+        executor = self.spec.executor
+        cpus = os.cpu_count() or 1
+        by_cpu = max(1, int(cpus // executor.cpus_per_run)) if executor.cpus_per_run > 0 else cpus
+        if executor.max_concurrent is None:
+            parallelism = by_cpu
+        elif executor.address is None:  # a local Ray cannot run more than its CPUs allow
+            parallelism = min(executor.max_concurrent, by_cpu)
+        else:
+            parallelism = executor.max_concurrent
+        if seconds_per_run is None:
+            each = [estimate_run_seconds(run.config) for run in self.runs]
+        else:
+            each = [float(seconds_per_run)] * len(self.runs)
+        total = sum(each)
+        return ComputeEstimate(
+            runs=len(self.runs),
+            cells=len(self.cells),
+            seconds_per_run=total / len(each) if each else 0.0,
+            measured=seconds_per_run is not None,
+            parallelism=parallelism,
+            run_seconds=total,
+            wall_s=max(total / parallelism, max(each, default=0.0)),
+            tokens_upper=sum(generated_tokens_bound(run.config) for run in self.runs),
+            real_model=any(run.config.model.path != BUILTIN for run in self.runs),
+        )
+
+
+def expand(spec: ExperimentSpec) -> Plan:
+    """The plan of a validated spec: its factors, deduplicated cells, runs and what they support."""
+    factors = factors_of(spec)
+    k = len(factors)
+    names = [f.name for f in factors]
+    fraction = None
+    requested: list[tuple[str, ...]] = []
+    if spec.design == "full" or (spec.design == "cumulative" and spec.orderings == "all"):
+        cells = full_cells(k)
+    elif spec.design == "fractional":
+        fraction = choose_fraction(k, spec.resolution, spec.generators)
+        cells = fraction.cells()
+    elif spec.design == "one_at_a_time":
+        cells = one_at_a_time_cells(k)
+    else:
+        requested = [paper_ordering(factors)] if spec.orderings == "paper" else [tuple(o) for o in spec.orderings]
+        cells = cumulative_cells(([names.index(n) for n in o] for o in requested), k)
+
+    orderings, count = _covered_orderings(set(cells), names, [paper_ordering(factors), *requested])
+    baseline = baseline_label(spec.trainer, factors)
+    plan = Plan(
+        spec=spec,
+        factors=factors,
+        cells=cells,
+        runs=[_planned_run(spec.trainer, factors, cell, seed, baseline) for cell in cells for seed in spec.seeds],
+        orderings=orderings,
+        supports=[],
+        aliases=fraction.alias_chains([f.short for f in factors]) if fraction else [],
+        orderings_count=count,
+        resolution=fraction.resolution if fraction else None,
+        generators=fraction.generator_text() if fraction else [],
+        requested_orderings=requested,
+    )
+    plan.supports = _supports(plan, fraction)
+    return plan
+
+
+def baseline_label(base: TrainerConfig, factors: Sequence[Factor]) -> str:
+    """`GRPO` when the all-off cell has no technique on (every technique outside the factors is
+    off in the base trainer), `baseline` otherwise (as the reports label it)."""
+    names = {f.name for f in factors}
+    return "baseline" if any(getattr(base.techniques, t) for t in TECHNIQUES if t not in names) else "GRPO"
+
+
+def _planned_run(base: TrainerConfig, factors: Sequence[Factor], cell: Cell, seed: int, baseline: str) -> PlannedRun:
+    config = cell_config(base, factors, cell, seed)
+    levels = {f.name: level for f, level in zip(factors, cell.levels)}
+    name = f"{cell.label(factors, baseline)} s{seed}"
+    return PlannedRun(make_run_id(levels, config, seed), cell, seed, config, name, levels)
+
+
+def _covered_orderings(
+    cells: set[Cell], names: list[str], first: list[tuple[str, ...]]
+) -> tuple[list[tuple[str, ...]], int]:
+    """The complete orderings through the cells (``first`` ones first, when covered) and their count."""
+    k = len(names)
+    covered_first = [
+        o for o in dict.fromkeys(first) if set(cumulative_cells([[names.index(n) for n in o]], k)) <= cells
+    ]
+    count = count_paths(cells, k)
+    if count > MAX_LISTED_ORDERINGS:
+        return covered_first, count
+    every = [tuple(names[i] for i in path) for path in enumerate_paths(cells, k)]
+    return covered_first + [o for o in every if o not in covered_first], count
+
+
+def _supports(plan: Plan, fraction: Fraction | None) -> list[str]:
+    k, cells, count = len(plan.factors), set(plan.cells), plan.orderings_count
+    if len(cells) == 2**k:
+        out = ["main effects of every factor"]
+        if k >= 2:
+            out.append(f"all interactions (two-factor up to {k}-factor)" if k > 2 else "the two-factor interaction")
+        out += [
+            "exact Shapley and Banzhaf values",
+            f"order dependence across all {count} orderings (every cumulative path, the paper's included)",
+        ]
+        return out
+    if fraction is not None:
+        return _fraction_supports(plan, fraction)
+    if plan.design == "one_at_a_time":
+        out = [
+            "add-one effects: each factor alone against the baseline",
+            "leave-one-out effects: the full recipe against the full recipe without each factor",
+            "interactions only as a signal (a gap between a factor's add-one and leave-one-out effects), not estimated",
+            "no main effects averaged over the other factors, no exact Shapley values",
+        ]
+        out.append(f"order dependence across {count} orderings" if count else "no cumulative path or order dependence")
+        return out
+    if count == 1:
+        return [
+            f"one cumulative path ({plan.ordering_name(plan.orderings[0])}): each factor's gain given those before it",
+            "no main effects, interactions, exact Shapley values or order dependence",
+        ]
+    return [
+        f"{count} cumulative paths: each factor's gain given those before it, along each",
+        f"order dependence across these {count} orderings only",
+        "no main effects, interactions or exact Shapley values",
+    ]
+
+
+_ORDER_WORDS = {2: "two-factor", 3: "three-factor", 4: "four-factor", 5: "five-factor", 6: "six-factor"}
+
+
+def _order_word(order: int) -> str:
+    return _ORDER_WORDS.get(order, f"{order}-factor")
+
+
+def _fraction_supports(plan: Plan, fraction: Fraction) -> list[str]:
+    r = fraction.resolution  # >= 3, parse_generators refuses less
+    if r == 3:
+        out = [
+            "main effects, each aliased with two-factor interactions (assumes those are negligible)",
+            "no two-factor interactions (aliased with main effects)",
+        ]
+    elif r == 4:
+        out = [
+            "main effects (aliased with three-factor interactions)",
+            "two-factor interactions only in aliased sums (aliased with each other), not separately",
+        ]
+    else:
+        out = [
+            f"main effects (aliased with {_order_word(r - 1)} interactions)",
+            f"two-factor interactions (aliased with {_order_word(r - 2)} interactions)",
+        ]
+    out.append("Shapley values only from a fitted model (main effects + two-factor interactions), not exact")
+    count = plan.orderings_count
+    out.append(f"order dependence across {count} orderings" if count else "no cumulative path or order dependence (no complete path is run)")
+    k, cells = len(plan.factors), set(plan.cells)
+    missing = [what for what, levels in (("the baseline", (0,) * k), ("the full recipe", (1,) * k)) if Cell(levels) not in cells]
+    if missing:
+        out.append(f"{' and '.join(missing)} not run (a fitted model predicts {'them' if len(missing) > 1 else 'it'})")
+    return out

@@ -1,0 +1,136 @@
+"""The human-readable plan that `dapo-ablate validate` and `run --dry-run` print.
+
+`format_plan(plan)` returns a string and prints nothing, so the CLI decides where it goes and
+tests can read it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dapo_ablate.ablation.design import LETTERS, ComputeEstimate, Plan, roman
+
+__all__ = ["format_duration", "format_plan", "format_tokens"]
+
+LISTED_ORDERINGS = 6
+"""Orderings are named in the printout up to this many; beyond, only counted."""
+WIDTH = 12  # label column
+
+
+def format_plan(plan: Plan, seconds_per_run: float | None = None) -> str:
+    """Experiment, design, factors, runs, orderings, what the design supports, aliases,
+    estimated compute and where results go, as aligned lines."""
+    spec = plan.spec
+    lines = [_row("experiment", f"{spec.name}  (spec {spec.digest()[:12]})"), _row("design", _design(plan))]
+    lines += _block("factors", _factor_lines(plan))
+    seeds = plan.seeds
+    lines.append(_row("seeds", f"{len(seeds)}: {_seed_text(seeds)}"))
+    lines.append(_row("runs", f"{len(plan.runs)} = {len(plan.cells)} unique cells x {len(seeds)} seed{'s' if len(seeds) != 1 else ''}"))
+    lines.append(_row("metric", spec.metric))
+    lines.append(_row("orderings", _orderings(plan)))
+    lines += _block("supports", plan.supports)
+    if plan.aliases:
+        lines += _block("aliases", plan.aliases)
+    lines += _block("compute", _compute(plan.estimate(seconds_per_run)))
+    lines += _block(
+        "results",
+        [
+            f"ledger   {spec.ledger}",
+            f"tracking {spec.tracking.uri}" + (f" (artifacts {spec.tracking.artifact_location})" if spec.tracking.artifact_location else ""),
+            f"outputs  {spec.output_dir}/",
+            f"ray      {spec.executor.address or 'local'} ({_resources(plan)})",
+        ],
+    )
+    return "\n".join(lines)
+
+
+def _row(label: str, text: str) -> str:
+    return f"{label:<{WIDTH}}{text}"
+
+
+def _block(label: str, items: list[str]) -> list[str]:
+    return [_row(label if i == 0 else "", item) for i, item in enumerate(items)] or [_row(label, "-")]
+
+
+def _design(plan: Plan) -> str:
+    k = len(plan.factors)
+    if plan.design == "full":
+        return f"full 2^{k} = {len(plan.cells)} cells"
+    if plan.design == "fractional":
+        p = len(plan.generators)
+        return (
+            f"fractional 2^({k}-{p}) = {len(plan.cells)} cells, resolution {roman(plan.resolution or 0)}, "
+            f"generators {', '.join(plan.generators)} (letters in factor order)"
+        )
+    if plan.design == "one_at_a_time":
+        return f"one at a time: baseline, each factor alone, each left out of the full recipe, full = {len(plan.cells)} cells"
+    what = "all orderings" if plan.spec.orderings == "all" else ", ".join(plan.ordering_name(o) for o in plan.requested_orderings)
+    return f"cumulative ({what}) = {len(plan.cells)} cells"
+
+
+def _factor_lines(plan: Plan) -> list[str]:
+    """``A  OF        techniques.overlong_filter  off / on``: the letter generators use, the label, where
+    the levels go, and the levels."""
+    short = max(len(f.short) for f in plan.factors)
+    path = max(len(f.path) for f in plan.factors)
+    return [
+        f"{LETTERS[i] if i < len(LETTERS) else '-'}  {f.short:<{short}}  {f.path:<{path}}  {f.describe_levels()}"
+        for i, f in enumerate(plan.factors)
+    ]
+
+
+def _seed_text(seeds: list[int]) -> str:
+    if seeds == list(range(len(seeds))) and len(seeds) > 3:
+        return f"0..{len(seeds) - 1}"
+    return ", ".join(map(str, seeds))
+
+
+def _orderings(plan: Plan) -> str:
+    count, k = plan.orderings_count, len(plan.factors)
+    total = math.factorial(k)
+    if count == 0:
+        return f"none of the {total} complete orderings (no path from the baseline to the full recipe)"
+    text = f"{count} of {total}"
+    if count <= LISTED_ORDERINGS:
+        text += ": " + ", ".join(plan.ordering_name(o) for o in plan.orderings)
+    elif plan.paper_ordering in plan.orderings:
+        text += " (the paper's included)"
+    return text
+
+
+def _compute(est: ComputeEstimate) -> list[str]:
+    source = "given" if est.measured else "rough, scaled from the built-in CPU quickstart"
+    lines = [
+        f"{est.runs} runs x ~{format_duration(est.seconds_per_run)} each ({source})",
+        f"{est.parallelism} at a time -> ~{format_duration(est.wall_s)} wall ({format_duration(est.run_seconds)} of run time)",
+        f"at most ~{format_tokens(est.tokens_upper)} generated tokens (every response at the ceiling, one sampling round per step)",
+    ]
+    if est.real_model and not est.measured:
+        lines.append("the scaling assumes the built-in model; time one run of a real model and pass its seconds instead")
+    return lines
+
+
+def _resources(plan: Plan) -> str:
+    ex = plan.spec.executor
+    per_run = f"{ex.cpus_per_run:g} CPU" + (f" + {ex.gpus_per_run:g} GPU" if ex.gpus_per_run else "") + " per run"
+    at_once = f"at most {ex.max_concurrent} at a time" if ex.max_concurrent else "as many at a time as resources allow"
+    return f"{per_run}, {at_once}, {ex.retries} retr{'y' if ex.retries == 1 else 'ies'} per invocation"
+
+
+def format_duration(seconds: float) -> str:
+    """12 s, 3.5 min, 2.1 h, 1.5 d."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 36 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def format_tokens(tokens: int) -> str:
+    """950, 12.3k, 4.5M, 1.2B."""
+    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if tokens >= size:
+            return f"{tokens / size:.1f}{suffix}"
+    return str(tokens)

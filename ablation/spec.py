@@ -1,0 +1,430 @@
+"""ExperimentSpec: one YAML naming the base trainer, the factors, the design and where results go.
+
+All validation of an experiment happens here, once, so that `design.expand` can trust the spec.
+A user's mistake raises `SpecError` with one sentence naming the file, the field and the fix.
+
+```yaml
+name: quickstart-factorial
+trainer: dapo_cpu.yaml            # or an inline TrainerConfig mapping; relative to this file
+factors:                          # default: the five techniques, in the paper's order
+  - overlong_filter
+  - clip_higher
+  - eps_high: [0.2, 0.28]         # a two-level knob: {leaf or dotted path: [low, high]}
+design: fractional                # full | fractional | one_at_a_time | cumulative
+resolution: 4                     # fractional only (or generators: ["E=ABCD"])
+seeds: 2                          # a count (seeds 0, 1) or a list
+```
+Relative SQLite paths in `ledger` and `tracking.uri`, and `output_dir`, are relative to the
+current working directory (like the README's `dapo-runs/`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from dapo_ablate.ablation.design import DesignError, choose_fraction, roman
+from dapo_ablate.core.config import (
+    SHORT_NAMES,
+    TECHNIQUES,
+    ConfigError,
+    TrainerConfig,
+    build_trainer_config,
+    format_validation_error,
+    knob_paths,
+    read_yaml,
+    resolve_relative_paths,
+    set_dotted,
+)
+
+__all__ = [
+    "DEFAULT_LEDGER",
+    "DEFAULT_OUTPUT_DIR",
+    "DEFAULT_TRACKING_URI",
+    "MAX_CELLS",
+    "ExecutorSpec",
+    "ExperimentSpec",
+    "SpecError",
+    "TrackingSpec",
+    "load_spec",
+]
+
+DEFAULT_LEDGER = "sqlite:///dapo-runs/ledger.db"
+DEFAULT_TRACKING_URI = "sqlite:///dapo-runs/mlflow.db"
+DEFAULT_OUTPUT_DIR = "dapo-runs"
+MAX_CELLS = 4096
+"""Largest design accepted (2^12 cells); a bigger one is almost surely a mistake: use a fraction."""
+MAX_COMBINED_KNOBS = 10
+"""Knob factors up to this many have every combination of their levels validated (2^10 builds)."""
+FILE_KNOBS = ("model.path", "data.train", "data.eval")
+METRIC = re.compile(r"^(avg|pass|maj)@(\d+)$")
+TECHNIQUE_LIST = "overlong_filter, clip_higher, soft_overlong, token_level_loss, dynamic_sampling"
+
+
+class SpecError(ValueError):
+    """A user's mistake in an experiment spec; the message is one sentence naming the field and the fix."""
+
+
+class _Problem(ValueError):
+    """Raised inside validators: a message that already says the fix, and the field it is about.
+
+    With field=None the message is a complete sentence of its own (a trainer file's error)."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.message, self.field = message, field
+
+    def sentence(self, source: str) -> str:
+        return f"{source}: `{self.field}`: {self.message}" if self.field else self.message
+
+
+def format_spec_error(err: ValidationError, source: str) -> str:
+    """The first validation error as one sentence, in core.config's `format_validation_error` style."""
+    problem = (err.errors()[0].get("ctx") or {}).get("error")
+    if isinstance(problem, _Problem):
+        return problem.sentence(source)
+    return format_validation_error(err, source)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+
+class ExecutorSpec(_Section):
+    """Where and how many runs execute (Ray)."""
+
+    address: str | None = None
+    """Ray cluster address to join (`ray://host:10001` or `auto`); None: start a local Ray."""
+    cpus_per_run: float = Field(1.0, ge=0)
+    """CPUs each run declares to Ray (match the trainer's model.threads on CPU)."""
+    gpus_per_run: float = Field(0.0, ge=0)
+    """GPUs each run declares to Ray (fractions share a GPU)."""
+    max_concurrent: int | None = Field(None, ge=1)
+    """Most runs at a time; None: as many as the CPUs (or the cluster's resources) allow."""
+    retries: int = Field(1, ge=0)
+    """A failed run is re-tried this many times within one invocation and re-queued on the next."""
+    lease_s: float = Field(120.0, gt=0)
+    """A running run whose driver stopped heartbeating this long ago may be taken over."""
+
+
+class TrackingSpec(_Section):
+    """Where MLflow records the experiment."""
+
+    uri: str = DEFAULT_TRACKING_URI
+    """MLflow tracking URI: a SQLite database (default, under dapo-runs/) or a tracking server."""
+    artifact_location: str | None = None
+    """Artifact root of the MLflow experiment; None: MLflow's default (beside the SQLite store)."""
+
+
+class ExperimentSpec(_Section):
+    """A factorial ablation: the base trainer, the factors, the design, the seeds, and the stores.
+
+    Build it with `load_spec(path)`, or `ExperimentSpec.model_validate(dict)` (paths relative to
+    the current folder, or to ``context={"base": folder}``)."""
+
+    name: str = Field(min_length=1)
+    """Experiment name: the MLflow experiment and the ledger's experiment."""
+    trainer: TrainerConfig
+    """The base TrainerConfig every cell starts from: a mapping, or a YAML file relative to the spec."""
+    factors: list[str | dict[str, list[Any]]] = Field(default_factory=lambda: list(TECHNIQUES))
+    """Technique names, or two-level knobs `{eps_high: [0.2, 0.28]}`; default: the five, paper order.
+    Stored canonically: technique names, knobs by leaf name with their validated values."""
+    design: Literal["full", "fractional", "one_at_a_time", "cumulative"] = "full"
+    """full: 2^k cells; fractional: 2^(k-p); one_at_a_time: 2k+2; cumulative: the orderings' prefixes."""
+    resolution: int | None = None
+    """fractional: the least resolution wanted (3..; III, IV, V accepted); the fewest runs reaching it."""
+    generators: list[str] | None = None
+    """fractional: explicit generators over factor letters A, B, ... in spec order, e.g. ["E=ABCD"]."""
+    orderings: Literal["paper", "all"] | list[list[str]] = "paper"
+    """cumulative: `paper` (DAPO's order), `all` (every permutation) or lists of factor names."""
+    seeds: list[int] = Field(default_factory=lambda: [0])
+    """Seeds of every cell: a count n (seeds 0..n-1, stored as the list) or a list of unique seeds."""
+    metric: str = Field(None, validate_default=True)  # type: ignore[assignment]
+    """The headline metric: avg@k, pass@k or maj@k with k = trainer.rollout.eval_k (default avg@k)."""
+    executor: ExecutorSpec = ExecutorSpec()
+    tracking: TrackingSpec = TrackingSpec()
+    ledger: str = Field(DEFAULT_LEDGER, min_length=1)
+    """Ledger database URL (SQLAlchemy): SQLite by default, PostgreSQL for clusters."""
+    output_dir: str = Field(DEFAULT_OUTPUT_DIR, min_length=1)
+    """Folder for per-run outputs and the shared step-0 evaluation cache."""
+
+    # ------------------------------------------------------------------------------ fields
+    @field_validator("trainer", mode="before")
+    @classmethod
+    def _load_trainer(cls, value: Any, info: ValidationInfo) -> Any:
+        base = Path((info.context or {}).get("base", "."))
+        if isinstance(value, (str, Path)):
+            path = base / Path(value).expanduser()
+            try:
+                data = read_yaml(path)
+            except ConfigError as err:
+                raise _Problem(str(err).replace("config file", "trainer file", 1), "trainer") from None
+            try:
+                return build_trainer_config(resolve_relative_paths(data, path.parent), source=str(path))
+            except ConfigError as err:  # already names the trainer file and its field
+                raise _Problem(str(err)) from None
+        if isinstance(value, dict):
+            return resolve_relative_paths(value, base)
+        return value
+
+    @field_validator("factors", mode="before")
+    @classmethod
+    def _canonical_factors(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, list):
+            raise _Problem("must be a list of technique names and {knob: [low, high]} entries", "factors")
+        if not value:
+            raise _Problem(
+                f"the list is empty; name at least one factor ({TECHNIQUE_LIST} or a knob), or leave factors out for all five",
+                "factors",
+            )
+        entries = [_canonical_factor(entry) for entry in value]
+        names = [entry if isinstance(entry, str) else next(iter(entry)) for entry in entries]
+        for name in names:
+            if names.count(name) > 1:
+                raise _Problem(f"{name} is listed twice; list each factor once", "factors")
+        base = Path((info.context or {}).get("base", "."))
+        entries = [entry if isinstance(entry, str) else _resolve_level_paths(entry, base) for entry in entries]
+        trainer = info.data.get("trainer")
+        if isinstance(trainer, TrainerConfig):  # else the trainer's own error is reported first
+            entries = _validated_knob_levels(trainer, entries)
+        return entries
+
+    @field_validator("resolution", mode="before")
+    @classmethod
+    def _resolution_number(cls, value: Any) -> Any:
+        numerals = {v: n for n, v in ((n, roman(n)) for n in range(1, 11))}
+        if isinstance(value, str):
+            value = numerals.get(value.strip().upper(), value)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 3:
+            raise _Problem(f"{value} is below III; give 3 (III), 4 (IV), 5 (V) or more", "resolution")
+        return value
+
+    @field_validator("orderings", mode="before")
+    @classmethod
+    def _canonical_orderings(cls, value: Any, info: ValidationInfo) -> Any:
+        if value in ("paper", "all"):
+            return value
+        shape = "must be `paper`, `all`, or a list of orderings, each a list of factor names"
+        if not isinstance(value, list) or not value or not all(isinstance(o, list) for o in value):
+            raise _Problem(shape, "orderings")
+        factors = info.data.get("factors")
+        if factors is None:
+            return value  # the factors' error is reported first
+        orderings = [_canonical_ordering(i, ordering, factors) for i, ordering in enumerate(value)]
+        for i, ordering in enumerate(orderings):
+            if ordering in orderings[:i]:
+                raise _Problem(f"orderings[{i}] repeats orderings[{orderings.index(ordering)}]; list each ordering once", "orderings")
+        return orderings
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seed_list(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise _Problem(f"{value} is not a count; give a count of at least 1 or a list of integer seeds", "seeds")
+        if isinstance(value, int):
+            if value < 1:
+                raise _Problem(f"{value} is below 1; give a count of at least 1 (seeds 0..n-1) or a list of seeds", "seeds")
+            return list(range(value))
+        if isinstance(value, list):
+            if not value:
+                raise _Problem("the list is empty; give at least one seed, or a count", "seeds")
+            for seed in value:
+                if isinstance(seed, bool) or not isinstance(seed, int):
+                    raise _Problem(f"{seed!r} is not an integer; list integer seeds", "seeds")
+                if value.count(seed) > 1:
+                    raise _Problem(f"seed {seed} is listed twice; list each seed once", "seeds")
+            return value
+        raise _Problem(f"{value!r} is neither a count nor a list; give a count of at least 1 or a list of seeds", "seeds")
+
+    @field_validator("metric", mode="before")
+    @classmethod
+    def _metric_matches_eval_k(cls, value: Any, info: ValidationInfo) -> Any:
+        trainer = info.data.get("trainer")
+        k = trainer.rollout.eval_k if isinstance(trainer, TrainerConfig) else None
+        if value is None:
+            return f"avg@{k or 32}"
+        match = METRIC.match(value) if isinstance(value, str) else None
+        if not match:
+            raise _Problem(f"{value!r} is not a metric; use avg@k, pass@k or maj@k", "metric")
+        if k is not None and int(match.group(2)) != k:
+            raise _Problem(
+                f"{value} needs rollout.eval_k = {match.group(2)} but the trainer has eval_k = {k}; "
+                f"use avg@{k}, pass@{k} or maj@{k}, or set trainer.rollout.eval_k: {match.group(2)}",
+                "metric",
+            )
+        return value
+
+    # ------------------------------------------------------------------------- cross-field
+    @model_validator(mode="after")
+    def _design_is_possible(self) -> "ExperimentSpec":
+        for name in ("resolution", "generators"):
+            if getattr(self, name) is not None and self.design != "fractional":
+                raise _Problem(f"only applies to design: fractional (this is {self.design}); remove it", name)
+        if self.orderings != "paper" and self.design != "cumulative":  # `paper` is the default: harmless
+            raise _Problem(f"only applies to design: cumulative (this is {self.design}); remove it", "orderings")
+        k = len(self.factors)
+        if self.design == "fractional":
+            try:
+                choose_fraction(k, self.resolution, self.generators)
+            except DesignError as err:
+                raise _Problem(str(err), "generators" if self.generators is not None else "design") from None
+        elif self.design == "full" or (self.design == "cumulative" and self.orderings == "all"):
+            if 2**k > MAX_CELLS:
+                raise _Problem(
+                    f"{self.design} with {k} factors needs {2**k} cells, above {MAX_CELLS}; use design: fractional or fewer factors",
+                    "design",
+                )
+        return self
+
+    # ------------------------------------------------------------------------------ helpers
+    @property
+    def factor_names(self) -> list[str]:
+        """Canonical factor names in spec order (technique names, knob leaf names)."""
+        return [entry if isinstance(entry, str) else next(iter(entry)) for entry in self.factors]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able and self-contained: the trainer fully resolved, seeds and metric explicit."""
+        return self.model_dump(mode="json")
+
+    def digest(self) -> str:
+        """A stable content hash of the whole spec."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def load_spec(path: str | Path) -> ExperimentSpec:
+    """Read and validate an experiment YAML, raising SpecError with one sentence."""
+    path = Path(path)
+    try:
+        data = read_yaml(path)
+    except ConfigError as err:
+        raise SpecError(str(err).replace("config file", "spec file", 1)) from None
+    return build_spec(data, source=str(path), base=path.parent)
+
+
+def build_spec(data: dict[str, Any], source: str = "experiment spec", base: str | Path = ".") -> ExperimentSpec:
+    """Validate a plain dict; a relative `trainer:` file is read from ``base``."""
+    try:
+        return ExperimentSpec.model_validate(data, context={"base": Path(base)})
+    except ValidationError as err:
+        raise SpecError(format_spec_error(err, source)) from None
+
+
+# ---------------------------------------------------------------------------------- factors
+def _canonical_factor(entry: Any) -> str | dict[str, list[Any]]:
+    """A technique name (or its short label) -> the name; {knob: [low, high]} -> {leaf: [low, high]}."""
+    by_short = {short: name for name, short in SHORT_NAMES.items()}
+    knobs = knob_paths()
+    if isinstance(entry, str):
+        if entry in TECHNIQUES or entry in by_short:
+            return by_short.get(entry, entry)
+        if entry in knobs or entry in knobs.values():
+            raise _Problem(f"{entry} is a knob, not a technique; give its two levels, e.g. {{{entry}: [low, high]}}", "factors")
+        raise _Problem(
+            f"unknown factor {entry!r}; use a technique ({TECHNIQUE_LIST}) or a two-level knob such as {{eps_high: [0.2, 0.28]}}",
+            "factors",
+        )
+    if not (isinstance(entry, dict) and len(entry) == 1):
+        raise _Problem(f"{entry!r} is not a factor; write a technique name or one knob as {{eps_high: [0.2, 0.28]}}", "factors")
+    ((knob, levels),) = entry.items()
+    leaf = {path: name for name, path in knobs.items()}.get(knob, knob)
+    if leaf not in knobs:
+        raise _Problem(f"unknown knob {knob!r}; use a TrainerConfig field such as eps_high or algorithm.eps_high", "factors")
+    if knobs[leaf].startswith("techniques."):
+        raise _Problem(f"{knob} is a technique; list it by name ({leaf}) without levels", "factors")
+    if not isinstance(levels, list) or len(levels) != 2:
+        raise _Problem(f"knob {leaf} needs exactly two levels [low, high], got {levels!r}", "factors")
+    return {leaf: list(levels)}
+
+
+def _resolve_level_paths(entry: dict[str, list[Any]], base: Path) -> dict[str, list[Any]]:
+    """Levels of model.path, data.train and data.eval are files: relative to the spec, like the trainer's."""
+    ((leaf, levels),) = entry.items()
+    if knob_paths()[leaf] not in FILE_KNOBS:
+        return entry
+    section, key = knob_paths()[leaf].split(".")
+    return {leaf: [resolve_relative_paths({section: {key: level}}, base)[section][key] for level in levels]}
+
+
+def _validated_knob_levels(trainer: TrainerConfig, entries: list) -> list:
+    """Build the trainer at every combination of the knobs' levels (each cell's knob settings),
+    so invalid levels fail here rather than mid-run; values become the config's coerced ones.
+
+    Levels are checked together because knobs constrain each other (eps_low <= eps_high): with
+    eps_low [0.2, 0.3] and eps_high [0.3, 0.4] every cell is valid though eps_low = 0.3 is not
+    on a base with eps_high = 0.28. Past MAX_COMBINED_KNOBS knobs, each level is checked alone.
+    """
+    knobs = knob_paths()
+    found = [(i, leaf, knobs[leaf], levels) for i, e in enumerate(entries) if isinstance(e, dict) for leaf, levels in e.items()]
+    if not found:
+        return entries
+    if len(found) <= MAX_COMBINED_KNOBS:
+        combos = itertools.product(*[[(leaf, path, which, v) for which, v in (("low", lo), ("high", hi))] for _, leaf, path, (lo, hi) in found])
+    else:
+        combos = ([(leaf, path, which, v)] for _, leaf, path, (lo, hi) in found for which, v in (("low", lo), ("high", hi)))
+    coerced: dict[tuple[str, str], Any] = {}
+    for combo in combos:
+        values = _built_values(trainer, combo)
+        coerced.update({(leaf, which): value for (leaf, _, which, _), value in zip(combo, values)})
+    out = list(entries)
+    for i, leaf, _, _ in found:
+        low, high = coerced[(leaf, "low")], coerced[(leaf, "high")]
+        if low == high:
+            raise _Problem(f"knob {leaf} has the same value {low!r} at both levels; give two different levels", "factors")
+        out[i] = {leaf: [low, high]}
+    return out
+
+
+def _built_values(trainer: TrainerConfig, combo: Sequence[tuple[str, str, str, Any]]) -> list[Any]:
+    """The values of (leaf, path, which, value) knob settings as a trainer built with them holds them."""
+    data = trainer.to_dict()
+    for _, path, _, value in combo:
+        set_dotted(data, path, value)
+    try:
+        built = TrainerConfig(**data).to_dict()
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        detail = first["msg"].removeprefix("Value error, ")
+        if len(combo) == 1:
+            (leaf, _, which, value), = combo
+            what = f"knob {leaf} at its {which} level {value!r}"
+        else:
+            what = "the knob levels " + ", ".join(f"{leaf}={value!r}" for leaf, _, _, value in combo)
+        where = f"{loc}: " if loc else ""
+        raise _Problem(f"with {what} the trainer config is invalid ({where}{detail}); choose other levels", "factors") from None
+    out = []
+    for _, path, _, _ in combo:
+        node: Any = built
+        for key in path.split("."):
+            node = node[key]
+        out.append(node)
+    return out
+
+
+# -------------------------------------------------------------------------------- orderings
+def _canonical_ordering(i: int, ordering: list[Any], factors: list) -> list[str]:
+    """Factor names, short labels or dotted knob paths -> canonical factor names; a permutation."""
+    names = [f if isinstance(f, str) else next(iter(f)) for f in factors]
+    knobs = knob_paths()
+    alias = {n: n for n in names}
+    alias.update({SHORT_NAMES[n]: n for n in names if n in SHORT_NAMES})
+    alias.update({knobs[n]: n for n in names if n in knobs})
+    out = []
+    for entry in ordering:
+        if not isinstance(entry, str) or entry not in alias:
+            raise _Problem(f"orderings[{i}] names {entry!r}, which is not among the factors ({', '.join(names)}); use those names", "orderings")
+        if alias[entry] in out:
+            raise _Problem(f"orderings[{i}] lists {alias[entry]} twice; list each factor once", "orderings")
+        out.append(alias[entry])
+    missing = [n for n in names if n not in out]
+    if missing:
+        raise _Problem(f"orderings[{i}] leaves out {', '.join(missing)}; list every factor once", "orderings")
+    return out
