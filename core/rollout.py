@@ -17,6 +17,8 @@ from typing import Protocol
 
 import torch
 
+from .fast_decode import make_decoder
+
 
 @dataclass
 class Rollout:
@@ -109,14 +111,18 @@ class HFRolloutEngine:
     """Batched sampling with the model's own KV cache, one forward per new token.
 
     Prompts are left-padded so every row's next token sits in the last column; position ids come
-    from the attention mask so padding does not shift positions. Rows that have finished are
-    dropped from the batch (and from the cache) as they finish, so the tail of long responses does
-    not pay for the rows that are done. Work is split into chunks of `max_batch` rows to bound
-    memory.
+    from the attention mask so padding does not shift positions. For Qwen2/Llama/Mistral-style
+    models each new token goes through `fast_decode.StaticKVDecoder` (hand-written step, cache
+    allocated once); other architectures use their own forward with a DynamicCache (`fast=False`
+    forces that path). Finished rows keep decoding padding until a quarter of the batch is done,
+    then the batch (and its cache) is compacted, so the tail of long responses does not pay for
+    rows that are done. Work is split into chunks of `max_batch` rows to bound memory.
     """
 
-    def __init__(self, model: torch.nn.Module, eos_token_id: int, pad_token_id: int, max_batch: int = 1024):
+    def __init__(self, model: torch.nn.Module, eos_token_id: int, pad_token_id: int, max_batch: int = 1024,
+                 fast: bool = True):
         self.model = model
+        self.fast = fast
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
         self.max_batch = max_batch
@@ -135,8 +141,6 @@ class HFRolloutEngine:
 
     @torch.no_grad()
     def _generate_chunk(self, rows, temperature, top_p, max_new_tokens, generator) -> Rollout:
-        from transformers import DynamicCache
-
         model, device = self.model, next(self.model.parameters()).device
         was_training = model.training
         model.eval()
@@ -154,37 +158,34 @@ class HFRolloutEngine:
         logps = torch.zeros((batch, max_new_tokens))
         lengths = torch.full((batch,), max_new_tokens, dtype=torch.long)
         finished = torch.zeros(batch, dtype=torch.bool)
-        alive = torch.arange(batch)  # original row index of each row still in the batch
+        alive = torch.arange(batch)  # original row index of each row still decoding
+        running = torch.ones(batch, dtype=torch.bool)  # per decoder row: not yet finished
 
-        cache = DynamicCache()
-        out = model(input_ids=input_ids, attention_mask=attn, position_ids=positions, past_key_values=cache, use_cache=True)
-        logits = out.logits[:, -1, :]
-        next_pos = positions[:, -1] + 1
+        decoder = make_decoder(model, fast=self.fast)
+        logits = decoder.prefill(input_ids, attn, positions, max_new_tokens)
         for t in range(max_new_tokens):
             scaled = logits.float() / temperature
             token = sample_top_p(scaled, top_p, generator)
             logp = torch.log_softmax(scaled, dim=-1).gather(-1, token[:, None]).squeeze(-1)
-            tokens[alive, t] = token.cpu()
-            logps[alive, t] = logp.cpu()
-            done_now = (token == self.eos_token_id).cpu()
+            token_cpu, logp_cpu = token.cpu(), logp.cpu()
+            live = running.nonzero().squeeze(-1)
+            tokens[alive[live], t] = token_cpu[live]
+            logps[alive[live], t] = logp_cpu[live]
+            done_now = running & (token_cpu == self.eos_token_id)
             if done_now.any():
                 lengths[alive[done_now]] = t + 1
                 finished[alive[done_now]] = True
-                keep = (~done_now).nonzero().squeeze(-1)
-                if keep.numel() == 0:
+                running &= ~done_now
+                if not running.any():
                     break
-                alive, token, next_pos = alive[keep], token[keep.to(device)], next_pos[keep.to(device)]
-                attn = attn[keep.to(device)]
-                cache.batch_select_indices(keep.to(device))
+                # compact the batch once a quarter of its rows are done (copying the cache costs)
+                if running.sum() <= 0.75 * len(running):
+                    keep = running.nonzero().squeeze(-1)
+                    decoder.select(keep.to(device))
+                    alive, running, token = alive[keep], running[keep], token[keep.to(device)]
             if t + 1 == max_new_tokens:
                 break
-            attn = torch.cat([attn, torch.ones((attn.shape[0], 1), dtype=attn.dtype, device=device)], dim=-1)
-            out = model(
-                input_ids=token[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                past_key_values=cache, use_cache=True,
-            )
-            logits = out.logits[:, -1, :]
-            next_pos = next_pos + 1
+            logits = decoder.step(token)
         if was_training:
             model.train()
 
