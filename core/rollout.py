@@ -30,6 +30,8 @@ class Rollout:
     mask: [N, T] float, 1 on response tokens (EOS included), 0 on padding.
     lengths: [N] long, response length in tokens, EOS included.
     truncated: [N] bool, True where no EOS was produced within max_new_tokens.
+    log_probs_exact: False when the engine's log-probs are not the training model's own at the
+        sampling temperature (vLLM); the trainer then recomputes them before the update.
     """
 
     prompt_ids: list[list[int]]
@@ -38,6 +40,7 @@ class Rollout:
     mask: torch.Tensor
     lengths: torch.Tensor
     truncated: torch.Tensor
+    log_probs_exact: bool = True
 
     @property
     def num_tokens(self) -> int:
@@ -54,6 +57,7 @@ class Rollout:
             mask=self.mask[rows, :width],
             lengths=self.lengths[rows],
             truncated=self.truncated[rows],
+            log_probs_exact=self.log_probs_exact,
         )
 
     @staticmethod
@@ -71,6 +75,7 @@ class Rollout:
             mask=torch.cat([pad(p.mask, 0.0) for p in parts]),
             lengths=torch.cat([p.lengths for p in parts]),
             truncated=torch.cat([p.truncated for p in parts]),
+            log_probs_exact=all(p.log_probs_exact for p in parts),
         )
 
 

@@ -306,8 +306,10 @@ def update_policy(
     assert rollout is not None
     advantages = compute_advantages(config, batch.rewards, rollout.truncated.view(batch.rewards.shape)).reshape(-1)
     mask = loss_mask(config, rollout)
+    micro = config.batch.micro_batch_size or config.batch.mini_batch_size
+    if not rollout.log_probs_exact:
+        recompute_behaviour_log_probs(config, model, rollout, micro, pad_id)
     N, mb = len(advantages), config.batch.mini_batch_size
-    micro = config.batch.micro_batch_size or mb
     totals = {"clipfrac_low": 0.0, "clipfrac_high": 0.0, "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0}
     grad_norms: list[float] = []
     token_count = 0.0
@@ -351,6 +353,17 @@ def update_policy(
     out["penalty"] = float(batch.penalty.mean())
     out["updates"] = float(len(grad_norms))
     return out
+
+
+@torch.no_grad()
+def recompute_behaviour_log_probs(config: TrainerConfig, model, rollout: Rollout, micro: int, pad_id: int) -> None:
+    """Replace an engine's log-probs with the training model's own (before any update this step)."""
+    model.eval()
+    for start in range(0, len(rollout.prompt_ids), micro):
+        rows = torch.arange(start, min(start + micro, len(rollout.prompt_ids)))
+        logp, _ = response_log_probs(model, rollout, rows, config.rollout.temperature, pad_id)
+        rollout.log_probs[rows] = logp * rollout.mask[rows]
+    rollout.log_probs_exact = True
 
 
 def lr_at(config: TrainerConfig, step: int) -> float:

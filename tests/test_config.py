@@ -85,3 +85,20 @@ def test_resolve_knob():
     assert resolve_knob("optim.lr") == "optim.lr"
     with pytest.raises(ConfigError, match="unknown knob"):
         resolve_knob("nope")
+
+
+def test_paper_example_is_a_valid_config_once_its_paths_exist(tmp_path):
+    """examples/paper_qwen32b.yaml holds the paper's values; only its paths are machine-specific."""
+    import yaml
+    from pathlib import Path
+
+    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "paper_qwen32b.yaml").read_text())
+    (tmp_path / "model").mkdir()
+    (tmp_path / "train.parquet").write_text("")
+    (tmp_path / "aime.jsonl").write_text("")
+    data["model"]["path"] = str(tmp_path / "model")
+    data["data"]["train"], data["data"]["eval"] = str(tmp_path / "train.parquet"), str(tmp_path / "aime.jsonl")
+    c = build_trainer_config(data)
+    assert c.rollout.engine == "vllm" and c.eps_high_effective == 0.28
+    assert c.batch.prompts_per_step * c.algorithm.group_size // c.batch.mini_batch_size == 16
+    assert c.gen_prompts_per_round == 1536

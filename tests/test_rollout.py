@@ -71,3 +71,18 @@ def test_top_p_keeps_the_nucleus_only():
     assert set(draws.tolist()) == {0, 1}
     share0 = (draws == 0).float().mean()
     assert abs(float(share0) - 0.5 / 0.8) < 0.05  # renormalised within the nucleus
+
+
+def test_inexact_engine_log_probs_are_recomputed_by_the_training_model(policy, prompts):
+    """Engines like vLLM mark their log-probs inexact; the trainer recomputes them."""
+    from dapo_ablate.core.config import TrainerConfig
+    from dapo_ablate.core.trainer import recompute_behaviour_log_probs
+
+    engine = HFRolloutEngine(policy.model, policy.eos_token_id, policy.pad_token_id)
+    exact = engine.generate(prompts, 2, 1.0, 1.0, 32, seed=2)
+    inexact = exact.select(torch.arange(len(exact.prompt_ids)))
+    inexact.log_probs = torch.zeros_like(exact.log_probs)
+    inexact.log_probs_exact = False
+    recompute_behaviour_log_probs(TrainerConfig(), policy.model, inexact, micro=5, pad_id=policy.pad_token_id)
+    assert inexact.log_probs_exact
+    assert ((inexact.log_probs - exact.log_probs) * exact.mask).abs().max() < 1e-4

@@ -112,3 +112,24 @@ def test_quickstart_config_learns(tmp_path):
     first, last = result.eval[0]["avg@32"], result.eval[-1]["avg@32"]
     assert 0.10 <= first <= 0.60
     assert last - first >= 0.10, (first, last)
+
+
+def test_builtin_policy_leaves_every_technique_something_to_act_on():
+    """At the quickstart budget the warm-started policy starts with room for RL (checked on the
+    held-out evaluation in the slow test), runs past the soft-penalty start on at least 5% of
+    samples, and returns some all-correct or all-wrong groups."""
+    from dapo_ablate.core.policy import load_policy
+    from dapo_ablate.core.rollout import HFRolloutEngine
+    from dapo_ablate.core.trainer import PromptSampler, collect_batch, load_task
+    from dapo_ablate.core.verifier import Verifier
+
+    config = load_trainer_config(ROOT / "examples" / "dapo_cpu.yaml").with_overrides(
+        {"techniques.dynamic_sampling": False})
+    torch.set_num_threads(1)
+    policy = load_policy(config.model)
+    engine = HFRolloutEngine(policy.model, policy.eos_token_id, policy.pad_token_id)
+    train_set, _ = load_task(config)
+    batch = collect_batch(config, engine, policy, Verifier(), train_set, {}, PromptSampler(len(train_set), 0), 1)
+    assert batch.stats["overlong_rate"] >= 0.05
+    assert batch.stats["groups_mixed"] < 0.9  # some groups are all-correct or all-wrong
+    assert 0.10 <= batch.stats["accuracy"] <= 0.60
