@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -272,3 +273,9 @@ def _is_number(value: Any) -> bool:
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def mlflow_ui_command(uri: str, port: int) -> list[str]:
+    """The command serving the MLflow UI of the store at `uri` on 127.0.0.1:`port`."""
+    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", normalize_tracking_uri(uri),
+            "--host", "127.0.0.1", "--port", str(port)]

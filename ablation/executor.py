@@ -1,0 +1,521 @@
+"""Run an experiment's plan on Ray, recording every run in the ledger and MLflow.
+
+`run_experiment(spec, plan)` is what ``dapo-ablate run`` does:
+
+1. check everything a user can get wrong (output folder, database folders, Ray address, cell
+   function) before anything is written; connect to Ray (a local one by default);
+2. record the experiment and its runs in the ledger (existing runs are kept, so a rerun, or a
+   spec with added seeds or factors, only adds what is new); open MLflow and the parent run;
+3. give back runs a dead driver on this host left *running* (its pid is gone) without waiting
+   for their lease, and log to MLflow any finished run it had not logged yet;
+4. claim and submit claimable runs as Ray tasks, at most ``max_concurrent`` at a time, each
+   declaring ``cpus_per_run``/``gpus_per_run``; heartbeat their leases while they run; record
+   each result (ledger first, then its MLflow child run) or failure (its error text), retrying a
+   failed run up to ``executor.retries`` times within this invocation;
+5. on Ctrl-C, cancel the tasks in flight and put their runs back to pending (exit 130).
+
+Only this driver process writes the ledger and MLflow; a task only trains and returns a dict.
+A task's body is a *cell function* (`cell.run_cell` by default). For tests and debugging the
+environment variable ``DAPO_ABLATE_CELL_FN=module:function`` substitutes another one (the
+module must be importable by the driver and by the Ray workers, e.g. through PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import re
+import socket
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from dapo_ablate.ablation.cell import run_cell
+from dapo_ablate.ablation.ledger import DONE, FAILED, PENDING, RUNNING, Ledger
+from dapo_ablate.ablation.tracking import ChildRun, Tracker, default_artifact_location, sqlite_path
+
+if TYPE_CHECKING:
+    from dapo_ablate.ablation.design import Plan, PlannedRun
+    from dapo_ablate.ablation.spec import ExperimentSpec
+
+CELL_FN_ENV = "DAPO_ABLATE_CELL_FN"
+"""Test/debug hook: ``module:function`` replacing `run_cell` as every task's body."""
+LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
+"""A local Ray's object store: results are small dicts, so a small store keeps memory free."""
+INTERRUPTED_EXIT = 130
+_ERROR_CHARS = 2000
+
+
+class ExecutorError(ValueError):
+    """A problem with where or how the experiment runs that the user fixes; one sentence."""
+
+
+@dataclass
+class ExperimentSummary:
+    """What one `run_experiment` invocation did, and where the plan's runs stand now."""
+
+    experiment: str
+    counts: dict[str, int]
+    """Status -> number of the plan's runs (pending, running, done, failed)."""
+    finished: int = 0
+    """Runs this invocation finished."""
+    failed_attempts: int = 0
+    """Attempts that failed in this invocation (a run retried and then finished counts here too)."""
+    already_done: int = 0
+    """Runs that were done before this invocation started (skipped)."""
+    interrupted: bool = False
+    wall_s: float = 0.0
+    failures: dict[str, str] = field(default_factory=dict)
+    """Run name -> error text of runs that are failed at the end."""
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every run of the plan is done; 130 after Ctrl-C; 1 otherwise."""
+        if self.interrupted:
+            return INTERRUPTED_EXIT
+        return 0 if self.counts.get(DONE, 0) == sum(self.counts.values()) else 1
+
+
+def run_experiment(
+    spec: ExperimentSpec,
+    plan: Plan,
+    *,
+    address: str | None = None,
+    cell_fn: Callable[..., dict[str, Any]] | None = None,
+    progress: bool = True,
+    max_concurrent: int | None = None,
+) -> ExperimentSummary:
+    """Run every run of `plan` that is not done yet; see the module docstring for the steps.
+
+    address: Ray cluster to join (overrides ``executor.address``); None: the spec's, else a
+    local Ray (reused if this process already started one). max_concurrent overrides
+    ``executor.max_concurrent``. Raises ExecutorError / LedgerError for a user's mistake
+    before writing anything.
+    """
+    address = address if address is not None else spec.executor.address
+    fn = resolve_cell_fn(cell_fn)
+    preflight(spec, address)
+    # A database server is checked before Ray starts; a SQLite ledger is only created after.
+    ledger = None if sqlite_path(spec.ledger) else Ledger(spec.ledger)
+    started_ray = connect_ray(address, spec)
+    try:
+        return _Driver(spec, plan, fn, progress, max_concurrent, ledger).run()
+    finally:
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+
+
+# ---------------------------------------------------------------------------------- checks
+def resolve_cell_fn(cell_fn: Callable[..., dict[str, Any]] | None) -> Callable[..., dict[str, Any]]:
+    """The given cell function, else ``$DAPO_ABLATE_CELL_FN`` (module:function), else `run_cell`."""
+    if cell_fn is not None:
+        return cell_fn
+    target = os.environ.get(CELL_FN_ENV)
+    if not target:
+        return run_cell
+    module, _, name = target.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ExecutorError(f"{CELL_FN_ENV}={target!r} does not name a function ({err}); use module:function") from None
+    return fn
+
+
+def preflight(spec: ExperimentSpec, address: str | None) -> None:
+    """Refuse, without writing anything, an unwritable output or database folder or an
+    unreachable Ray address."""
+    check_writable_folder(Path(spec.output_dir), "output_dir")
+    for field_name, uri in (("ledger", spec.ledger), ("tracking.uri", spec.tracking.uri)):
+        path = sqlite_path(uri)
+        if path is not None:
+            check_writable_folder(path.parent, field_name)
+    if address:
+        check_ray_address(address)
+
+
+def check_writable_folder(folder: Path, field_name: str) -> None:
+    """`folder` exists and is writable, or could be created: its nearest existing ancestor is a
+    writable folder. Creates nothing."""
+    probe = folder.expanduser().absolute()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ExecutorError(
+            f"`{field_name}` folder {str(folder)!r} cannot be created because {str(probe)!r} is a file; choose another folder"
+        )
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ExecutorError(f"`{field_name}` folder {str(folder)!r} is not writable ({str(probe)!r}); choose another folder")
+
+
+def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
+    """A TCP connect to ``host:port`` of a Ray address (``auto`` and ``local`` are left to Ray)."""
+    if address in ("auto", "local"):
+        return
+    match = re.fullmatch(r"(?:ray://)?\[?([^\]\s]+?)\]?:(\d+)", address.strip())
+    if not match:
+        raise ExecutorError(f"Ray address {address!r} is not host:port or ray://host:port; fix executor.address or --address")
+    host, port = match.group(1), int(match.group(2))
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise ExecutorError(f"cannot reach the Ray cluster at {address} ({reason}); start it or fix executor.address / --address") from None
+
+
+def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
+    """Join `address`, or start a local Ray sized to this machine; True if this call started
+    Ray (and so should shut it down). A Ray already initialised in this process is reused."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
+    if address:
+        try:
+            ray.init(address=address, **quiet)
+        except (ConnectionError, RuntimeError, TimeoutError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ExecutorError(f"cannot join the Ray cluster at {address} ({first}); check executor.address / --address") from None
+        return True
+    cpus = os.cpu_count() or 1
+    executor = spec.executor
+    if executor.cpus_per_run > cpus:
+        raise ExecutorError(
+            f"executor.cpus_per_run ({executor.cpus_per_run:g}) exceeds this machine's {cpus} CPUs; lower it or join a cluster with --address"
+        )
+    ray.init(num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
+    if executor.gpus_per_run > ray.cluster_resources().get("GPU", 0):
+        ray.shutdown()
+        raise ExecutorError(
+            f"executor.gpus_per_run ({executor.gpus_per_run:g}) exceeds the GPUs Ray finds here; set it to 0 or join a GPU cluster with --address"
+        )
+    return True
+
+
+def this_host() -> str:
+    """The ledger's holder string of this driver: ``hostname:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def describe_error(err: BaseException) -> str:
+    """One line for the ledger: ``Type: message (at file:line in function)``; for an error
+    raised inside a task, the type, message and last frame of the remote traceback."""
+    from ray.exceptions import RayTaskError
+
+    cause, where = err, ""
+    if isinstance(err, RayTaskError):
+        # Ray raises a subclass of both RayTaskError and the cause's type; str() holds the
+        # remote traceback.
+        frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', str(err))
+        if frames:
+            path, line, function = frames[-1]
+            where = f" (at {Path(path).name}:{line} in {function})"
+        inner = getattr(err, "cause", None)
+        cause = inner if isinstance(inner, BaseException) else err
+    lines = str(cause).strip().splitlines() if cause is not err or not isinstance(err, RayTaskError) else []
+    message = lines[0].strip() if lines else ""
+    text = f"{type(cause).__name__}: {message}" if message else type(cause).__name__
+    return (text + where)[:_ERROR_CHARS]
+
+
+def _execute(cell_fn: Callable[..., dict[str, Any]], config: dict[str, Any], run_dir: str, eval_cache_dir: str) -> dict[str, Any]:
+    """The Ray task: one run."""
+    return cell_fn(config, run_dir, eval_cache_dir)
+
+
+# ---------------------------------------------------------------------------------- driver
+class _Driver:
+    """One invocation's state: the ledger, MLflow, the queue and the tasks in flight."""
+
+    def __init__(self, spec: ExperimentSpec, plan: Plan, cell_fn, progress: bool, max_concurrent: int | None,
+                 ledger: Ledger | None):
+        self.spec, self.plan, self.cell_fn, self.ledger = spec, plan, cell_fn, ledger
+        self.name = spec.name
+        self.host = this_host()
+        self.planned: dict[str, PlannedRun] = {run.run_id: run for run in plan.runs}
+        executor = spec.executor
+        self.lease_s, self.retries = executor.lease_s, executor.retries
+        self.beat_s = min(executor.lease_s / 4, 30.0)
+        self.max_concurrent = max_concurrent or executor.max_concurrent
+        root = Path(spec.output_dir).expanduser().resolve()
+        self.run_root = root / re.sub(r"[^\w.-]+", "_", spec.name)
+        self.eval_cache = root / "eval-cache"
+        self.progress = progress
+        self.summary = ExperimentSummary(self.name, {})
+        self.tries: Counter[str] = Counter()
+        """Attempts per run made by this invocation."""
+
+    def run(self) -> ExperimentSummary:
+        try:
+            return self._run()
+        finally:
+            if self.ledger is not None:
+                self.ledger.close()
+
+    def _run(self) -> ExperimentSummary:
+        started = time.time()
+        self._open_stores()
+        rows = self._plan_rows()
+        self.summary.already_done = sum(row["status"] == DONE for row in rows.values())
+        self._log_unlogged_results(rows)
+        queue = self._queue(rows)
+        budget = {run_id: rows[run_id]["attempts"] + self.retries + 1 for run_id in queue}
+        self.display = RunDisplay(len(self.planned), self.summary.already_done, self.progress)
+        status = "FAILED"
+        try:
+            with self.display:
+                self._schedule(queue, budget)
+            rows = self._plan_rows()
+            status = "FINISHED" if all(row["status"] == DONE for row in rows.values()) else "FAILED"
+        except KeyboardInterrupt:
+            self.summary.interrupted = True
+            status = "KILLED"
+        finally:
+            self.tracker.end_parent(self.parent_id, status)
+        return self._summarise(self._plan_rows(), time.time() - started)
+
+    def _summarise(self, rows: dict[str, dict[str, Any]], wall_s: float) -> ExperimentSummary:
+        found = Counter(row["status"] for row in rows.values())
+        self.summary.counts = {status: found.get(status, 0) for status in (PENDING, RUNNING, DONE, FAILED)}
+        self.summary.failures = {
+            self.planned[run_id].name: row["error"] or "" for run_id, row in rows.items() if row["status"] == FAILED
+        }
+        self.summary.wall_s = wall_s
+        return self.summary
+
+    # -- set-up --------------------------------------------------------------------------------
+
+    def _open_stores(self) -> None:
+        """MLflow's store is created here, once, before any task starts (FINDINGS: processes
+        creating a fresh SQLite store at once race on its schema)."""
+        tracking = self.spec.tracking
+        location = tracking.artifact_location or default_artifact_location(tracking.uri, self.spec.output_dir)
+        self.tracker = open_tracker(tracking.uri, location, self.name)
+        self.ledger = self.ledger or Ledger(self.spec.ledger)
+        self.ledger.ensure_experiment(self.name, self.spec.to_dict())
+        self.ledger.add_runs(self.name, self.plan.run_specs())
+        self._release_orphans()
+        record = self.ledger.get_experiment(self.name)
+        tags = {"dapo.design": self.plan.design, "dapo.factors": ",".join(f.name for f in self.plan.factors),
+                "dapo.seeds": ",".join(map(str, self.plan.seeds)), "dapo.runs": str(len(self.plan.runs))}
+        self.parent_id = self.tracker.parent_run(record.mlflow_parent_run_id if record else None, name=self.name, tags=tags)
+        self.ledger.set_mlflow_parent(self.name, self.parent_id)
+        self.tracker.log_dict(self.parent_id, self.spec.to_dict(), "spec.json")
+
+    def _release_orphans(self) -> None:
+        """Runs left *running* by a dead driver process on this host go back to pending now."""
+        hostname = socket.gethostname()
+        for row in self.ledger.runs_table(self.name):
+            holder, _, pid = (row["host"] or "").rpartition(":")
+            if row["status"] == RUNNING and holder == hostname and pid.isdigit():
+                if int(pid) != os.getpid() and not pid_alive(int(pid)):
+                    self.ledger.release(row["run_id"], host=row["host"])
+
+    def _plan_rows(self) -> dict[str, dict[str, Any]]:
+        return {row["run_id"]: row for row in self.ledger.runs_table(self.name) if row["run_id"] in self.planned}
+
+    def _log_unlogged_results(self, rows: dict[str, dict[str, Any]]) -> None:
+        """Finished runs without a finished MLflow child (a driver died between the two writes,
+        or another experiment trained the shared run) are logged now."""
+        logged = self.tracker.finished_children(self.parent_id)
+        missing = {run_id for run_id, row in rows.items() if row["status"] == DONE and run_id not in logged}
+        if not missing:
+            return
+        for result in self.ledger.results(self.name):
+            if result["run_id"] in missing:
+                self._log_child(result["run_id"], result, result["mlflow_run_id"] is None)
+
+    def _queue(self, rows: dict[str, dict[str, Any]]) -> deque[str]:
+        claimable = self.ledger.claimable(self.name, lease_s=self.lease_s, max_attempts=2**31 - 1)
+        return deque(run_id for run_id in claimable if run_id in rows)
+
+    # -- scheduling ----------------------------------------------------------------------------
+
+    def _schedule(self, queue: deque[str], budget: dict[str, int]) -> None:
+        import ray
+
+        task = ray.remote(_execute)
+        resources = {"num_cpus": self.spec.executor.cpus_per_run, "num_gpus": self.spec.executor.gpus_per_run}
+        limit = self.max_concurrent or capacity(self.spec, len(queue))
+        in_flight: dict[Any, str] = {}
+        last_beat = time.monotonic()
+        try:
+            while queue or in_flight:
+                while queue and len(in_flight) < limit:
+                    run_id = queue.popleft()
+                    if not self.ledger.claim(run_id, self.host, lease_s=self.lease_s, max_attempts=budget[run_id]):
+                        continue  # another driver took it meanwhile
+                    self.tries[run_id] += 1
+                    run_dir = self.run_root / run_id
+                    ref = task.options(max_retries=0, **resources).remote(
+                        self.cell_fn, self.planned[run_id].config.to_dict(), str(run_dir), str(self.eval_cache)
+                    )
+                    in_flight[ref] = run_id
+                    self.display.update(running=len(in_flight))
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=self.beat_s)
+                if time.monotonic() - last_beat >= self.beat_s:
+                    for run_id in in_flight.values():
+                        self.ledger.heartbeat(run_id, self.host)
+                    last_beat = time.monotonic()
+                for ref in ready:
+                    self._collect(ref, in_flight.pop(ref), queue)
+                self.display.update(running=len(in_flight))
+        except BaseException:
+            self._abandon(in_flight)
+            raise
+
+    def _collect(self, ref: Any, run_id: str, queue: deque[str]) -> None:
+        """Record one finished task: its result, or its failure (re-queued while retries last)."""
+        import ray
+
+        planned = self.planned[run_id]
+        try:
+            result = ray.get(ref)
+            if not self.ledger.finish(run_id, result):  # done meanwhile by another driver
+                self.display.note(f"{planned.name}: already done by another driver")
+                return
+        except Exception as err:  # the run's failure, not the driver's: record it and go on
+            error = describe_error(err)
+            self.ledger.fail(run_id, error, self.host)
+            self.summary.failed_attempts += 1
+            retry = self.tries[run_id] <= self.retries
+            if retry:
+                queue.append(run_id)
+            self.display.failed(planned.name, error, self.tries[run_id], retry)
+            return
+        self._log_child(run_id, result, set_ledger=True)
+        self.summary.finished += 1
+        self.display.done(planned.name, result, self.spec.metric)
+
+    def _log_child(self, run_id: str, result: dict[str, Any], set_ledger: bool) -> None:
+        planned = self.planned[run_id]
+        tags = {
+            "dapo.design": self.plan.design,
+            "dapo.cell": planned.cell.key,
+            "dapo.cell_label": self.plan.label(planned.cell),
+            "dapo.orderings": ",".join(self.plan.orderings_through(planned.cell)),
+            "dapo.experiment": self.name,
+        }
+        child = ChildRun(run_id, planned.name, dict(planned.factors), planned.seed, planned.config.to_dict(),
+                         result, tags)
+        mlflow_id = self.tracker.log_child(self.parent_id, child)
+        if set_ledger:
+            self.ledger.set_mlflow_run(run_id, mlflow_id)
+
+    def _abandon(self, in_flight: dict[Any, str]) -> None:
+        """Ctrl-C (or a driver error): cancel the tasks in flight and give their runs back."""
+        import ray
+
+        for ref, run_id in in_flight.items():
+            ray.cancel(ref, force=True)
+            self.ledger.release(run_id, self.host)
+        in_flight.clear()
+
+
+def capacity(spec: ExperimentSpec, runs: int) -> int:
+    """Runs that fit at once in the connected Ray cluster's CPUs and GPUs (at least 1; `runs`
+    when a run declares no resources)."""
+    import ray
+
+    total = ray.cluster_resources()
+    executor = spec.executor
+    fits = [int(total.get("CPU", 1) // executor.cpus_per_run)] if executor.cpus_per_run > 0 else []
+    if executor.gpus_per_run > 0:
+        fits.append(int(total.get("GPU", 0) // executor.gpus_per_run))
+    return max(1, min(fits, default=runs))
+
+
+def open_tracker(uri: str, artifact_location: str | None, name: str) -> Tracker:
+    """A `Tracker`, with a store that cannot be opened reported as one sentence."""
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return Tracker(uri, artifact_location, name)
+    except (MlflowException, SQLAlchemyError, OSError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ExecutorError(f"could not open the MLflow tracking store at {uri} ({first}); check tracking.uri") from None
+
+
+class RunDisplay:
+    """What the user watches: a rich progress bar (done, running, failed, ETA) with one line
+    per finished or failed run above it, or just those lines (``enabled=False``)."""
+
+    def __init__(self, total: int, done: int, enabled: bool) -> None:
+        self.total, self.n_done, self.enabled = total, done, enabled
+        self.running = self.n_failed = self.finished_now = 0
+        self.started = time.monotonic()
+        self.bar: Any = None
+
+    def __enter__(self) -> RunDisplay:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(
+                TextColumn("[bold]runs"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[state]}"),
+                TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("runs", total=self.total, completed=self.n_done, state="", eta="")
+            self._refresh()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.bar is not None:
+            self._refresh()
+            self.bar.stop()
+
+    def update(self, running: int) -> None:
+        self.running = running
+        self._refresh()
+
+    def done(self, name: str, result: dict[str, Any], metric: str) -> None:
+        self.n_done += 1
+        self.finished_now += 1
+        value = (result.get("metrics") or {}).get(metric)
+        shown = f"{metric} {value:.3f}" if isinstance(value, (int, float)) else "no metric"
+        self._line(f"done    {name:<28} {shown}  {float(result.get('wall_s') or 0):.1f} s")
+
+    def failed(self, name: str, error: str, attempt: int, retry: bool) -> None:
+        if not retry:
+            self.n_failed += 1
+        then = "retrying" if retry else "giving up for now"
+        self._line(f"failed  {name:<28} attempt {attempt}, {then}: {error}")
+
+    def note(self, text: str) -> None:
+        self._line(text)
+
+    def eta(self) -> str:
+        """Remaining runs at this invocation's throughput so far."""
+        remaining = self.total - self.n_done - self.n_failed
+        if self.finished_now == 0 or remaining <= 0:
+            return "ETA -:--" if remaining > 0 else ""
+        seconds = int(remaining * (time.monotonic() - self.started) / self.finished_now)
+        return f"ETA {seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+    def _line(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
+            self._refresh()
+        else:
+            print(text, flush=True)
+
+    def _refresh(self) -> None:
+        if self.bar is not None:
+            state = f"done {self.n_done}  running {self.running}  failed {self.n_failed}"
+            self.bar.update(self.task, completed=self.n_done, state=state, eta=self.eta())

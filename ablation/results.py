@@ -1,0 +1,168 @@
+"""Reading an experiment back from its spec: the tidy results table, learning curves, and the
+runs table of ``dapo-ablate status``.
+
+Readers never create a store: a spec whose SQLite ledger does not exist yet has no results
+(`ResultsError`) and every planned run is *new* in `status_rows`. Only the runs of the spec's
+current plan are read, so runs the experiment needed under an earlier version of its spec
+(fewer seeds, other factors) are left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dapo_ablate.ablation.ledger import RUN_STATUSES, Ledger, LedgerError
+from dapo_ablate.ablation.tracking import normalize_tracking_uri, sqlite_path
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dapo_ablate.ablation.design import Plan
+    from dapo_ablate.ablation.spec import ExperimentSpec
+
+NEW = "new"
+"""Status shown for a planned run the ledger has not recorded yet."""
+COMPUTE_COLUMNS = ("tokens_generated", "tokens_discarded", "wall_s")
+_HEADLINE = ("avg@", "pass@", "maj@")
+
+
+class ResultsError(ValueError):
+    """An experiment has no results to read yet (or its ledger is unreachable); one sentence."""
+
+
+def open_ledger(spec: ExperimentSpec) -> Ledger | None:
+    """The spec's ledger, or None when it is a SQLite file that does not exist (yet)."""
+    path = sqlite_path(spec.ledger)
+    if path is not None and not path.is_file():
+        return None
+    return Ledger(spec.ledger)
+
+
+def load_experiment_results(
+    spec_path: str | Path,
+) -> tuple[pd.DataFrame, list[str], pd.DataFrame | None, str, ParentRunLogger | None]:
+    """``(results, factors, curves, design, mlflow_logger)`` of the experiment `spec_path` names.
+
+    results: one row per finished run: one 0/1 column per factor (named after it), ``seed``, the
+        metric columns (``avg@k``, ``pass@k``, ``maj@k``, then the rest of the final metrics),
+        ``tokens_generated``, ``tokens_discarded``, ``wall_s`` and ``run_id``;
+    curves: one row per (run, evaluation step): factor columns, ``seed``, ``step``, the
+        evaluation metrics and ``run_id`` (None when no run has a curve);
+    design: the spec's design name; mlflow_logger: logs files to the experiment's MLflow
+        parent run (None if the experiment was never run with MLflow).
+    Raises SpecError for a bad spec and ResultsError when nothing has finished yet.
+    """
+    from dapo_ablate.ablation.design import expand
+    from dapo_ablate.ablation.spec import load_spec
+
+    spec = load_spec(spec_path)
+    plan = expand(spec)
+    records, parent_id = _finished_runs(spec, plan)
+    factors = [factor.name for factor in plan.factors]
+    logger = ParentRunLogger(spec.tracking.uri, parent_id) if parent_id else None
+    return results_frame(records, factors), factors, curves_frame(records, factors), plan.design, logger
+
+
+def results_frame(records: list[dict[str, Any]], factors: list[str]) -> pd.DataFrame:
+    """The tidy results table (see `load_experiment_results`) of ledger result records."""
+    import pandas as pd
+
+    rows = []
+    for record in records:
+        metrics = record["metrics"] or {}
+        rows.append({**_levels(record, factors), "seed": record["seed"], **metrics,
+                     **{name: record[name] for name in COMPUTE_COLUMNS}, "run_id": record["run_id"]})
+    frame = pd.DataFrame(rows)
+    metric_columns = [c for c in frame.columns if c not in (*factors, "seed", *COMPUTE_COLUMNS, "run_id")]
+    headline = sorted((c for c in metric_columns if c.startswith(_HEADLINE)), key=_headline_order)
+    others = [c for c in metric_columns if c not in headline]
+    return frame[[*factors, "seed", *headline, *others, *COMPUTE_COLUMNS, "run_id"]]
+
+
+def curves_frame(records: list[dict[str, Any]], factors: list[str]) -> pd.DataFrame | None:
+    """One row per (run, evaluation step); None when no run has an evaluation curve."""
+    import pandas as pd
+
+    rows = [
+        {**_levels(record, factors), "seed": record["seed"], **point, "run_id": record["run_id"]}
+        for record in records
+        for point in record["eval_curve"] or []
+    ]
+    if not rows:
+        return None
+    frame = pd.DataFrame(rows)
+    rest = [c for c in frame.columns if c not in (*factors, "seed", "step", "run_id")]
+    return frame[[*factors, "seed", "step", *rest, "run_id"]]
+
+
+def status_rows(spec: ExperimentSpec, plan: Plan) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The runs table of ``dapo-ablate status``: one dict per planned run, in plan order, with
+    label, seed, status (``new`` if the ledger has not recorded it), attempts, metric (the
+    spec's, once done), wall_s, error, host and run_id; and the number of runs per status."""
+    ledger = open_ledger(spec)
+    known: dict[str, dict[str, Any]] = {}
+    if ledger is not None:
+        with ledger:
+            if ledger.get_experiment(spec.name) is not None:
+                known = {row["run_id"]: row for row in ledger.runs_table(spec.name)}
+    rows = []
+    for run in plan.runs:
+        row = known.get(run.run_id, {})
+        metrics = row.get("metrics") or {}
+        rows.append({
+            "label": plan.label(run.cell), "seed": run.seed, "status": row.get("status", NEW),
+            "attempts": row.get("attempts", 0), "metric": metrics.get(spec.metric), "wall_s": row.get("wall_s"),
+            "error": row.get("error"), "host": row.get("host"), "run_id": run.run_id,
+        })
+    counts = {status: 0 for status in (NEW, *RUN_STATUSES)}
+    for row in rows:
+        counts[row["status"]] += 1
+    return rows, counts
+
+
+@dataclass(frozen=True)
+class ParentRunLogger:
+    """Logs files to an experiment's MLflow parent run (``report`` attaches its files here)."""
+
+    tracking_uri: str
+    parent_run_id: str
+
+    def log_artifacts(self, local_dir: str, artifact_path: str | None = None) -> None:
+        from mlflow import MlflowClient
+
+        from dapo_ablate.ablation.tracking import quiet_mlflow
+
+        quiet_mlflow()
+        MlflowClient(tracking_uri=normalize_tracking_uri(self.tracking_uri)).log_artifacts(
+            self.parent_run_id, local_dir, artifact_path
+        )
+
+
+def _finished_runs(spec: ExperimentSpec, plan: Plan) -> tuple[list[dict[str, Any]], str | None]:
+    """The plan's done runs as ledger result records, and the MLflow parent run id."""
+    hint = f"run `dapo-ablate run` on the spec of {spec.name!r} first"
+    try:
+        ledger = open_ledger(spec)
+        if ledger is None:
+            raise ResultsError(f"experiment {spec.name!r} has no ledger at {spec.ledger} yet; {hint}")
+        with ledger:
+            record = ledger.get_experiment(spec.name)
+            if record is None:
+                raise ResultsError(f"the ledger at {ledger.url} has no experiment {spec.name!r}; {hint}")
+            planned = {run.run_id for run in plan.runs}
+            records = [r for r in ledger.results(spec.name) if r["run_id"] in planned]
+    except LedgerError as err:
+        raise ResultsError(str(err)) from None
+    if not records:
+        raise ResultsError(f"experiment {spec.name!r} has no finished runs yet; {hint}")
+    return records, record.mlflow_parent_run_id
+
+
+def _levels(record: dict[str, Any], factors: list[str]) -> dict[str, int]:
+    return {name: int(record["factors"][name]) for name in factors}
+
+
+def _headline_order(column: str) -> tuple[int, str]:
+    return next(i for i, prefix in enumerate(_HEADLINE) if column.startswith(prefix)), column

@@ -1,0 +1,146 @@
+"""``dapo-ablate run | validate | status | ui SPEC.yaml``: the factorial scheduler's commands.
+
+Each parses its options and calls one library function; a user's mistake (a bad spec, an
+unreachable database or Ray address, an unwritable folder) is one sentence on stderr with exit
+status 2, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from dapo_ablate.ablation.executor import ExecutorError, preflight
+from dapo_ablate.ablation.ledger import LedgerError
+from dapo_ablate.ablation.results import ResultsError
+from dapo_ablate.ablation.spec import SpecError
+from dapo_ablate.core.config import ConfigError
+
+from .train_cmd import fail
+
+USER_ERRORS = (SpecError, ConfigError, LedgerError, ExecutorError, ResultsError)
+SPEC_ARG = typer.Argument(..., help="Experiment spec YAML (see examples/factorial.yaml).")
+
+
+def _plan(spec_path: Path):
+    """(spec, plan) of a spec file, a mistake in it ending the command with exit status 2."""
+    from dapo_ablate.ablation.design import DesignError, expand
+    from dapo_ablate.ablation.spec import load_spec
+
+    try:
+        spec = load_spec(spec_path)
+        return spec, expand(spec)
+    except (*USER_ERRORS, DesignError) as err:
+        fail(str(err))
+
+
+def run(
+    spec_path: Path = SPEC_ARG,
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (overrides executor.address)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and stop (same as validate)."),
+    max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", min=1, help="Most runs at a time."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+) -> None:
+    """Run every cell x seed of the spec that is not done yet, on Ray; log to the ledger and MLflow."""
+    spec, plan = _plan(spec_path)
+    if dry_run:
+        _validate(spec, plan, address)
+        return
+    from dapo_ablate.ablation.executor import run_experiment
+
+    try:
+        summary = run_experiment(spec, plan, address=address, progress=progress, max_concurrent=max_concurrent)
+    except USER_ERRORS as err:
+        fail(str(err))
+    counts = summary.counts
+    typer.echo(
+        f"{spec.name}: {counts['done']}/{sum(counts.values())} runs done ({summary.finished} now, "
+        f"{summary.already_done} before), {counts['failed']} failed, {counts['pending'] + counts['running']} "
+        f"not finished; {summary.wall_s:.0f} s. Browse: dapo-ablate ui {spec_path}"
+    )
+    for name, error in summary.failures.items():
+        typer.echo(f"  failed {name}: {error}", err=True)
+    if summary.interrupted:
+        typer.echo("interrupted: runs in flight were put back to pending; run the command again to resume", err=True)
+    raise typer.Exit(summary.exit_code)
+
+
+def validate(
+    spec_path: Path = SPEC_ARG,
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address to check."),
+) -> None:
+    """Check the spec, its folders and Ray address, and print the plan (writes nothing)."""
+    spec, plan = _plan(spec_path)
+    _validate(spec, plan, address)
+
+
+def _validate(spec, plan, address: str | None) -> None:
+    from dapo_ablate.ablation.plan import format_plan
+
+    try:
+        preflight(spec, address if address is not None else spec.executor.address)
+    except USER_ERRORS as err:
+        fail(str(err))
+    typer.echo(format_plan(plan))
+
+
+def status(spec_path: Path = SPEC_ARG) -> None:
+    """Print the runs table of the experiment: cell, seed, status, attempts, metric, wall time, error."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from dapo_ablate.ablation.results import status_rows
+
+    spec, plan = _plan(spec_path)
+    try:
+        rows, counts = status_rows(spec, plan)
+    except USER_ERRORS as err:
+        fail(str(err))
+    table = Table(title=f"{spec.name} ({plan.design}, {len(rows)} runs)")
+    for column in ("cell", "seed", "status", "attempts", spec.metric, "wall", "error"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        value = row["metric"]
+        table.add_row(
+            row["label"], str(row["seed"]), row["status"], str(row["attempts"]),
+            "" if value is None else f"{value:.3f}", "" if row["wall_s"] is None else f"{row['wall_s']:.1f} s",
+            row["error"] or "",
+        )
+    Console(width=max(120, Console().width)).print(table)
+    typer.echo("  ".join(f"{name} {count}" for name, count in counts.items()))
+
+
+def ui(
+    spec_path: Path = SPEC_ARG,
+    port: int = typer.Option(5000, "--port", help="Port of the MLflow UI on 127.0.0.1."),
+) -> None:
+    """Serve the MLflow UI of the experiment's tracking store on 127.0.0.1."""
+    from dapo_ablate.ablation.tracking import mlflow_ui_command, sqlite_path
+
+    spec, _ = _plan(spec_path)
+    store = sqlite_path(spec.tracking.uri)
+    if store is not None and not store.is_file():
+        fail(f"no MLflow store at {spec.tracking.uri} yet; run `dapo-ablate run {spec_path}` first")
+    command = mlflow_ui_command(spec.tracking.uri, port)
+    typer.echo(f"MLflow UI for {spec.name}: http://127.0.0.1:{port}  (Ctrl-C stops it)")
+    raise typer.Exit(serve(command))
+
+
+def serve(command: list[str]) -> int:
+    """Run the UI server in the foreground until it stops; its exit status."""
+    try:
+        return subprocess.call(command)
+    except KeyboardInterrupt:
+        return 0
+
+
+def register(app: typer.Typer) -> None:
+    """Add run, validate, status and ui to the dapo-ablate app."""
+    app.command("run")(run)
+    app.command("validate")(validate)
+    app.command("status")(status)
+    app.command("ui")(ui)

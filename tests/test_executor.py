@@ -1,0 +1,289 @@
+"""The Ray executor's mechanics with cheap cell functions, and one end-to-end run of the real
+trainer through Ray, the ledger and MLflow. One local Ray serves the whole module."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dapo_ablate.ablation.design import expand
+from dapo_ablate.ablation.executor import (
+    CELL_FN_ENV,
+    ExecutorError,
+    check_ray_address,
+    check_writable_folder,
+    describe_error,
+    resolve_cell_fn,
+    run_experiment,
+)
+from dapo_ablate.ablation.ledger import Ledger
+from dapo_ablate.ablation.results import load_experiment_results, status_rows
+from dapo_ablate.ablation.spec import ExperimentSpec, load_spec
+from dapo_ablate.ablation.tracking import RUN_ID_TAG
+
+FACTORS = ["overlong_filter", "clip_higher"]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One small local Ray for the module; the cell functions below travel by value."""
+    import ray
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
+             log_to_driver=False, logging_level=logging.ERROR)
+    yield
+    ray.shutdown()
+
+
+def write_spec(tmp_path: Path, **fields: Any) -> Path:
+    """A spec YAML whose stores and outputs live under tmp_path/out."""
+    out = tmp_path / "out"
+    data = {
+        "name": "exp", "trainer": {}, "factors": FACTORS, "seeds": 1, "output_dir": str(out),
+        "ledger": f"sqlite:///{out}/ledger.db", "tracking": {"uri": f"sqlite:///{out}/mlflow.db"},
+        "executor": {"retries": 1},
+    }
+    data.update(fields)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run(spec_path: Path, cell_fn=None, **kwargs: Any):
+    spec = load_spec(spec_path)
+    return spec, run_experiment(spec, expand(spec), cell_fn=cell_fn, progress=False, **kwargs)
+
+
+# -- cell functions (they run in Ray workers) --------------------------------------------------
+def _count_call(run_dir: str) -> None:
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(run_dir) / "calls", "a") as handle:
+        handle.write(f"{time.time()}\n")
+
+
+def counting_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:
+    """A trivial run: avg@32 rises with clip_higher; records each call in run_dir/calls."""
+    _count_call(run_dir)
+    accuracy = 0.25 + 0.5 * config["techniques"]["clip_higher"] + 0.01 * config["schedule"]["seed"]
+    return {
+        "metrics": {"avg@32": accuracy, "pass@32": 0.9, "maj@32": accuracy},
+        "eval_curve": [{"step": 0, "avg@32": 0.25}, {"step": 2, "avg@32": accuracy}],
+        "signals": [{"step": 1, "reward": 0.0}, {"step": 2, "reward": 0.5}],
+        "tokens_generated": 100, "tokens_discarded": 10, "wall_s": 0.1,
+    }
+
+
+def failing_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:
+    """Like counting_cell, but the CH-only cell raises."""
+    techniques = config["techniques"]
+    if techniques["clip_higher"] and not techniques["overlong_filter"]:
+        _count_call(run_dir)
+        raise ValueError("no luck in this cell")
+    return counting_cell(config, run_dir, eval_cache_dir)
+
+
+def timed_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:
+    """Sleeps a little and records (start, end) so a test can check overlap."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    time.sleep(0.3)
+    (Path(run_dir) / "span").write_text(f"{start} {time.time()}")
+    return counting_cell(config, run_dir, eval_cache_dir)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def calls(spec: ExperimentSpec) -> dict[str, int]:
+    """Run id -> how many times a cell function started it."""
+    root = Path(spec.output_dir) / spec.name
+    return {run.run_id: _lines(root / run.run_id / "calls") for run in expand(spec).runs}
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.is_file() else 0
+
+
+def mlflow_children(spec: ExperimentSpec) -> dict[str, list[Any]]:
+    """Ledger run id -> the active MLflow child runs carrying it."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(spec.tracking.uri)
+    experiment = client.get_experiment_by_name(spec.name)
+    children: dict[str, list[Any]] = {}
+    for run in client.search_runs([experiment.experiment_id], f"tags.`{RUN_ID_TAG}` != ''"):
+        children.setdefault(run.data.tags[RUN_ID_TAG], []).append(run)
+    return children
+
+
+def rows(spec: ExperimentSpec) -> dict[str, dict[str, Any]]:
+    with Ledger(spec.ledger) as ledger:
+        return {row["run_id"]: row for row in ledger.runs_table(spec.name)}
+
+
+# -- tests -------------------------------------------------------------------------------------
+def test_every_run_is_trained_once_and_logged_once(local_ray, tmp_path: Path):
+    spec, summary = run(write_spec(tmp_path), counting_cell)
+    assert summary.exit_code == 0 and summary.finished == 4
+    assert summary.counts == {"pending": 0, "running": 0, "done": 4, "failed": 0}
+    children = mlflow_children(spec)
+    plan = expand(spec)
+    assert {run.run_id for run in plan.runs} == set(children)
+    by_name = {runs[0].info.run_name: runs[0] for runs in children.values()}
+    assert set(by_name) == {"baseline s0", "OF s0", "CH s0", "OF+CH s0"}
+    ch = by_name["CH s0"]
+    assert ch.data.metrics["avg_at_32"] == 0.75 and ch.data.params["factor.clip_higher"] == "1"
+    assert ch.data.tags["dapo.design"] == "full" and ch.data.tags["dapo.cell"] == "01"
+    ledger_rows = rows(spec)
+    assert all(row["mlflow_run_id"] == children[run_id][0].info.run_id for run_id, row in ledger_rows.items())
+
+    # Running it again trains nothing and logs nothing new.
+    _, again = run(write_spec(tmp_path), counting_cell)
+    assert again.exit_code == 0 and again.finished == 0 and again.already_done == 4
+    assert set(calls(spec).values()) == {1}
+    assert all(len(runs) == 1 for runs in mlflow_children(spec).values())
+
+
+def test_a_failing_run_is_recorded_and_only_it_is_retried_on_rerun(local_ray, tmp_path: Path):
+    spec, summary = run(write_spec(tmp_path), failing_cell)
+    assert summary.exit_code == 1
+    assert summary.counts == {"pending": 0, "running": 0, "done": 3, "failed": 1}
+    failed = next(row for row in rows(spec).values() if row["status"] == "failed")
+    assert failed["error"].startswith("ValueError: no luck in this cell (at test_executor.py:")
+    assert failed["attempts"] == 2  # retries: 1 within the invocation
+    assert summary.failures == {"CH s0": failed["error"]}
+    assert failed["run_id"] not in mlflow_children(spec)
+
+    _, rerun = run(write_spec(tmp_path), counting_cell)
+    assert rerun.exit_code == 0 and rerun.finished == 1
+    after = calls(spec)
+    assert after.pop(failed["run_id"]) == 3 and set(after.values()) == {1}
+    assert rows(spec)[failed["run_id"]]["error"] is None
+    assert failed["run_id"] in mlflow_children(spec)
+
+
+def test_adding_seeds_runs_only_the_new_runs(local_ray, tmp_path: Path):
+    spec, _ = run(write_spec(tmp_path, seeds=1), counting_cell)
+    first = {run_id: row["mlflow_run_id"] for run_id, row in rows(spec).items()}
+    spec2, summary = run(write_spec(tmp_path, seeds=2), counting_cell)
+    assert summary.already_done == 4 and summary.finished == 4 and summary.exit_code == 0
+    assert set(calls(spec2).values()) == {1}
+    assert all(rows(spec2)[run_id]["mlflow_run_id"] == mlflow_id for run_id, mlflow_id in first.items())
+    assert len(mlflow_children(spec2)) == 8
+
+
+def test_runs_held_by_a_dead_driver_on_this_host_are_taken_over_at_once(local_ray, tmp_path: Path):
+    spec_path = write_spec(tmp_path, executor={"lease_s": 3600})
+    spec = load_spec(spec_path)
+    plan = expand(spec)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    held_dead, held_live = plan.runs[0].run_id, plan.runs[1].run_id
+    with Ledger(spec.ledger) as ledger:
+        ledger.ensure_experiment(spec.name, spec.to_dict())
+        ledger.add_runs(spec.name, plan.run_specs())
+        assert ledger.claim(held_dead, f"{socket.gethostname()}:{dead.pid}", lease_s=3600)
+        assert ledger.claim(held_live, "another-node:4711", lease_s=3600)  # alive, elsewhere
+    _, summary = run(spec_path, counting_cell)
+    after = rows(spec)
+    assert after[held_dead]["status"] == "done" and after[held_dead]["attempts"] == 1
+    assert after[held_live]["status"] == "running" and after[held_live]["host"] == "another-node:4711"
+    assert summary.counts["done"] == 3 and summary.exit_code == 1
+
+
+def test_max_concurrent_bounds_the_runs_in_flight(local_ray, tmp_path: Path):
+    spec, summary = run(write_spec(tmp_path), timed_cell, max_concurrent=1)
+    assert summary.exit_code == 0
+    spans = sorted(
+        tuple(map(float, (Path(spec.output_dir) / spec.name / run.run_id / "span").read_text().split()))
+        for run in expand(spec).runs
+    )
+    assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
+
+
+def test_results_table_curves_and_status(local_ray, tmp_path: Path):
+    spec_path = write_spec(tmp_path, seeds=2)
+    spec = load_spec(spec_path)
+    before, counts = status_rows(spec, expand(spec))
+    assert counts["new"] == 8 and not Path(spec.output_dir).exists()  # reading creates nothing
+    run(spec_path, counting_cell)
+    results, factors, curves, design, logger = load_experiment_results(spec_path)
+    assert factors == FACTORS and design == "full" and logger is not None
+    assert list(results.columns[:5]) == [*FACTORS, "seed", "avg@32", "pass@32"]
+    assert {"maj@32", "tokens_generated", "tokens_discarded", "wall_s", "run_id"} <= set(results.columns)
+    assert len(results) == 8
+    assert results.groupby("clip_higher")["avg@32"].mean().round(3).to_dict() == {0: 0.255, 1: 0.755}
+    assert len(curves) == 16 and list(curves.columns[:4]) == [*FACTORS, "seed", "step"]
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "report.md").write_text("# report")
+    logger.log_artifacts(str(report), "report")
+    statuses, counts = status_rows(spec, expand(spec))
+    assert counts["done"] == 8 and statuses[0]["metric"] == 0.25 and statuses[0]["label"] == "baseline"
+
+
+# -- checks that need no Ray --------------------------------------------------------------------
+def test_describe_error_names_type_message_and_place():
+    assert describe_error(KeyError("x")) == "KeyError: 'x'"
+    assert describe_error(RuntimeError()) == "RuntimeError"
+
+
+def test_folder_checks_create_nothing(tmp_path: Path):
+    check_writable_folder(tmp_path / "a" / "b", "output_dir")
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ExecutorError, match="output_dir.*is a file"):
+        check_writable_folder(tmp_path / "file" / "runs", "output_dir")
+
+
+def test_unreachable_or_malformed_ray_address():
+    with pytest.raises(ExecutorError, match="cannot reach the Ray cluster at 127.0.0.1:1"):
+        check_ray_address("127.0.0.1:1")
+    with pytest.raises(ExecutorError, match="not host:port"):
+        check_ray_address("nowhere")
+
+
+def test_cell_function_from_the_environment(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(CELL_FN_ENV, "os.path:join")
+    assert resolve_cell_fn(None) is os.path.join
+    monkeypatch.setenv(CELL_FN_ENV, "no_such_module_x:f")
+    with pytest.raises(ExecutorError, match=CELL_FN_ENV):
+        resolve_cell_fn(None)
+
+
+# -- the real trainer --------------------------------------------------------------------------
+TINY_TRAINER = {
+    "model": {"threads": 1},
+    "schedule": {"total_steps": 2},
+    "batch": {"prompts_per_step": 8, "mini_batch_size": 16},
+    "algorithm": {"group_size": 4, "overlong_cache": 8},
+    "data": {"num_eval_problems": 8},
+    "rollout": {"eval_k": 4, "max_response_len": 32},
+}
+
+
+@pytest.mark.slow
+def test_real_trainer_end_to_end_through_ray_ledger_and_mlflow(local_ray, tmp_path: Path):
+    spec_path = write_spec(tmp_path, trainer=TINY_TRAINER)
+    spec, summary = run(spec_path)  # the default cell function: core.trainer.train
+    assert summary.exit_code == 0, summary.failures
+    results, _, curves, _, _ = load_experiment_results(spec_path)
+    assert len(results) == 4 and results["avg@4"].between(0, 1).all()
+    assert (results["tokens_generated"] > 0).all() and (results["wall_s"] > 0).all()
+    assert sorted(curves["step"].unique()) == [0, 2]
+    # Every cell shares the base policy and evaluation settings: one step-0 evaluation.
+    assert curves[curves["step"] == 0]["avg@4"].nunique() == 1
+    assert len(list((Path(spec.output_dir) / "eval-cache").glob("*.json"))) == 1
+    for run_id, children in mlflow_children(spec).items():
+        (child,) = children
+        assert child.info.status == "FINISHED" and "avg_at_4" in child.data.metrics
+        assert "train/entropy" in child.data.metrics and child.data.params["rollout.eval_k"] == "4"
+    assert all((Path(spec.output_dir) / spec.name / run.run_id / "result.json").is_file() for run in expand(spec).runs)
