@@ -23,7 +23,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ ROLE_TAG = "dapo.role"
 RUN_ID_TAG = "dapo.run_id"
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own nesting tag
 _PAGE = 1000
-_METRICS_PER_BATCH = 1000  # MLflow's log_batch limits
+_ENTITIES_PER_BATCH = 1000  # MLflow's log_batch limits
 _PARAMS_PER_BATCH = 100
 _TAG_CHARS = 5000  # MLflow refuses tag values over 8000 characters (long ordering lists)
 
@@ -134,10 +134,8 @@ class Tracker:
             "run_id": child.run_id,
         }
         param_list = [Param(key, _param_value(value)) for key, value in params.items()]
-        for chunk in _chunks(param_list, _PARAMS_PER_BATCH):
-            self.client.log_batch(run_id, params=chunk)
-        for chunk in _chunks(list(result_metrics(child.result, end_ms)), _METRICS_PER_BATCH):
-            self.client.log_batch(run_id, metrics=chunk)
+        for batch_params, batch_metrics in _batches(param_list, list(result_metrics(child.result, end_ms))):
+            self.client.log_batch(run_id, metrics=batch_metrics, params=batch_params)
         self.client.log_dict(run_id, child.config, "config.json")
         self.client.set_terminated(run_id, status="FINISHED", end_time=end_ms)
         return run_id
@@ -270,9 +268,14 @@ def _is_number(value: Any) -> bool:
     return not (isinstance(value, float) and math.isinf(value))
 
 
-def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+def _batches(params: list[Any], metrics: list[Any]) -> Iterator[tuple[list[Any], list[Any]]]:
+    """(params, metrics) per `log_batch` call within MLflow's limits: at most 100 params and
+    1000 entities per call. Each call is one store transaction, so fewer calls is faster."""
+    while params or metrics:
+        batch_params, params = params[:_PARAMS_PER_BATCH], params[_PARAMS_PER_BATCH:]
+        room = _ENTITIES_PER_BATCH - len(batch_params)
+        batch_metrics, metrics = metrics[:room], metrics[room:]
+        yield batch_params, batch_metrics
 
 
 def mlflow_ui_command(uri: str, port: int) -> list[str]:

@@ -111,3 +111,16 @@ def test_children_of_another_parent_are_not_reused(tracker: Tracker, mlflow_uri:
     mine, theirs = tracker.log_child(parent, child()), other.log_child(other_parent, child())
     assert mine != theirs
     assert tracker.finished_children(parent) == {"r1": mine}
+
+
+def test_a_long_run_is_logged_in_batches_within_mlflows_limits(tracker: Tracker):
+    # 150 params and 2 x 700 signal values: more than one log_batch call may take.
+    config = {"section": {f"knob_{i}": i for i in range(150)}}
+    signals = [{"step": step, "entropy": 1.0 / step, "reward": 0.0} for step in range(1, 701)]
+    long_run = ChildRun("r-long", "GRPO s0", {"clip_higher": 0}, 0, config, {**RESULT, "signals": signals})
+    parent = tracker.parent_run(None, name="exp", tags={})
+    run_id = tracker.log_child(parent, long_run)
+    run = tracker.client.get_run(run_id)
+    assert run.data.params["section.knob_149"] == "149"
+    assert len(tracker.client.get_metric_history(run_id, "train/reward")) == 700
+    assert len(tracker.client.get_metric_history(run_id, "train/entropy")) == 700
