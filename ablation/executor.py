@@ -4,8 +4,9 @@
 
 1. check everything a user can get wrong (output folder, database folders, Ray address, cell
    function) before anything is written; connect to Ray (a local one by default);
-2. record the experiment and its runs in the ledger (existing runs are kept, so a rerun, or a
-   spec with added seeds or factors, only adds what is new); open MLflow and the parent run;
+2. open MLflow's store (created here, once, before any task starts), record the experiment and
+   its runs in the ledger (existing runs are kept, so a rerun, or a spec with added seeds or
+   factors, only adds what is new) and find or create the MLflow parent run;
 3. give back runs a dead driver on this host left *running* (its pid is gone) without waiting
    for their lease, and log to MLflow any finished run it had not logged yet;
 4. claim and submit claimable runs as Ray tasks, at most ``max_concurrent`` at a time, each
@@ -18,6 +19,9 @@ Only this driver process writes the ledger and MLflow; a task only trains and re
 A task's body is a *cell function* (`cell.run_cell` by default). For tests and debugging the
 environment variable ``DAPO_ABLATE_CELL_FN=module:function`` substitutes another one (the
 module must be importable by the driver and by the Ray workers, e.g. through PYTHONPATH).
+
+On a cluster, ``output_dir`` (run folders with checkpoints, the shared step-0 evaluation cache)
+must be a path every node sees, e.g. a shared filesystem.
 """
 
 from __future__ import annotations
@@ -102,7 +106,9 @@ def run_experiment(
     ledger = None if sqlite_path(spec.ledger) else Ledger(spec.ledger)
     started_ray = connect_ray(address, spec)
     try:
-        return _Driver(spec, plan, fn, progress, max_concurrent, ledger).run()
+        driver = _Driver(spec, plan, fn, progress=progress, max_concurrent=max_concurrent, ledger=ledger,
+                         local=not address)
+        return driver.run()
     finally:
         if started_ray:
             import ray
@@ -242,9 +248,9 @@ def _execute(cell_fn: Callable[..., dict[str, Any]], config: dict[str, Any], run
 class _Driver:
     """One invocation's state: the ledger, MLflow, the queue and the tasks in flight."""
 
-    def __init__(self, spec: ExperimentSpec, plan: Plan, cell_fn, progress: bool, max_concurrent: int | None,
-                 ledger: Ledger | None):
-        self.spec, self.plan, self.cell_fn, self.ledger = spec, plan, cell_fn, ledger
+    def __init__(self, spec: ExperimentSpec, plan: Plan, cell_fn, *, progress: bool, max_concurrent: int | None,
+                 ledger: Ledger | None, local: bool):
+        self.spec, self.plan, self.cell_fn, self.ledger, self.local = spec, plan, cell_fn, ledger, local
         self.name = spec.name
         self.host = this_host()
         self.planned: dict[str, PlannedRun] = {run.run_id: run for run in plan.runs}
@@ -270,24 +276,32 @@ class _Driver:
     def _run(self) -> ExperimentSummary:
         started = time.time()
         self._open_stores()
+        status = "FAILED"
+        try:
+            self._execute_plan()
+        except KeyboardInterrupt:
+            self.summary.interrupted = True
+            status = "KILLED"
+        rows = self._plan_rows()
+        if not self.summary.interrupted and all(row["status"] == DONE for row in rows.values()):
+            status = "FINISHED"
+        self.tracker.end_parent(self.parent_id, status)
+        return self._summarise(rows, time.time() - started)
+
+    def _execute_plan(self) -> None:
         rows = self._plan_rows()
         self.summary.already_done = sum(row["status"] == DONE for row in rows.values())
         self._log_unlogged_results(rows)
         queue = self._queue(rows)
         budget = {run_id: rows[run_id]["attempts"] + self.retries + 1 for run_id in queue}
+        held = sum(row["status"] == RUNNING for run_id, row in rows.items() if run_id not in queue)
         self.display = RunDisplay(len(self.planned), self.summary.already_done, self.progress)
-        status = "FAILED"
-        try:
-            with self.display:
-                self._schedule(queue, budget)
-            rows = self._plan_rows()
-            status = "FINISHED" if all(row["status"] == DONE for row in rows.values()) else "FAILED"
-        except KeyboardInterrupt:
-            self.summary.interrupted = True
-            status = "KILLED"
-        finally:
-            self.tracker.end_parent(self.parent_id, status)
-        return self._summarise(self._plan_rows(), time.time() - started)
+        self.display.note(
+            f"{self.name}: {len(queue)} runs to do, {self.summary.already_done} done before"
+            + (f", {held} held by other drivers" if held else "")
+        )
+        with self.display:
+            self._schedule(queue, budget)
 
     def _summarise(self, rows: dict[str, dict[str, Any]], wall_s: float) -> ExperimentSummary:
         found = Counter(row["status"] for row in rows.values())
@@ -351,7 +365,10 @@ class _Driver:
 
         task = ray.remote(_execute)
         resources = {"num_cpus": self.spec.executor.cpus_per_run, "num_gpus": self.spec.executor.gpus_per_run}
-        limit = self.max_concurrent or capacity(self.spec, len(queue))
+        fits = capacity(self.spec, len(queue))
+        # A local Ray cannot run more than fits here; more would sit in Ray's queue while the
+        # ledger calls them running. A cluster may autoscale, so its limit is taken as given.
+        limit = min(self.max_concurrent or fits, fits) if self.local else (self.max_concurrent or fits)
         in_flight: dict[Any, str] = {}
         last_beat = time.monotonic()
         try:

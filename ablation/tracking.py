@@ -281,4 +281,4 @@ def _batches(params: list[Any], metrics: list[Any]) -> Iterator[tuple[list[Any],
 def mlflow_ui_command(uri: str, port: int) -> list[str]:
     """The command serving the MLflow UI of the store at `uri` on 127.0.0.1:`port`."""
     return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", normalize_tracking_uri(uri),
-            "--host", "127.0.0.1", "--port", str(port)]
+            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]

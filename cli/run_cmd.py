@@ -7,8 +7,9 @@ status 2, and nothing is written.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -131,11 +132,26 @@ def ui(
 
 
 def serve(command: list[str]) -> int:
-    """Run the UI server in the foreground until it stops; its exit status."""
+    """Run the UI server until it stops or this command is interrupted (Ctrl-C, SIGTERM); then
+    stop the server and every process it started (uvicorn and job workers); its exit status."""
+    server = subprocess.Popen(command, start_new_session=True)  # its own group, stopped as one
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        return subprocess.call(command)
+        return server.wait()
     except KeyboardInterrupt:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
         return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def register(app: typer.Typer) -> None:

@@ -311,4 +311,4 @@ def test_ui_serves_the_experiments_store_on_localhost(tmp_path: Path, monkeypatc
     assert result.exit_code == 0, result.output
     (command,) = asked
     assert command[1:] == ["-m", "mlflow", "ui", "--backend-store-uri", f"sqlite:///{tmp_path}/out/mlflow.db",
-                           "--host", "127.0.0.1", "--port", "5055"]
+                           "--host", "127.0.0.1", "--port", "5055", "--workers", "1"]
