@@ -438,9 +438,13 @@ class _Driver:
         """Ctrl-C (or a driver error): cancel the tasks in flight and give their runs back."""
         import ray
 
-        for ref, run_id in in_flight.items():
-            ray.cancel(ref, force=True)
+        for run_id in in_flight.values():
             self.ledger.release(run_id, self.host)
+        for ref in in_flight:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - a terminal's Ctrl-C may have stopped Ray itself
+                pass  # its runs are released above; nothing is left to cancel
         in_flight.clear()
 
 

@@ -73,12 +73,16 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path) -> str:
     return request.getfixturevalue("postgres_url")
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def mlflow_uri(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
-    """An MLflow tracking URI of an empty store: a SQLite file, then a fresh PostgreSQL
-    database `dapo_mlflow_<hex>` (dropped afterwards)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'mlflow.db'}"
-        return
-    with fresh_postgres_database(request.getfixturevalue("postgres_admin"), "dapo_mlflow") as url:
+@pytest.fixture
+def postgres_mlflow_url(postgres_admin: Engine) -> Iterator[str]:
+    """URL of a fresh, empty PostgreSQL database `dapo_mlflow_<hex>` for an MLflow store."""
+    with fresh_postgres_database(postgres_admin, "dapo_mlflow") as url:
         yield url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def mlflow_uri(request: pytest.FixtureRequest, tmp_path) -> str:
+    """An MLflow tracking URI of an empty store: a SQLite file, then a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return request.getfixturevalue("postgres_mlflow_url")

@@ -287,3 +287,15 @@ def test_real_trainer_end_to_end_through_ray_ledger_and_mlflow(local_ray, tmp_pa
         assert child.info.status == "FINISHED" and "avg_at_4" in child.data.metrics
         assert "train/entropy" in child.data.metrics and child.data.params["rollout.eval_k"] == "4"
     assert all((Path(spec.output_dir) / spec.name / run.run_id / "result.json").is_file() for run in expand(spec).runs)
+
+
+@pytest.mark.postgres
+def test_a_cluster_setup_with_postgresql_ledger_and_mlflow(local_ray, tmp_path: Path, postgres_url: str,
+                                                           postgres_mlflow_url: str):
+    spec_path = write_spec(tmp_path, ledger=postgres_url, tracking={"uri": postgres_mlflow_url})
+    spec, summary = run(spec_path, failing_cell)
+    assert summary.counts == {"pending": 0, "running": 0, "done": 3, "failed": 1}
+    spec, summary = run(spec_path, counting_cell)
+    assert summary.exit_code == 0 and summary.finished == 1
+    assert all(len(runs) == 1 for runs in mlflow_children(spec).values()) and len(mlflow_children(spec)) == 4
+    assert (tmp_path / "out" / "mlartifacts").is_dir()  # not ./mlruns wherever the driver started
