@@ -25,17 +25,18 @@ def parse_orderings(text: str) -> str | list[list[str]]:
 
 
 def _load_experiment(spec: Path):
-    """Results of an experiment from its spec, via the ablation package (imported lazily)."""
+    """Results of an experiment from its spec; a bad spec or an experiment without results
+    is a user's mistake (one sentence, exit 2)."""
+    from dapo_ablate.ablation.ledger import LedgerError
+    from dapo_ablate.ablation.results import ResultsError, load_experiment_results
+    from dapo_ablate.ablation.spec import SpecError
+    from dapo_ablate.core.config import ConfigError
+
     try:
-        from dapo_ablate.ablation.results import load_experiment_results
-    except ImportError as error:
-        typer.echo(
-            f"error: reading an experiment from its spec needs dapo_ablate.ablation.results ({error}); "
-            "pass --results CSV instead",
-            err=True,
-        )
-        raise typer.Exit(1) from None
-    return load_experiment_results(spec)
+        return load_experiment_results(spec)
+    except (SpecError, ConfigError, ResultsError, LedgerError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _log_to_mlflow(logger, out: Path) -> None:

@@ -312,3 +312,15 @@ def test_ui_serves_the_experiments_store_on_localhost(tmp_path: Path, monkeypatc
     (command,) = asked
     assert command[1:] == ["-m", "mlflow", "ui", "--backend-store-uri", f"sqlite:///{tmp_path}/out/mlflow.db",
                            "--host", "127.0.0.1", "--port", "5055", "--workers", "1"]
+
+
+def test_report_on_an_experiment_without_results_exits_2_and_writes_nothing(tmp_path: Path):
+    spec_path = write_spec(tmp_path)
+    result = CliRunner().invoke(app, ["report", str(spec_path), "--out", str(tmp_path / "rep")])
+    assert result.exit_code == 2, result.output
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ntrainer: {}\nfactorz: [clip_higher]\n")
+    result = CliRunner().invoke(app, ["report", str(bad), "--out", str(tmp_path / "rep")])
+    assert result.exit_code == 2 and "factorz" in result.stderr
