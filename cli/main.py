@@ -10,6 +10,7 @@ from __future__ import annotations
 import typer
 
 from . import report_cmd, run_cmd, train_cmd
+from . import sweep_cmd
 
 app = typer.Typer(
     name="dapo-ablate",
@@ -22,6 +23,7 @@ app = typer.Typer(
 train_cmd.register(app)
 report_cmd.register(app)
 run_cmd.register(app)
+sweep_cmd.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,101 @@
+"""``dapo-ablate sweep | sweep-report SWEEP.yaml``: Optuna knob sweeps.
+
+Each parses its options and calls one library function; a user's mistake (a bad sweep spec, an
+unreachable database or Ray address, an unwritable folder) is one sentence on stderr with exit
+status 2, and nothing is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from dapo_ablate.ablation.executor import ExecutorError, preflight
+from dapo_ablate.ablation.ledger import LedgerError
+from dapo_ablate.ablation.spec import SpecError
+from dapo_ablate.core.config import ConfigError
+
+from .train_cmd import fail
+
+SWEEP_ARG = typer.Argument(..., help="Sweep spec YAML (see examples/sweep.yaml).")
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    from dapo_ablate.sweeps.study import StudyError
+
+    return (SpecError, ConfigError, LedgerError, ExecutorError, StudyError)
+
+
+def _load(sweep_path: Path):
+    from dapo_ablate.sweeps.spec import load_sweep
+
+    try:
+        return load_sweep(sweep_path)
+    except SpecError as err:
+        fail(str(err))
+
+
+def sweep(
+    sweep_path: Path = SWEEP_ARG,
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (overrides executor.address)."),
+    n_trials: Optional[int] = typer.Option(None, "--n-trials", min=1, help="Finished trials wanted in all (overrides n_trials)."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check the spec, folders and Ray address, print the plan, stop."),
+) -> None:
+    """Run (or resume) the sweep's Optuna study: trials on Ray, runs in the ledger, trials in MLflow."""
+    spec = _load(sweep_path)
+    if dry_run:
+        from dapo_ablate.sweeps.plan import format_sweep_plan
+
+        try:
+            preflight(spec, address if address is not None else spec.executor.address)  # type: ignore[arg-type]
+        except _user_errors() as err:
+            fail(str(err))
+        typer.echo(format_sweep_plan(spec, n_trials))
+        return
+    from dapo_ablate.sweeps.runner import run_sweep
+
+    try:
+        summary = run_sweep(spec, address=address, n_trials=n_trials, progress=progress)
+    except _user_errors() as err:
+        fail(str(err))
+    states = summary.states
+    best = (f"best trial {summary.best_number}: {spec.metric} {summary.best_value:.4f} "
+            + " ".join(f"{k}={v}" for k, v in summary.best_params.items())) if summary.best_number is not None else "no complete trial"
+    typer.echo(
+        f"{spec.name}: {summary.counted}/{summary.n_trials} trials finished ({summary.finished_now} now; "
+        f"{states.get('COMPLETE', 0)} complete, {states.get('PRUNED', 0)} pruned, {states.get('FAIL', 0)} failed); "
+        f"{best}; {summary.wall_s:.0f} s. Report: dapo-ablate sweep-report {sweep_path} --out DIR"
+    )
+    for number, error in summary.failures.items():
+        typer.echo(f"  trial {number} failed: {error}", err=True)
+    if summary.interrupted:
+        typer.echo("interrupted: running trials were queued again; run the command again to resume", err=True)
+    raise typer.Exit(summary.exit_code)
+
+
+def sweep_report(
+    sweep_path: Path = SWEEP_ARG,
+    out: Path = typer.Option(..., "--out", help="Folder for report.md, the CSV tables and the PNG figures."),
+) -> None:
+    """Write the sweep's best parameters, trials, parameter importances and (robustness mode) factor effects."""
+    from dapo_ablate.sweeps.report import read_report, write_report
+
+    from .train_cmd import check_writable
+
+    spec = _load(sweep_path)
+    try:
+        report = read_report(spec)
+    except _user_errors() as err:
+        fail(str(err))
+    check_writable(out)
+    paths = write_report(report, out)
+    typer.echo(f"wrote {len(paths)} files to {out}: " + ", ".join(p.name for p in paths))
+
+
+def register(app: typer.Typer) -> None:
+    """Add sweep and sweep-report to the dapo-ablate app."""
+    app.command("sweep")(sweep)
+    app.command("sweep-report")(sweep_report)

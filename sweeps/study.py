@@ -1,0 +1,229 @@
+"""The Optuna side of a sweep: storage, study, sampler, pruner, the trial budget, heartbeats.
+
+The study lives in Optuna's RDB storage on the ledger's database (SQLite by default, PostgreSQL
+for clusters), named after the sweep, so rerunning `dapo-ablate sweep` resumes it.
+
+Trials are driven with Optuna's ask/tell interface, not `study.optimize`, because a trial's runs
+are Ray tasks and several trials are in flight at once. `optimize` would run Optuna's heartbeat
+thread and its stale-trial check for us; with ask/tell the driver does both itself:
+
+- every `heartbeat.interval_s` it records the heartbeat of each trial it is running
+  (`RDBStorage.record_heartbeat`) and calls `optuna.storages.fail_stale_trials`, which fails
+  any *running* trial whose heartbeat is older than `heartbeat.grace_period_s` and hands it to
+  the storage's `heartbeat_stale_trial_callback`, a `RetryHeartbeatStaleTrialCallback` that
+  queues a copy of it (same params, state WAITING) for the next `ask`;
+- at start-up, running trials asked by a driver on this host whose process is gone are failed
+  and queued the same way at once, without waiting for the grace period (`recover_orphans`).
+
+The budget: ``n_trials`` finished trials, counting complete, pruned and failed ones but not a
+failed trial that was queued again (its retry stands in for it): see `counted_trials`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.trial import FrozenTrial, TrialState
+
+from dapo_ablate.ablation.executor import pid_alive
+from dapo_ablate.ablation.ledger import LedgerError
+from dapo_ablate.ablation.tracking import sqlite_path
+from dapo_ablate.sweeps.spec import SweepSpec
+
+DRIVER_ATTR = "dapo.driver"
+"""Trial system attr: ``hostname:pid`` of the driver that asked the trial."""
+ERROR_ATTR = "error"
+"""Trial user attr: why a failed trial failed (one line)."""
+SQLITE_BUSY_TIMEOUT_S = 30
+"""How long the study's SQLite connection waits for the ledger's write lock (same file)."""
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+class StudyError(ValueError):
+    """A study the user must fix (e.g. its direction changed under the same name); one sentence."""
+
+
+def storage_url(ledger_url: str) -> str:
+    """The ledger URL as SQLAlchemy spells it for Optuna: plain postgresql:// uses psycopg 3."""
+    for scheme in ("postgresql://", "postgres://"):
+        if ledger_url.startswith(scheme):
+            return "postgresql+psycopg://" + ledger_url[len(scheme):]
+    return ledger_url
+
+
+def open_storage(spec: SweepSpec, *, heartbeat: bool = True) -> RDBStorage:
+    """Optuna's RDB storage on the ledger's database (open the `Ledger` first: it creates the
+    SQLite folder). heartbeat=False for readers (reports), which never fail anyone's trials."""
+    url = storage_url(spec.ledger)
+    if url.startswith("sqlite"):
+        engine_kwargs: dict[str, Any] = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+    else:
+        engine_kwargs = {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
+    beat = spec.heartbeat
+    try:
+        with warnings.catch_warnings():  # the heartbeat API is "experimental" since Optuna 2.8
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if not heartbeat:
+                return RDBStorage(url, engine_kwargs=engine_kwargs)
+            return RDBStorage(
+                url, engine_kwargs=engine_kwargs, heartbeat_interval=beat.interval_s, grace_period=beat.grace_period_s,
+                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=beat.max_retry),
+            )
+    except Exception as err:  # sqlalchemy / driver errors: the user's database URL or server
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise LedgerError(f"could not open the Optuna study storage at {spec.ledger} ({first}); check `ledger:`") from None
+
+
+def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
+    sampler = spec.sampler
+    if sampler.type == "grid":
+        from dapo_ablate.sweeps.spec import grid_values
+
+        return _AskTellGridSampler({leaf: grid_values(dim) for leaf, dim in spec.space.items()}, seed=sampler.seed)
+    if sampler.type == "random":
+        return optuna.samplers.RandomSampler(seed=sampler.seed)
+    # constant_liar: trials in flight count as (pessimistically) finished, so concurrent asks
+    # spread out instead of piling onto one promising point.
+    return optuna.samplers.TPESampler(seed=sampler.seed, n_startup_trials=sampler.n_startup_trials, constant_liar=True)
+
+
+class _AskTellGridSampler(optuna.samplers.GridSampler):
+    """GridSampler without its `after_trial`, which calls `study.stop()` once the grid is
+    exhausted, and Optuna allows that only inside `optimize`. The driver's budget ends the sweep
+    instead: the spec keeps n_trials at most the grid's size."""
+
+    def after_trial(self, study, trial, state, values) -> None:  # noqa: ANN001 - Optuna's signature
+        pass
+
+
+def make_pruner(spec: SweepSpec) -> optuna.pruners.BasePruner:
+    pruner = spec.pruner
+    if pruner.type == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=pruner.n_startup_trials, n_warmup_steps=pruner.n_warmup_steps)
+    if pruner.type == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=pruner.min_resource, reduction_factor=pruner.reduction_factor)
+    return optuna.pruners.NopPruner()
+
+
+def open_study(spec: SweepSpec, storage: RDBStorage) -> optuna.Study:
+    """Create the sweep's study or load it (resume); refuse a changed direction."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return optuna.create_study(
+            study_name=spec.name, storage=storage, sampler=make_sampler(spec), pruner=make_pruner(spec),
+            direction=spec.direction, load_if_exists=True,
+        )
+    except ValueError as err:
+        if "direction" not in str(err).lower():
+            raise
+        raise StudyError(
+            f"the study {spec.name!r} in {spec.ledger} was created with another direction than {spec.direction}; "
+            "restore `direction:` or give the sweep a new name"
+        ) from None
+
+
+def load_study(spec: SweepSpec) -> optuna.Study:
+    """The sweep's study for reading (no heartbeat); StudyError if it was never run. Creates
+    nothing: a SQLite ledger that does not exist yet is not made."""
+    path = sqlite_path(spec.ledger)
+    if path is not None and not path.is_file():
+        raise StudyError(f"no study named {spec.name!r} yet ({spec.ledger} does not exist); run `dapo-ablate sweep` first")
+    storage = open_storage(spec, heartbeat=False)
+    try:
+        return optuna.load_study(study_name=spec.name, storage=storage)
+    except KeyError:
+        raise StudyError(f"no study named {spec.name!r} in {spec.ledger} yet; run `dapo-ablate sweep` first") from None
+
+
+def distributions(spec: SweepSpec) -> dict[str, BaseDistribution]:
+    """Each searched knob's Optuna distribution, by leaf name (the trial's parameter names)."""
+    out: dict[str, BaseDistribution] = {}
+    for leaf, dim in spec.space.items():
+        if dim.type == "categorical":
+            out[leaf] = CategoricalDistribution(dim.choices)
+        elif dim.type == "int":
+            out[leaf] = IntDistribution(int(dim.low), int(dim.high), log=dim.log, step=int(dim.step or 1))
+        else:
+            out[leaf] = FloatDistribution(float(dim.low), float(dim.high), log=dim.log, step=dim.step)
+    return out
+
+
+def this_driver() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def ask(study: optuna.Study, spec: SweepSpec, driver: str) -> optuna.Trial:
+    """A new (or queued) trial with every knob sampled, its heartbeat started, its driver recorded."""
+    with warnings.catch_warnings():  # "Heartbeat ... supposed to be used with Study.optimize": we beat ourselves
+        warnings.filterwarnings("ignore", message=".*Heartbeat.*")
+        trial = study.ask(fixed_distributions=distributions(spec))
+    study._storage.record_heartbeat(trial._trial_id)
+    study._storage.set_trial_system_attr(trial._trial_id, DRIVER_ATTR, driver)
+    return trial
+
+
+def retried_numbers(trials: Sequence[FrozenTrial]) -> set[int]:
+    """Numbers of failed trials that were queued again as a new trial (their retry stands in)."""
+    return {number for t in trials for number in t.system_attrs.get("retry_history", [])}
+
+
+def counted_trials(trials: Sequence[FrozenTrial]) -> int:
+    """Finished trials that count towards n_trials: complete, pruned, and failed unless retried."""
+    retried = retried_numbers(trials)
+    return sum(t.state in FINISHED and not (t.state == TrialState.FAIL and t.number in retried) for t in trials)
+
+
+def may_ask(study: optuna.Study, n_trials: int) -> bool:
+    """True while the budget has room: a queued trial is waiting, or counted + running < n_trials."""
+    trials = study.get_trials(deepcopy=False)
+    waiting = sum(t.state == TrialState.WAITING for t in trials)
+    running = sum(t.state == TrialState.RUNNING for t in trials)
+    return waiting > 0 or counted_trials(trials) + running < n_trials
+
+
+def fail_and_requeue(study: optuna.Study, trial_id: int, reason: str) -> bool:
+    """Fail a running trial with `reason` and queue it again through the storage's stale-trial
+    callback (as Optuna's heartbeat would); False if it had finished meanwhile."""
+    storage = study._storage
+    try:
+        storage.set_trial_user_attr(trial_id, ERROR_ATTR, reason)
+        if not storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
+            return False
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+    callback = storage.get_heartbeat_stale_trial_callback()
+    if callback is not None:
+        retry = copy.deepcopy(storage.get_trial(trial_id))
+        retry.user_attrs = {k: v for k, v in retry.user_attrs.items() if k != ERROR_ATTR}  # not the retry's
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            callback(study, retry)
+    return True
+
+
+def recover_orphans(study: optuna.Study) -> list[int]:
+    """Fail and queue again the running trials whose driver was a process on this host that is
+    gone (killed, crashed); their numbers. Others' trials wait for the heartbeat's grace period."""
+    hostname, recovered = socket.gethostname(), []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        holder, _, pid = str(trial.system_attrs.get(DRIVER_ATTR, "")).rpartition(":")
+        if holder == hostname and pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            if fail_and_requeue(study, trial._trial_id, f"its driver {holder}:{pid} stopped; queued again"):
+                recovered.append(trial.number)
+    return recovered
+
+
+def fail_stale(study: optuna.Study) -> None:
+    """Optuna's heartbeat check: stale running trials are failed and queued again."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
