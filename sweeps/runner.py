@@ -344,13 +344,16 @@ class _SweepDriver:
 
     def _report(self, active: _ActiveTrial) -> None:
         """Report each step every objective run has evaluated (their mean) and ask the pruner.
-        Step 0 is skipped: it is the policy before training, the same for every knob setting."""
-        objective = [run.run_id for run in active.plan.objective_runs]
-        steps = set.intersection(*(set(active.curves.get(r, {})) for r in objective)) - active.reported - {0}
+        Step 0 is skipped: it is the policy before training, the same for every knob setting.
+        The last step is reported but never pruned on: its runs have done all their training."""
+        objective = active.plan.objective_runs
+        last = min(run.config.schedule.total_steps for run in objective)
+        curves = [active.curves.get(run.run_id, {}) for run in objective]
+        steps = set.intersection(*(set(curve) for curve in curves)) - active.reported - {0}
         for step in sorted(steps):
-            active.trial.report(sum(active.curves[r][step] for r in objective) / len(objective), step)
+            active.trial.report(sum(curve[step] for curve in curves) / len(curves), step)
             active.reported.add(step)
-            if len(active.results) < len(active.plan.runs) and active.trial.should_prune():
+            if step < last and len(active.results) < len(active.plan.runs) and active.trial.should_prune():
                 self._prune(active, step)
                 return
 

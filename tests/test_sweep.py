@@ -167,7 +167,7 @@ def test_pruned_trials_stop_their_runs_and_complete_ones_are_told_their_value(lo
         assert rows[run_id]["status"] == "done" and calls(spec, t) == {run_id: 1}
     for t in pruned:
         (run_id,) = t.user_attrs["runs"]
-        assert t.user_attrs["pruned_at_step"] == max(t.intermediate_values) < 6
+        assert t.user_attrs["pruned_at_step"] == max(t.intermediate_values) < 6  # never at the last step
         assert rows[run_id]["status"] == "pending" and rows[run_id]["attempts"] == 0  # released, not failed
         assert calls(spec, t, "done") == {run_id: 0}  # its task was cancelled before finishing
     best = max(complete, key=lambda t: t.value)
@@ -176,6 +176,17 @@ def test_pruned_trials_stop_their_runs_and_complete_ones_are_told_their_value(lo
     # Rerunning a finished study trains nothing and asks no new trial.
     _, again = sweep(path, slow_cell)
     assert again.finished_now == 0 and again.counted == 6 and len(trials(spec)) == 6
+
+
+def test_no_trial_is_pruned_at_its_last_evaluation(local_ray, tmp_path, shared_mlflow):
+    # The only evaluation after step 0 is the last one: a run there has done all its training,
+    # so the median pruner, which would stop the worse half, is not asked.
+    trainer = {**TRAINER, "schedule": {"total_steps": 2, "eval_every": 2}}
+    path = write_sweep(tmp_path, mlflow=shared_mlflow, trainer=trainer, n_trials=5,
+                       pruner={"type": "median", "n_startup_trials": 1}, executor={"retries": 0, "max_concurrent": 1})
+    spec, summary = sweep(path, quick_cell)
+    assert summary.states == {"COMPLETE": 5}
+    assert all(list(t.intermediate_values) == [2] for t in trials(spec))
 
 
 def test_failures_are_recorded_on_the_trial_and_count_towards_n_trials(local_ray, tmp_path, shared_mlflow):
