@@ -29,11 +29,11 @@ def _load_experiment(spec: Path):
     is a user's mistake (one sentence, exit 2)."""
     from dapo_ablate.ablation.ledger import LedgerError
     from dapo_ablate.ablation.results import ResultsError, load_experiment_results
-    from dapo_ablate.ablation.spec import SpecError
+    from dapo_ablate.ablation.spec import SpecError, load_spec
     from dapo_ablate.core.config import ConfigError
 
     try:
-        return load_experiment_results(spec)
+        return (*load_experiment_results(spec), load_spec(spec).metric)
     except (SpecError, ConfigError, ResultsError, LedgerError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
@@ -55,7 +55,7 @@ def report(
     spec: Optional[Path] = typer.Argument(None, help="Experiment spec YAML whose results to report."),
     results: Optional[Path] = typer.Option(None, "--results", help="Results CSV instead of a spec."),
     out: Path = typer.Option(..., "--out", help="Directory for the report files."),
-    metric: str = typer.Option("avg@32", "--metric", help="Metric column to analyse."),
+    metric: Optional[str] = typer.Option(None, "--metric", help="Metric column to analyse (default: the spec's metric, else avg@32)."),
     orderings: str = typer.Option("paper", "--orderings", help="paper | all | 'a,b,c;c,b,a'."),
     formats: str = typer.Option(",".join(FORMATS), "--format", help="Any of md,csv,tex,html,png."),
     confidence: float = typer.Option(0.95, "--confidence", help="Confidence level of the intervals."),
@@ -74,9 +74,11 @@ def report(
     logger, curves = None, None
     try:
         if results is not None:
+            metric = metric or "avg@32"
             table, factor_names = load_results_csv(results, parse_list(factors), metric)
         else:
-            table, factor_names, curves, spec_design, logger = _load_experiment(spec)
+            table, factor_names, curves, spec_design, logger, spec_metric = _load_experiment(spec)
+            metric = metric or spec_metric
             factor_names = parse_list(factors) or factor_names
             design = design or spec_design
         written = write_report(

@@ -287,6 +287,18 @@ def test_real_trainer_end_to_end_through_ray_ledger_and_mlflow(local_ray, tmp_pa
         assert child.info.status == "FINISHED" and "avg_at_4" in child.data.metrics
         assert "train/entropy" in child.data.metrics and child.data.params["rollout.eval_k"] == "4"
     assert all((Path(spec.output_dir) / spec.name / run.run_id / "result.json").is_file() for run in expand(spec).runs)
+    # the report of the experiment, read from the ledger, with every file the reports promise
+    from typer.testing import CliRunner
+
+    from dapo_ablate.cli.main import app
+
+    out = tmp_path / "report"
+    result = CliRunner().invoke(app, ["report", str(spec_path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    tables = ["cells", "cumulative", "orderings", "shapley", "effects", "leave_one_out", "compute"]
+    expected = {f"{t}.{ext}" for t in tables for ext in ("csv", "md", "tex")}
+    expected |= {"report.md", "report.html", "shapley.png", "learning_curves.png"}
+    assert expected <= {p.name for p in out.iterdir()}
 
 
 @pytest.mark.postgres
