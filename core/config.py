@@ -44,7 +44,8 @@ class Techniques(_Frozen):
     """The five DAPO techniques. Off means naive GRPO's behaviour for that point."""
 
     overlong_filter: bool = True
-    """Mask the loss of truncated responses (off: truncated samples are trained on)."""
+    """Mask the loss of truncated responses (off: truncated samples are trained on). On in the
+    paper's cumulative table; verl's DAPO runs rely on the soft punishment alone."""
     clip_higher: bool = True
     """Use the decoupled upper clip bound `eps_high` (off: eps_high = eps_low, symmetric PPO clip)."""
     soft_overlong: bool = True
@@ -109,7 +110,7 @@ class RolloutConfig(_Frozen):
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
     """vLLM only: share of GPU memory for weights and KV cache."""
     tensor_parallel_size: int = Field(1, ge=1)
-    """vLLM only: tensor-parallel degree of the rollout engine."""
+    """vLLM only: tensor-parallel degree of the rollout engine (only 1 is supported for now)."""
 
 
 class AlgorithmConfig(_Frozen):
@@ -122,7 +123,8 @@ class AlgorithmConfig(_Frozen):
     eps_high: float = Field(0.28, gt=0)
     """Upper clip bound used when clip_higher is on (paper: 0.28); off, eps_low is used."""
     clip_ratio_c: float | None = Field(None, gt=1)
-    """Dual-clip bound for negative advantages (Ye et al. 2020); None disables it."""
+    """Dual-clip bound for negative advantages (Ye et al. 2020); None disables it (the paper does not
+    mention it; verl's DAPO script sets 10.0)."""
     overlong_cache: int = Field(4096, ge=1)
     """Soft overlong cache length L_cache: the penalty ramps over the last L_cache tokens (paper: 4096)."""
     overlong_penalty_factor: float = Field(1.0, ge=0)
@@ -135,7 +137,7 @@ class AlgorithmConfig(_Frozen):
     """Reward of any other response, truncated ones included (paper: -1)."""
     gen_prompts_per_round: int | None = Field(None, ge=1)
     """Dynamic sampling: prompts generated per round (None: 3 x prompts_per_step, verl recipe's 1536)."""
-    max_gen_rounds: int = Field(10, ge=1)
+    max_gen_rounds: int = Field(10, ge=1, le=1000)
     """Dynamic sampling: stop after this many rounds and train on what was kept (logged, never a crash)."""
     kl_coef: float = Field(0.0, ge=0)
     """k3 KL penalty to the initial policy (paper: none, 0.0)."""
@@ -239,6 +241,11 @@ class TrainerConfig(_Frozen):
             raise ValueError(
                 f"batch.micro_batch_size ({batch.micro_batch_size}) exceeds mini_batch_size "
                 f"({batch.mini_batch_size}); make it at most the mini-batch"
+            )
+        if self.rollout.engine == "vllm" and self.rollout.tensor_parallel_size > 1:
+            raise ValueError(
+                "rollout.tensor_parallel_size above 1 is not supported yet (weights are synced to one in-process "
+                "vLLM worker); set it to 1 and pick a model that fits one GPU"
             )
         if self.rollout.engine == "vllm" and self.model.path == BUILTIN:
             raise ValueError("rollout.engine `vllm` needs model.path to be a Hugging Face checkpoint folder, not `builtin`")

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .metrics import maj_at_k, pass_at_k
-from .rollout import RolloutEngine
+from .rollout import RolloutEngine, derive_seed
 from .verifier import Verifier, extract_answer, normalize_answer
 
 
@@ -47,10 +47,12 @@ def evaluate(
     k = settings.k
     rollout = engine.generate(
         prompts, k, settings.temperature, settings.top_p, settings.max_new_tokens,
-        seed=settings.seed * 1_000_003 + step,
+        seed=derive_seed(settings.seed, step),
     )
     texts = [decode(rollout.responses[i, : int(rollout.lengths[i])].tolist()) for i in range(len(rollout.prompt_ids))]
-    correct = verifier(texts, [a for a in answers for _ in range(k)])
+    # as in training, a truncated response has no final answer and counts as wrong
+    correct = [c and not t for c, t in zip(verifier(texts, [a for a in answers for _ in range(k)]),
+                                            rollout.truncated.tolist())]
     correct_grid = [correct[i * k : (i + 1) * k] for i in range(len(prompts))]
     extracted = [[_normalized(texts[i * k + j]) for j in range(k)] for i in range(len(prompts))]
     n_correct = [sum(row) for row in correct_grid]

@@ -65,6 +65,15 @@ class Policy:
         return int(self.tokenizer.eos_token_id)
 
     @property
+    def eos_token_ids(self) -> list[int]:
+        """Every token that ends a response: the tokenizer's EOS and the generation config's."""
+        ids = {self.eos_token_id}
+        extra = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        if extra is not None:
+            ids |= set(extra) if isinstance(extra, (list, tuple)) else {int(extra)}
+        return sorted(ids)
+
+    @property
     def pad_token_id(self) -> int:
         pad = self.tokenizer.pad_token_id
         return int(pad if pad is not None else self.tokenizer.eos_token_id)

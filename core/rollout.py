@@ -12,6 +12,7 @@ recomputes, so the first update's importance ratio is exactly 1 up to float erro
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -79,6 +80,13 @@ class Rollout:
         )
 
 
+def derive_seed(*parts: int) -> int:
+    """A 62-bit seed from integer parts (seed, step, round, ...): distinct parts give unrelated
+    seeds, so generation rounds, steps and evaluations never share a random stream."""
+    digest = hashlib.sha256(",".join(str(int(p)) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 2
+
+
 class RolloutEngine(Protocol):
     """What the trainer needs from a sampler."""
 
@@ -119,16 +127,18 @@ class HFRolloutEngine:
     from the attention mask so padding does not shift positions. For Qwen2/Llama/Mistral-style
     models each new token goes through `fast_decode.StaticKVDecoder` (hand-written step, cache
     allocated once); other architectures use their own forward with a DynamicCache (`fast=False`
-    forces that path). Finished rows keep decoding padding until a quarter of the batch is done,
+    forces that path). Meant for the CPU and small models: the cache is preallocated for
+    prompt + max_new_tokens per row; real models at long ceilings belong on the vLLM engine. Finished rows keep decoding padding until a quarter of the batch is done,
     then the batch (and its cache) is compacted, so the tail of long responses does not pay for
     rows that are done. Work is split into chunks of `max_batch` rows to bound memory.
     """
 
-    def __init__(self, model: torch.nn.Module, eos_token_id: int, pad_token_id: int, max_batch: int = 1024,
-                 fast: bool = True):
+    def __init__(self, model: torch.nn.Module, eos_token_id: int | list[int], pad_token_id: int,
+                 max_batch: int = 1024, fast: bool = True):
         self.model = model
         self.fast = fast
-        self.eos_token_id = eos_token_id
+        # a response ends at any of the checkpoint's end tokens (instruct models often have several)
+        self.eos_token_ids = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id))
         self.pad_token_id = pad_token_id
         self.max_batch = max_batch
 
@@ -137,7 +147,8 @@ class HFRolloutEngine:
 
     def generate(self, prompts, n, temperature, top_p, max_new_tokens, seed) -> Rollout:
         rows = [list(p) for p in prompts for _ in range(n)]
-        generator = torch.Generator().manual_seed(seed)
+        device = next(self.model.parameters()).device
+        generator = torch.Generator(device=device).manual_seed(seed)
         parts = [
             self._generate_chunk(rows[i : i + self.max_batch], temperature, top_p, max_new_tokens, generator)
             for i in range(0, len(rows), self.max_batch)
@@ -176,7 +187,7 @@ class HFRolloutEngine:
             live = running.nonzero().squeeze(-1)
             tokens[alive[live], t] = token_cpu[live]
             logps[alive[live], t] = logp_cpu[live]
-            done_now = running & (token_cpu == self.eos_token_id)
+            done_now = running & torch.isin(token_cpu, self.eos_token_ids)
             if done_now.any():
                 lengths[alive[done_now]] = t + 1
                 finished[alive[done_now]] = True
@@ -205,4 +216,7 @@ class HFRolloutEngine:
             mask=mask[:, :width_out],
             lengths=lengths,
             truncated=~finished,
+            # in float32 the decode step's log-probs match the training forward (tests/test_rollout.py);
+            # in bf16/fp16 a different order of operations moves them, so the trainer recomputes
+            log_probs_exact=next(model.parameters()).dtype == torch.float32,
         )

@@ -16,7 +16,15 @@ shrinks the scale (model, batch, ceiling, steps) and raises the learning rate.
 
 No global state: everything a run needs is built from the config, and every random draw comes
 from a generator seeded by the config, so the same config gives the same result, and a run
-resumed from a step-boundary checkpoint gives the same result as an uninterrupted one.
+resumed from a step-boundary checkpoint gives the same result as an uninterrupted one. (With the
+math-verify fallback of the verifier, a check that hits its time bound counts as wrong, so
+determinism also assumes no check times out; DAPO's own `answer_line` verifier never does.)
+
+Points to know:
+- with `filtered_in_group_stats: false`, a group that is mixed only through a truncated wrong
+  sample is kept by dynamic sampling (correctness is raw) but has zero advantages;
+- prompts are drawn in shuffled passes over the training set; a round that crosses a pass
+  boundary can hold the same prompt twice (verl's dataloader would not).
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from .data import load_eval_set, load_problems
 from .evaluation import EvalSettings, cached_initial_eval, evaluate, initial_eval_key
 from .policy import Policy, load_policy
 from .result import RunResult
-from .rollout import HFRolloutEngine, Rollout, RolloutEngine
+from .rollout import HFRolloutEngine, Rollout, RolloutEngine, derive_seed
 from .tasks import generate_problems
 from .verifier import Verifier
 
@@ -159,7 +167,7 @@ def collect_batch(
         t0 = time.perf_counter()
         rollout = engine.generate(
             [encoded[i] for i in idx], G, roll.temperature, roll.top_p, roll.max_response_len,
-            seed=(config.schedule.seed * 1_000_003 + step) * 101 + rounds,
+            seed=derive_seed(config.schedule.seed, step, rounds),
         )
         t1 = time.perf_counter()
         texts = [policy.decode(rollout.responses[r, : int(rollout.lengths[r])].tolist()) for r in range(len(idx) * G)]
@@ -483,11 +491,12 @@ def default_engine(policy: Policy, config: TrainerConfig) -> RolloutEngine:
         from .vllm_engine import VLLMRolloutEngine
 
         return VLLMRolloutEngine(policy, config)
-    return HFRolloutEngine(policy.model, policy.eos_token_id, policy.pad_token_id)
+    return HFRolloutEngine(policy.model, policy.eos_token_ids, policy.pad_token_id)
 
 
 def _policy_identity(policy: Policy, config: TrainerConfig) -> str:
-    return f"{policy.source}|{config.model.dtype}|{config.model.use_chat_template}"
+    device = next(policy.model.parameters()).device.type
+    return f"{policy.source}|{config.model.dtype}|{config.model.use_chat_template}|{config.rollout.engine}|{device}"
 
 
 def _save_checkpoint(path: Path, config, model, optimizer, sampler, update_gen, result: RunResult) -> None:

@@ -10,7 +10,10 @@ Weights: after each update `sync_weights` streams the trainer's state dict into 
 (`load_weights`) through `collective_rpc`, then resets the prefix cache (a stale prefix cache
 serves keys computed by old weights). This runs in-process: set VLLM_ENABLE_V1_MULTIPROCESSING=0.
 
-Status: exercised only on GPU machines; the CPU test suite does not install vLLM.
+Scope: one process, one device: the trainer and vLLM share a GPU (tensor_parallel_size 1), so
+`gpu_memory_utilization` must leave room for training. Multi-GPU training (FSDP) and multi-worker
+weight sync are not implemented. Status: exercised only on GPU machines; the CPU test suite does
+not install vLLM.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ def _load_weights(worker, weights):  # runs inside vLLM's worker
 
 
 class VLLMRolloutEngine:
-    def __init__(self, policy, config: TrainerConfig):
+    def __init__(self, policy, config: TrainerConfig, max_prompt_len: int = 2048):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
             from vllm import LLM
@@ -43,7 +46,9 @@ class VLLMRolloutEngine:
             dtype=config.model.dtype,
             gpu_memory_utilization=config.rollout.gpu_memory_utilization,
             tensor_parallel_size=config.rollout.tensor_parallel_size,
-            max_model_len=None,
+            # room for the longest prompt plus the full ceiling, so responses end at the ceiling
+            # (a truncation the penalty and the filter understand), never at a shorter context
+            max_model_len=config.rollout.max_response_len + max_prompt_len,
             enable_prefix_caching=True,
             trust_remote_code=config.model.trust_remote_code,
             seed=config.schedule.seed,
@@ -58,8 +63,13 @@ class VLLMRolloutEngine:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed,
-                                stop_token_ids=[self.eos_token_id], skip_special_tokens=False)
+        # one SamplingParams per prompt with disjoint seeds: vLLM seeds the i-th of n samples with
+        # seed + i, so a shared seed would give sample i of every prompt the same random numbers
+        params = [
+            SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
+                           seed=(seed + j * n) % 2**62, skip_special_tokens=False)
+            for j in range(len(prompts))
+        ]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
         rows, responses, truncated = [], [], []
         for prompt, out in zip(prompts, outputs):

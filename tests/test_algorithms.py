@@ -87,6 +87,10 @@ def test_dual_clip_bounds_negative_advantage_loss():
     loss, m = clipped_policy_loss(*args, clip_ratio_c=3.0)
     assert float(loss) == pytest.approx(3.0) and m["clipfrac_dual"] == 1.0
     assert float(clipped_policy_loss(*args)[0]) == pytest.approx(math.exp(2.0))
+    # for A > 0 the dual clip never acts: r = e^2 clipped at 1.28 -> loss -1.28 with or without it
+    pos = (torch.tensor([[2.0]]), torch.zeros(1, 1), torch.tensor([1.0]), torch.ones(1, 1), 0.2, 0.28, True)
+    loss, m = clipped_policy_loss(*pos, clip_ratio_c=3.0)
+    assert float(loss) == pytest.approx(-1.28) and m["clipfrac_dual"] == 0.0
 
 
 def test_token_vs_sample_level_aggregation_hand_computed():

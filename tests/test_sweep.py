@@ -267,6 +267,29 @@ def test_too_few_trials_for_importances_is_a_note_not_an_error(local_ray, tmp_pa
     assert (tmp_path / "r" / "best_params.csv").read_text().startswith("trial,avg@4,eps_high")
 
 
+def test_optuna_dashboard_reads_the_study_from_the_ledger_database(local_ray, tmp_path, shared_mlflow):
+    dashboard = pytest.importorskip("optuna_dashboard")  # the `dashboard` extra
+    import json
+    from wsgiref.util import setup_testing_defaults
+
+    spec, _ = sweep(write_sweep(tmp_path, mlflow=shared_mlflow, n_trials=2), quick_cell)
+    app = dashboard.wsgi(studies.storage_url(spec.ledger))
+
+    def get(path: str, query: str = "") -> Any:
+        environ: dict[str, Any] = {}
+        setup_testing_defaults(environ)
+        environ.update(PATH_INFO=path, QUERY_STRING=query)
+        status: list[str] = []
+        body = b"".join(app(environ, lambda code, headers, exc_info=None: status.append(code)))
+        assert status == ["200 OK"]
+        return json.loads(body)
+
+    (summary,) = [s for s in get("/api/studies")["study_summaries"] if s["study_name"] == spec.name]
+    detail = get(f"/api/studies/{summary['study_id']}", "after=0")
+    assert [t["state"] for t in detail["trials"]] == ["Complete", "Complete"]
+    assert [v["step"] for v in detail["trials"][0]["intermediate_values"]] == [2, 4, 6]
+
+
 # -- MLflow ------------------------------------------------------------------------------------
 def test_mlflow_study_parent_trial_children_runs_and_best_tag(local_ray, tmp_path, mlflow_uri):
     from mlflow import MlflowClient
@@ -330,6 +353,7 @@ def test_resume_after_the_driver_is_killed(tmp_path, ledger_url, shared_mlflow):
 
     rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert f"{spec.name}: 6/6 trials finished" in rerun.stdout
     after = {t.number: t for t in trials(spec)}
     assert studies.counted_trials(list(after.values())) == 6
     for number, t in done_before.items():  # completed trials are kept and not trained again

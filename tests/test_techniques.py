@@ -159,3 +159,25 @@ def test_long_responses_weigh_more_only_with_token_level_loss():
         (g,) = torch.autograd.grad(loss, theta)
         weights[on] = float(g[0].sum() / g[1].sum())
     assert weights[True] == pytest.approx(4.0) and weights[False] == pytest.approx(1.0)
+
+
+def test_dynamic_sampling_filters_on_correctness_not_reward_and_discards_the_surplus(policy):
+    # "2+2=" is all wrong, but its responses reach into the soft-penalty zone (ceiling 20, start 16)
+    # by different amounts, so its rewards differ: a filter on reward spread would keep it.
+    script = dict(SCRIPT)
+    script["2+2="] = ["1,2,3,4,5\nAnswer: 5", "1,2,3,4,5,6\nAnswer: 5", "1,2,3,4,5,6,7\nAnswer: 5", "\nAnswer: 5"]
+    cfg = config(dynamic_sampling=True, soft_overlong=True).with_overrides(
+        {"batch.prompts_per_step": 1, "batch.mini_batch_size": 4})
+    engine = ScriptedEngine(policy.tokenizer, script, cfg.rollout.max_response_len)
+    rewards, _ = shape_rewards(cfg, torch.zeros(4, dtype=torch.bool),
+                               torch.tensor([len(policy.tokenizer(t)["input_ids"]) + 1 for t in script["2+2="]]))
+    assert rewards.unique().numel() > 1  # the all-wrong group's rewards do differ
+    batch = collect_batch(cfg, engine, policy, Verifier(method="answer_line"), TRAIN, {},
+                          PromptSampler(size=4, seed=0), step=1)
+    # one round of 4 prompts: two mixed groups, one kept (prompts_per_step 1), the other discarded
+    assert batch.correct.shape == (1, 4)
+    n = int(batch.correct.sum())
+    assert 0 < n < 4
+    assert batch.stats["gen_rounds"] == 1 and batch.stats["groups_mixed"] == 0.5
+    kept_tokens = float(batch.rollout.lengths.sum())
+    assert batch.stats["tokens_discarded"] == batch.stats["tokens_generated"] - kept_tokens
