@@ -139,7 +139,7 @@ class _SweepDriver:
         self.spec, self.cell_fn, self.local = spec, cell_fn, local
         self.n_trials = n_trials or spec.n_trials or 1
         if spec.sampler.type == "grid":  # a grid runs out of new points
-            self.n_trials = min(self.n_trials, spec.n_trials or self.n_trials)
+            self.n_trials = min(self.n_trials, spec.grid_size)
         self.host = studies.this_driver()
         executor = spec.executor
         self.retries, self.lease_s = executor.retries, executor.lease_s

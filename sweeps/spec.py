@@ -276,7 +276,7 @@ class SweepSpec(_Section):
                         "give it a step or choices, or use sampler: tpe or random",
                         f"space.{leaf}",
                     )
-            size = math.prod(len(grid_values(dim)) for dim in self.space.values())
+            size = self.grid_size
             if size > MAX_GRID_POINTS:
                 raise _Problem(f"the grid has {size} points, above {MAX_GRID_POINTS}; use coarser steps or fewer knobs", "space")
             if self.n_trials is None:
@@ -304,6 +304,11 @@ class SweepSpec(_Section):
         """Leaf name -> dotted TrainerConfig path of each searched knob."""
         paths = knob_paths()
         return {leaf: paths[leaf] for leaf in self.space}
+
+    @property
+    def grid_size(self) -> int:
+        """Points of the grid sampler's grid (the product of each knob's values)."""
+        return math.prod(len(grid_values(dim)) for dim in self.space.values())
 
     @property
     def seeds(self) -> list[int]:

@@ -194,8 +194,8 @@ def test_failures_are_recorded_on_the_trial_and_count_towards_n_trials(local_ray
     # (0.3, 0.25) is a setting the trainer refuses (eps_high < eps_low): no run at all.
     path = write_sweep(tmp_path, mlflow=shared_mlflow, sampler="grid", n_trials=None, space={
         "eps_low": {"choices": [0.2, 0.3]}, "eps_high": {"choices": [0.25, 0.45]}})
-    spec, summary = sweep(path, picky_cell)
-    assert summary.exit_code == 0 and summary.counted == 4
+    spec, summary = sweep(path, picky_cell, n_trials=10)  # --n-trials beyond the grid: capped at its 4 points
+    assert summary.exit_code == 0 and summary.counted == summary.n_trials == 4
     by_params = {(t.params["eps_low"], t.params["eps_high"]): t for t in trials(spec)}
     assert by_params[(0.2, 0.25)].state == TrialState.COMPLETE
     for key in ((0.2, 0.45), (0.3, 0.45)):
