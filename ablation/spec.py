@@ -52,7 +52,10 @@ __all__ = [
     "ExecutorSpec",
     "ExperimentSpec",
     "SpecError",
+    "SpecProblem",
     "TrackingSpec",
+    "TrainerBasedSpec",
+    "format_spec_error",
     "load_spec",
 ]
 
@@ -72,8 +75,9 @@ class SpecError(ValueError):
     """A user's mistake in an experiment spec; the message is one sentence naming the field and the fix."""
 
 
-class _Problem(ValueError):
-    """Raised inside validators: a message that already says the fix, and the field it is about.
+class SpecProblem(ValueError):
+    """Raised inside a spec's validators (experiment and sweep alike): a message that already says
+    the fix, and the field it is about; `format_spec_error` turns it into the user's sentence.
 
     With field=None the message is a complete sentence of its own (a trainer file's error)."""
 
@@ -88,7 +92,7 @@ class _Problem(ValueError):
 def format_spec_error(err: ValidationError, source: str) -> str:
     """The first validation error as one sentence, in core.config's `format_validation_error` style."""
     problem = (err.errors()[0].get("ctx") or {}).get("error")
-    if isinstance(problem, _Problem):
+    if isinstance(problem, SpecProblem):
         return problem.sentence(source)
     return format_validation_error(err, source)
 
@@ -123,7 +127,60 @@ class TrackingSpec(_Section):
     """Artifact root of the MLflow experiment; None: MLflow's default (beside the SQLite store)."""
 
 
-class ExperimentSpec(_Section):
+class TrainerBasedSpec(_Section):
+    """What the experiment and sweep specs share: a `trainer` read from a YAML file or a mapping,
+    a `metric` checked against that trainer's eval_k, and the spec's dump and digest.
+
+    Each spec declares its fields itself: pydantic puts inherited fields first, and a spec's field
+    order is its dump's order and decides which of several errors is reported."""
+
+    @field_validator("trainer", mode="before", check_fields=False)
+    @classmethod
+    def _load_trainer(cls, value: Any, info: ValidationInfo) -> Any:
+        base = Path((info.context or {}).get("base", "."))
+        if isinstance(value, (str, Path)):
+            path = base / Path(value).expanduser()
+            try:
+                data = read_yaml(path)
+            except ConfigError as err:
+                raise SpecProblem(str(err).replace("config file", "trainer file", 1), "trainer") from None
+            try:
+                return build_trainer_config(resolve_relative_paths(data, path.parent), source=str(path))
+            except ConfigError as err:  # already names the trainer file and its field
+                raise SpecProblem(str(err)) from None
+        if isinstance(value, dict):
+            return resolve_relative_paths(value, base)
+        return value
+
+    @field_validator("metric", mode="before", check_fields=False)
+    @classmethod
+    def _metric_matches_eval_k(cls, value: Any, info: ValidationInfo) -> Any:
+        trainer = info.data.get("trainer")
+        k = trainer.rollout.eval_k if isinstance(trainer, TrainerConfig) else None
+        if value is None:
+            return f"avg@{k or 32}"
+        match = METRIC.match(value) if isinstance(value, str) else None
+        if not match:
+            raise SpecProblem(f"{value!r} is not a metric; use avg@k, pass@k or maj@k", "metric")
+        if k is not None and int(match.group(2)) != k:
+            raise SpecProblem(
+                f"{value} needs rollout.eval_k = {match.group(2)} but the trainer has eval_k = {k}; "
+                f"use avg@{k}, pass@{k} or maj@{k}, or set trainer.rollout.eval_k: {match.group(2)}",
+                "metric",
+            )
+        return value
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able and self-contained: the trainer fully resolved, every default explicit."""
+        return self.model_dump(mode="json")
+
+    def digest(self) -> str:
+        """A stable content hash of the whole spec."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class ExperimentSpec(TrainerBasedSpec):
     """A factorial ablation: the base trainer, the factors, the design, the seeds, and the stores.
 
     Build it with `load_spec(path)`, or `ExperimentSpec.model_validate(dict)` (paths relative to
@@ -156,31 +213,13 @@ class ExperimentSpec(_Section):
     """Folder for per-run outputs and the shared step-0 evaluation cache."""
 
     # ------------------------------------------------------------------------------ fields
-    @field_validator("trainer", mode="before")
-    @classmethod
-    def _load_trainer(cls, value: Any, info: ValidationInfo) -> Any:
-        base = Path((info.context or {}).get("base", "."))
-        if isinstance(value, (str, Path)):
-            path = base / Path(value).expanduser()
-            try:
-                data = read_yaml(path)
-            except ConfigError as err:
-                raise _Problem(str(err).replace("config file", "trainer file", 1), "trainer") from None
-            try:
-                return build_trainer_config(resolve_relative_paths(data, path.parent), source=str(path))
-            except ConfigError as err:  # already names the trainer file and its field
-                raise _Problem(str(err)) from None
-        if isinstance(value, dict):
-            return resolve_relative_paths(value, base)
-        return value
-
     @field_validator("factors", mode="before")
     @classmethod
     def _canonical_factors(cls, value: Any, info: ValidationInfo) -> Any:
         if not isinstance(value, list):
-            raise _Problem("must be a list of technique names and {knob: [low, high]} entries", "factors")
+            raise SpecProblem("must be a list of technique names and {knob: [low, high]} entries", "factors")
         if not value:
-            raise _Problem(
+            raise SpecProblem(
                 f"the list is empty; name at least one factor ({TECHNIQUE_LIST} or a knob), or leave factors out for all five",
                 "factors",
             )
@@ -188,7 +227,7 @@ class ExperimentSpec(_Section):
         names = [entry if isinstance(entry, str) else next(iter(entry)) for entry in entries]
         for name in names:
             if names.count(name) > 1:
-                raise _Problem(f"{name} is listed twice; list each factor once", "factors")
+                raise SpecProblem(f"{name} is listed twice; list each factor once", "factors")
         base = Path((info.context or {}).get("base", "."))
         entries = [entry if isinstance(entry, str) else _resolve_level_paths(entry, base) for entry in entries]
         trainer = info.data.get("trainer")
@@ -203,7 +242,7 @@ class ExperimentSpec(_Section):
         if isinstance(value, str):
             value = numerals.get(value.strip().upper(), value)
         if isinstance(value, int) and not isinstance(value, bool) and value < 3:
-            raise _Problem(f"{value} is below III; give 3 (III), 4 (IV), 5 (V) or more", "resolution")
+            raise SpecProblem(f"{value} is below III; give 3 (III), 4 (IV), 5 (V) or more", "resolution")
         return value
 
     @field_validator("orderings", mode="before")
@@ -213,71 +252,53 @@ class ExperimentSpec(_Section):
             return value
         shape = "must be `paper`, `all`, or a list of orderings, each a list of factor names"
         if not isinstance(value, list) or not value or not all(isinstance(o, list) for o in value):
-            raise _Problem(shape, "orderings")
+            raise SpecProblem(shape, "orderings")
         factors = info.data.get("factors")
         if factors is None:
             return value  # the factors' error is reported first
         orderings = [_canonical_ordering(i, ordering, factors) for i, ordering in enumerate(value)]
         for i, ordering in enumerate(orderings):
             if ordering in orderings[:i]:
-                raise _Problem(f"orderings[{i}] repeats orderings[{orderings.index(ordering)}]; list each ordering once", "orderings")
+                raise SpecProblem(f"orderings[{i}] repeats orderings[{orderings.index(ordering)}]; list each ordering once", "orderings")
         return orderings
 
     @field_validator("seeds", mode="before")
     @classmethod
     def _seed_list(cls, value: Any) -> Any:
         if isinstance(value, bool):
-            raise _Problem(f"{value} is not a count; give a count of at least 1 or a list of integer seeds", "seeds")
+            raise SpecProblem(f"{value} is not a count; give a count of at least 1 or a list of integer seeds", "seeds")
         if isinstance(value, int):
             if value < 1:
-                raise _Problem(f"{value} is below 1; give a count of at least 1 (seeds 0..n-1) or a list of seeds", "seeds")
+                raise SpecProblem(f"{value} is below 1; give a count of at least 1 (seeds 0..n-1) or a list of seeds", "seeds")
             return list(range(value))
         if isinstance(value, list):
             if not value:
-                raise _Problem("the list is empty; give at least one seed, or a count", "seeds")
+                raise SpecProblem("the list is empty; give at least one seed, or a count", "seeds")
             for seed in value:
                 if isinstance(seed, bool) or not isinstance(seed, int):
-                    raise _Problem(f"{seed!r} is not an integer; list integer seeds", "seeds")
+                    raise SpecProblem(f"{seed!r} is not an integer; list integer seeds", "seeds")
                 if value.count(seed) > 1:
-                    raise _Problem(f"seed {seed} is listed twice; list each seed once", "seeds")
+                    raise SpecProblem(f"seed {seed} is listed twice; list each seed once", "seeds")
             return value
-        raise _Problem(f"{value!r} is neither a count nor a list; give a count of at least 1 or a list of seeds", "seeds")
-
-    @field_validator("metric", mode="before")
-    @classmethod
-    def _metric_matches_eval_k(cls, value: Any, info: ValidationInfo) -> Any:
-        trainer = info.data.get("trainer")
-        k = trainer.rollout.eval_k if isinstance(trainer, TrainerConfig) else None
-        if value is None:
-            return f"avg@{k or 32}"
-        match = METRIC.match(value) if isinstance(value, str) else None
-        if not match:
-            raise _Problem(f"{value!r} is not a metric; use avg@k, pass@k or maj@k", "metric")
-        if k is not None and int(match.group(2)) != k:
-            raise _Problem(
-                f"{value} needs rollout.eval_k = {match.group(2)} but the trainer has eval_k = {k}; "
-                f"use avg@{k}, pass@{k} or maj@{k}, or set trainer.rollout.eval_k: {match.group(2)}",
-                "metric",
-            )
-        return value
+        raise SpecProblem(f"{value!r} is neither a count nor a list; give a count of at least 1 or a list of seeds", "seeds")
 
     # ------------------------------------------------------------------------- cross-field
     @model_validator(mode="after")
     def _design_is_possible(self) -> "ExperimentSpec":
         for name in ("resolution", "generators"):
             if getattr(self, name) is not None and self.design != "fractional":
-                raise _Problem(f"only applies to design: fractional (this is {self.design}); remove it", name)
+                raise SpecProblem(f"only applies to design: fractional (this is {self.design}); remove it", name)
         if self.orderings != "paper" and self.design != "cumulative":  # `paper` is the default: harmless
-            raise _Problem(f"only applies to design: cumulative (this is {self.design}); remove it", "orderings")
+            raise SpecProblem(f"only applies to design: cumulative (this is {self.design}); remove it", "orderings")
         k = len(self.factors)
         if self.design == "fractional":
             try:
                 choose_fraction(k, self.resolution, self.generators)
             except DesignError as err:
-                raise _Problem(str(err), "generators" if self.generators is not None else "design") from None
+                raise SpecProblem(str(err), "generators" if self.generators is not None else "design") from None
         elif self.design == "full" or (self.design == "cumulative" and self.orderings == "all"):
             if 2**k > MAX_CELLS:
-                raise _Problem(
+                raise SpecProblem(
                     f"{self.design} with {k} factors needs {2**k} cells, above {MAX_CELLS}; use design: fractional or fewer factors",
                     "design",
                 )
@@ -288,15 +309,6 @@ class ExperimentSpec(_Section):
     def factor_names(self) -> list[str]:
         """Canonical factor names in spec order (technique names, knob leaf names)."""
         return [entry if isinstance(entry, str) else next(iter(entry)) for entry in self.factors]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able and self-contained: the trainer fully resolved, seeds and metric explicit."""
-        return self.model_dump(mode="json")
-
-    def digest(self) -> str:
-        """A stable content hash of the whole spec."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:
@@ -326,21 +338,21 @@ def _canonical_factor(entry: Any) -> str | dict[str, list[Any]]:
         if entry in TECHNIQUES or entry in by_short:
             return by_short.get(entry, entry)
         if entry in knobs or entry in knobs.values():
-            raise _Problem(f"{entry} is a knob, not a technique; give its two levels, e.g. {{{entry}: [low, high]}}", "factors")
-        raise _Problem(
+            raise SpecProblem(f"{entry} is a knob, not a technique; give its two levels, e.g. {{{entry}: [low, high]}}", "factors")
+        raise SpecProblem(
             f"unknown factor {entry!r}; use a technique ({TECHNIQUE_LIST}) or a two-level knob such as {{eps_high: [0.2, 0.28]}}",
             "factors",
         )
     if not (isinstance(entry, dict) and len(entry) == 1):
-        raise _Problem(f"{entry!r} is not a factor; write a technique name or one knob as {{eps_high: [0.2, 0.28]}}", "factors")
+        raise SpecProblem(f"{entry!r} is not a factor; write a technique name or one knob as {{eps_high: [0.2, 0.28]}}", "factors")
     ((knob, levels),) = entry.items()
     leaf = {path: name for name, path in knobs.items()}.get(knob, knob)
     if leaf not in knobs:
-        raise _Problem(f"unknown knob {knob!r}; use a TrainerConfig field such as eps_high or algorithm.eps_high", "factors")
+        raise SpecProblem(f"unknown knob {knob!r}; use a TrainerConfig field such as eps_high or algorithm.eps_high", "factors")
     if knobs[leaf].startswith("techniques."):
-        raise _Problem(f"{knob} is a technique; list it by name ({leaf}) without levels", "factors")
+        raise SpecProblem(f"{knob} is a technique; list it by name ({leaf}) without levels", "factors")
     if not isinstance(levels, list) or len(levels) != 2:
-        raise _Problem(f"knob {leaf} needs exactly two levels [low, high], got {levels!r}", "factors")
+        raise SpecProblem(f"knob {leaf} needs exactly two levels [low, high], got {levels!r}", "factors")
     return {leaf: list(levels)}
 
 
@@ -377,7 +389,7 @@ def _validated_knob_levels(trainer: TrainerConfig, entries: list) -> list:
     for i, leaf, _, _ in found:
         low, high = coerced[(leaf, "low")], coerced[(leaf, "high")]
         if low == high:
-            raise _Problem(f"knob {leaf} has the same value {low!r} at both levels; give two different levels", "factors")
+            raise SpecProblem(f"knob {leaf} has the same value {low!r} at both levels; give two different levels", "factors")
         out[i] = {leaf: [low, high]}
     return out
 
@@ -399,7 +411,7 @@ def _built_values(trainer: TrainerConfig, combo: Sequence[tuple[str, str, str, A
         else:
             what = "the knob levels " + ", ".join(f"{leaf}={value!r}" for leaf, _, _, value in combo)
         where = f"{loc}: " if loc else ""
-        raise _Problem(f"with {what} the trainer config is invalid ({where}{detail}); choose other levels", "factors") from None
+        raise SpecProblem(f"with {what} the trainer config is invalid ({where}{detail}); choose other levels", "factors") from None
     out = []
     for _, path, _, _ in combo:
         node: Any = built
@@ -420,11 +432,11 @@ def _canonical_ordering(i: int, ordering: list[Any], factors: list) -> list[str]
     out = []
     for entry in ordering:
         if not isinstance(entry, str) or entry not in alias:
-            raise _Problem(f"orderings[{i}] names {entry!r}, which is not among the factors ({', '.join(names)}); use those names", "orderings")
+            raise SpecProblem(f"orderings[{i}] names {entry!r}, which is not among the factors ({', '.join(names)}); use those names", "orderings")
         if alias[entry] in out:
-            raise _Problem(f"orderings[{i}] lists {alias[entry]} twice; list each factor once", "orderings")
+            raise SpecProblem(f"orderings[{i}] lists {alias[entry]} twice; list each factor once", "orderings")
         out.append(alias[entry])
     missing = [n for n in names if n not in out]
     if missing:
-        raise _Problem(f"orderings[{i}] leaves out {', '.join(missing)}; list every factor once", "orderings")
+        raise SpecProblem(f"orderings[{i}] leaves out {', '.join(missing)}; list every factor once", "orderings")
     return out

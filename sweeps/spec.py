@@ -31,9 +31,7 @@ seed, mean over seeds) is stored with the trial (see `sweeps.robustness`).
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import math
 import typing
 from pathlib import Path
@@ -44,20 +42,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from dapo_ablate.ablation.spec import (
     DEFAULT_LEDGER,
     DEFAULT_OUTPUT_DIR,
-    METRIC,
     ExecutorSpec,
     ExperimentSpec,
     SpecError,
+    SpecProblem,
     TrackingSpec,
+    TrainerBasedSpec,
+    format_spec_error,
 )
 from dapo_ablate.core.config import (
     ConfigError,
     TrainerConfig,
-    build_trainer_config,
     format_validation_error,
     knob_paths,
     read_yaml,
-    resolve_relative_paths,
     set_dotted,
 )
 
@@ -81,26 +79,6 @@ MAX_GRID_POINTS = 10_000
 """A grid larger than this is almost surely a mistake (a float step far too fine)."""
 MAX_CORNER_COMBINATIONS = 4096
 """Bounds are checked together with other knobs' bounds up to this many combinations."""
-
-
-class _Problem(ValueError):
-    """Raised inside validators: a message that says the fix, and the field it is about
-    (the same contract as `ablation.spec`'s, whose problems also reach `format_sweep_error`)."""
-
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.message, self.field = message, field
-
-    def sentence(self, source: str) -> str:
-        return f"{source}: `{self.field}`: {self.message}" if self.field else self.message
-
-
-def format_sweep_error(err: ValidationError, source: str) -> str:
-    """The first validation error as one sentence naming the field and the fix."""
-    problem = (err.errors()[0].get("ctx") or {}).get("error")
-    if hasattr(problem, "sentence"):
-        return problem.sentence(source)
-    return format_validation_error(err, source)
 
 
 class _Section(BaseModel):
@@ -167,7 +145,7 @@ class HeartbeatSpec(_Section):
     """A stale trial is queued again at most this many times (then it stays failed)."""
 
 
-class SweepSpec(_Section):
+class SweepSpec(TrainerBasedSpec):
     """A knob sweep: the base trainer, the search space, the objective and the study settings.
 
     Build it with `load_sweep(path)` or `build_sweep(dict)`."""
@@ -200,57 +178,21 @@ class SweepSpec(_Section):
     """Folder for per-run outputs and the shared step-0 evaluation cache."""
 
     # ------------------------------------------------------------------------------ fields
-    @field_validator("trainer", mode="before")
-    @classmethod
-    def _load_trainer(cls, value: Any, info: ValidationInfo) -> Any:
-        base = Path((info.context or {}).get("base", "."))
-        if isinstance(value, (str, Path)):
-            path = base / Path(value).expanduser()
-            try:
-                data = read_yaml(path)
-            except ConfigError as err:
-                raise _Problem(str(err).replace("config file", "trainer file", 1), "trainer") from None
-            try:
-                return build_trainer_config(resolve_relative_paths(data, path.parent), source=str(path))
-            except ConfigError as err:  # already names the trainer file and its field
-                raise _Problem(str(err)) from None
-        if isinstance(value, dict):
-            return resolve_relative_paths(value, base)
-        return value
-
     @field_validator("space", mode="before")
     @classmethod
     def _canonical_space(cls, value: Any) -> Any:
         example = "e.g. eps_high: {type: float, low: 0.2, high: 0.4}"
         if not isinstance(value, dict):
-            raise _Problem(f"must be a mapping of knob -> range, {example}", "space")
+            raise SpecProblem(f"must be a mapping of knob -> range, {example}", "space")
         if not value:
-            raise _Problem(f"is empty; name at least one knob to search, {example}", "space")
+            raise SpecProblem(f"is empty; name at least one knob to search, {example}", "space")
         space: dict[str, Dimension] = {}
         for knob, entry in value.items():
             leaf = _leaf(knob)
             if leaf in space:
-                raise _Problem(f"knob {leaf} is listed twice; list each knob once", "space")
+                raise SpecProblem(f"knob {leaf} is listed twice; list each knob once", "space")
             space[leaf] = _dimension(leaf, entry)
         return space
-
-    @field_validator("metric", mode="before")
-    @classmethod
-    def _metric_matches_eval_k(cls, value: Any, info: ValidationInfo) -> Any:
-        trainer = info.data.get("trainer")
-        k = trainer.rollout.eval_k if isinstance(trainer, TrainerConfig) else None
-        if value is None:
-            return f"avg@{k or 32}"
-        match = METRIC.match(value) if isinstance(value, str) else None
-        if not match:
-            raise _Problem(f"{value!r} is not a metric; use avg@k, pass@k or maj@k", "metric")
-        if k is not None and int(match.group(2)) != k:
-            raise _Problem(
-                f"{value} needs rollout.eval_k = {match.group(2)} but the trainer has eval_k = {k}; "
-                f"use avg@{k}, pass@{k} or maj@{k}, or set trainer.rollout.eval_k: {match.group(2)}",
-                "metric",
-            )
-        return value
 
     @field_validator("sampler", "pruner", mode="before")
     @classmethod
@@ -271,32 +213,32 @@ class SweepSpec(_Section):
         if self.sampler.type == "grid":
             for leaf, dim in self.space.items():
                 if dim.type == "float" and dim.step is None:
-                    raise _Problem(
+                    raise SpecProblem(
                         f"the grid sampler cannot enumerate the continuous range of {leaf}; "
                         "give it a step or choices, or use sampler: tpe or random",
                         f"space.{leaf}",
                     )
             size = self.grid_size
             if size > MAX_GRID_POINTS:
-                raise _Problem(f"the grid has {size} points, above {MAX_GRID_POINTS}; use coarser steps or fewer knobs", "space")
+                raise SpecProblem(f"the grid has {size} points, above {MAX_GRID_POINTS}; use coarser steps or fewer knobs", "space")
             if self.n_trials is None:
                 object.__setattr__(self, "n_trials", size)
             elif self.n_trials > size:
-                raise _Problem(
+                raise SpecProblem(
                     f"{self.n_trials} trials exceed the grid's {size} points; set n_trials to at most {size} or leave it out",
                     "n_trials",
                 )
         elif self.n_trials is None:
-            raise _Problem(f"is required with sampler {self.sampler.type}; give the number of trials, e.g. n_trials: 20", "n_trials")
+            raise SpecProblem(f"is required with sampler {self.sampler.type}; give the number of trials, e.g. n_trials: 20", "n_trials")
         if "n_startup_trials" in self.sampler.model_fields_set and self.sampler.type != "tpe":
-            raise _Problem(f"n_startup_trials only applies to sampler type tpe (this is {self.sampler.type}); remove it", "sampler")
+            raise SpecProblem(f"n_startup_trials only applies to sampler type tpe (this is {self.sampler.type}); remove it", "sampler")
 
     def _check_pruner(self) -> None:
         applies = {"n_startup_trials": "median", "n_warmup_steps": "median",
                    "min_resource": "successive_halving", "reduction_factor": "successive_halving"}
         for name in self.pruner.model_fields_set - {"type"}:
             if applies[name] != self.pruner.type:
-                raise _Problem(f"{name} only applies to pruner type {applies[name]} (this is {self.pruner.type}); remove it", "pruner")
+                raise SpecProblem(f"{name} only applies to pruner type {applies[name]} (this is {self.pruner.type}); remove it", "pruner")
 
     # ------------------------------------------------------------------------------ helpers
     @property
@@ -318,14 +260,6 @@ class SweepSpec(_Section):
     def robustness(self) -> bool:
         return bool(self.factors)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able and self-contained: the trainer fully resolved, every default explicit."""
-        return self.model_dump(mode="json")
-
-    def digest(self) -> str:
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
-
 
 def load_sweep(path: str | Path) -> SweepSpec:
     """Read and validate a sweep YAML, raising SpecError with one sentence."""
@@ -342,7 +276,7 @@ def build_sweep(data: dict[str, Any], source: str = "sweep spec", base: str | Pa
     try:
         return SweepSpec.model_validate(data, context={"base": Path(base)})
     except ValidationError as err:
-        raise SpecError(format_sweep_error(err, source)) from None
+        raise SpecError(format_spec_error(err, source)) from None
 
 
 def grid_values(dim: Dimension) -> list[Any]:
@@ -361,7 +295,7 @@ def _leaf(knob: Any) -> str:
     paths = knob_paths()
     leaf = {path: name for name, path in paths.items()}.get(knob, knob) if isinstance(knob, str) else None
     if leaf not in paths:
-        raise _Problem(f"unknown knob {knob!r}; use a TrainerConfig field such as eps_high or algorithm.eps_high", "space")
+        raise SpecProblem(f"unknown knob {knob!r}; use a TrainerConfig field such as eps_high or algorithm.eps_high", "space")
     return leaf
 
 
@@ -381,64 +315,64 @@ def _dimension(leaf: str, entry: Any) -> Dimension:
     """Validate one knob's range into a canonical `Dimension`."""
     field = f"space.{leaf}"
     if not isinstance(entry, dict):
-        raise _Problem(f"must be a mapping such as {{type: float, low: 0.2, high: 0.4}} or {{choices: [4, 8]}}, not {entry!r}", field)
+        raise SpecProblem(f"must be a mapping such as {{type: float, low: 0.2, high: 0.4}} or {{choices: [4, 8]}}, not {entry!r}", field)
     unknown = set(entry) - set(Dimension.model_fields)
     if unknown:
-        raise _Problem(f"unknown key `{sorted(unknown)[0]}`; use type, low, high, log, step or choices", field)
+        raise SpecProblem(f"unknown key `{sorted(unknown)[0]}`; use type, low, high, log, step or choices", field)
     kind = _knob_kind(leaf)
     dim_type = entry.get("type") or ("categorical" if "choices" in entry else kind)
     if dim_type not in ("float", "int", "categorical"):
         if dim_type is None:
-            raise _Problem(f"knob {leaf} is not numeric; list its values as choices: [...]", field)
-        raise _Problem(f"type {dim_type!r} is not one of float, int, categorical; fix it", field)
+            raise SpecProblem(f"knob {leaf} is not numeric; list its values as choices: [...]", field)
+        raise SpecProblem(f"type {dim_type!r} is not one of float, int, categorical; fix it", field)
     if dim_type == "categorical":
         return _categorical(entry, field)
     if kind is None:
-        raise _Problem(f"knob {leaf} is not numeric, so it has no {dim_type} range; list its values as choices: [...]", field)
+        raise SpecProblem(f"knob {leaf} is not numeric, so it has no {dim_type} range; list its values as choices: [...]", field)
     if dim_type == "float" and kind == "int":
-        raise _Problem(f"knob {leaf} takes integers; use type: int", field)
+        raise SpecProblem(f"knob {leaf} takes integers; use type: int", field)
     return _range(dim_type, entry, field)
 
 
 def _categorical(entry: dict[str, Any], field: str) -> Dimension:
     extra = [key for key in ("low", "high", "log", "step") if key in entry]
     if extra:
-        raise _Problem(f"a categorical knob takes only choices, not {extra[0]}; remove it", field)
+        raise SpecProblem(f"a categorical knob takes only choices, not {extra[0]}; remove it", field)
     choices = entry.get("choices")
     if not isinstance(choices, list) or not choices:
-        raise _Problem("a categorical knob needs a non-empty list of choices, e.g. choices: [4, 8, 12]", field)
+        raise SpecProblem("a categorical knob needs a non-empty list of choices, e.g. choices: [4, 8, 12]", field)
     for value in choices:
         if value is not None and not isinstance(value, (bool, int, float, str)):
-            raise _Problem(f"choice {value!r} is not a number, string, boolean or null; list plain values", field)
+            raise SpecProblem(f"choice {value!r} is not a number, string, boolean or null; list plain values", field)
         if sum(type(v) is type(value) and v == value for v in choices) > 1:
-            raise _Problem(f"choice {value!r} is listed twice; list each choice once", field)
+            raise SpecProblem(f"choice {value!r} is listed twice; list each choice once", field)
     return Dimension(type="categorical", choices=list(choices))
 
 
 def _range(dim_type: str, entry: dict[str, Any], field: str) -> Dimension:
     if "choices" in entry:
-        raise _Problem(f"a {dim_type} range takes low and high, not choices; remove choices or use type: categorical", field)
+        raise SpecProblem(f"a {dim_type} range takes low and high, not choices; remove choices or use type: categorical", field)
     for key in ("low", "high"):
         if key not in entry:
-            raise _Problem(f"a {dim_type} range needs `{key}`; give both low and high", field)
+            raise SpecProblem(f"a {dim_type} range needs `{key}`; give both low and high", field)
     low, high, log, step = entry["low"], entry["high"], entry.get("log", False), entry.get("step")
     for key, value in (("low", low), ("high", high), ("step", step)):
         if value is None and key == "step":
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise _Problem(f"{key} {value!r} is not a finite number; give a number", field)
+            raise SpecProblem(f"{key} {value!r} is not a finite number; give a number", field)
         if dim_type == "int" and not float(value).is_integer():
-            raise _Problem(f"{key} {value!r} is not an integer; an int range takes integer bounds and step", field)
+            raise SpecProblem(f"{key} {value!r} is not an integer; an int range takes integer bounds and step", field)
     if not isinstance(log, bool):
-        raise _Problem(f"log {log!r} is not true or false; fix it", field)
+        raise SpecProblem(f"log {log!r} is not true or false; fix it", field)
     if low > high:
-        raise _Problem(f"low ({low}) is above high ({high}); swap them", field)
+        raise SpecProblem(f"low ({low}) is above high ({high}); swap them", field)
     if log and low <= 0:
-        raise _Problem(f"a log scale needs positive bounds but low is {low}; raise low above 0 or drop log", field)
+        raise SpecProblem(f"a log scale needs positive bounds but low is {low}; raise low above 0 or drop log", field)
     if step is not None and step <= 0:
-        raise _Problem(f"step {step} is not positive; give a step above 0", field)
+        raise SpecProblem(f"step {step} is not positive; give a step above 0", field)
     if log and step is not None and not (dim_type == "int" and step == 1):
-        raise _Problem("a log scale cannot have a step (Optuna samples log ranges continuously); drop one of them", field)
+        raise SpecProblem("a log scale cannot have a step (Optuna samples log ranges continuously); drop one of them", field)
     if dim_type == "int":
         low, high, step = int(low), int(high), None if step is None else int(step)
     else:
@@ -458,7 +392,7 @@ def _check_space_values(trainer: TrainerConfig, space: dict[str, Dimension]) -> 
             error = _error_at_every_corner(trainer, (paths[leaf], value), others)
             if error is not None:
                 which = "choice" if dim.type == "categorical" else ("low bound" if value == dim.low else "high bound")
-                raise _Problem(
+                raise SpecProblem(
                     f"with {leaf} at its {which} {value!r} the trainer config is invalid ({error}); choose another range",
                     f"space.{leaf}",
                 )
@@ -500,9 +434,9 @@ def _canonical_factors(spec: SweepSpec, context: dict[str, Any] | None) -> list[
     against the base trainer), and kept apart from the searched knobs."""
     factors = spec.factors
     if isinstance(factors, list) and not factors:
-        raise _Problem("the list is empty; name at least one factor, or leave factors out for a plain sweep", "factors")
+        raise SpecProblem("the list is empty; name at least one factor, or leave factors out for a plain sweep", "factors")
     if spec.factor_design == "full" and isinstance(factors, list) and len(factors) > MAX_FULL_FACTORS:
-        raise _Problem(
+        raise SpecProblem(
             f"factor_design full with {len(factors)} factors runs {2 ** len(factors)} cells per trial; "
             f"use at most {MAX_FULL_FACTORS} factors or factor_design: pairs",
             "factors",
@@ -513,11 +447,11 @@ def _canonical_factors(spec: SweepSpec, context: dict[str, Any] | None) -> list[
         )
     except ValidationError as err:
         problem = (err.errors()[0].get("ctx") or {}).get("error")
-        if hasattr(problem, "sentence"):
+        if isinstance(problem, SpecProblem):
             raise problem from None
-        raise _Problem(format_validation_error(err, "factors").split(": ", 1)[-1], "factors") from None
+        raise SpecProblem(format_validation_error(err, "factors").split(": ", 1)[-1], "factors") from None
     for entry in shadow.factors:
         name = entry if isinstance(entry, str) else next(iter(entry))
         if name in spec.space:
-            raise _Problem(f"{name} is both a factor and a searched knob; keep it in one of factors and space", "factors")
+            raise SpecProblem(f"{name} is both a factor and a searched knob; keep it in one of factors and space", "factors")
     return shadow.factors
