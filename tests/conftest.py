@@ -1,4 +1,5 @@
-"""Shared fixtures. Database fixtures: `ledger_url` runs a test on SQLite and on PostgreSQL.
+"""Shared fixtures. `local_ray`: one small local Ray per test module. Database fixtures:
+`ledger_url` runs a test on SQLite and on PostgreSQL.
 
 PostgreSQL is the real server at 127.0.0.1:5432 (override with DAPO_TEST_POSTGRES_URL); each
 test gets a fresh database `dapo_test_<hex>`, dropped afterwards. If the server is unreachable
@@ -7,6 +8,7 @@ the PostgreSQL cases are skipped, or fail when DAPO_REQUIRE_POSTGRES=1 (CI).
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -16,6 +18,20 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
+
+
+@pytest.fixture(scope="module")
+def local_ray(request: pytest.FixtureRequest) -> Iterator[None]:
+    """One small local Ray for the requesting module, whose functions (its cheap cell functions)
+    travel to Ray's workers by value: by reference the workers would have to import the test module."""
+    import ray
+
+    ray.cloudpickle.register_pickle_by_value(request.module)
+    ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
+             log_to_driver=False, logging_level=logging.ERROR)
+    yield
+    ray.shutdown()
+
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "DAPO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

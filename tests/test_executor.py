@@ -3,7 +3,6 @@ trainer through Ray, the ledger and MLflow. One local Ray serves the whole modul
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import subprocess
@@ -31,18 +30,6 @@ from dapo_ablate.ablation.spec import ExperimentSpec, load_spec
 from dapo_ablate.ablation.tracking import RUN_ID_TAG
 
 FACTORS = ["overlong_filter", "clip_higher"]
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    """One small local Ray for the module; the cell functions below travel by value."""
-    import ray
-
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
-             log_to_driver=False, logging_level=logging.ERROR)
-    yield
-    ray.shutdown()
 
 
 def write_spec(tmp_path: Path, **fields: Any) -> Path:

@@ -4,7 +4,6 @@ PostgreSQL; and one end-to-end sweep through the real trainer."""
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import signal
@@ -36,18 +35,6 @@ TRAINER = {
     "batch": {"prompts_per_step": 8, "mini_batch_size": 16},
     "schedule": {"total_steps": 6, "eval_every": 2},
 }
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    """One small local Ray for the module; the cell functions below travel by value."""
-    import ray
-
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
-             log_to_driver=False, logging_level=logging.ERROR)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
