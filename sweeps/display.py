@@ -4,34 +4,25 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from dapo_ablate.ablation.progress import EventLines
 
-class TrialDisplay:
+
+class TrialDisplay(EventLines):
     def __init__(self, total: int, metric: str, direction: str, enabled: bool) -> None:
-        self.total, self.metric, self.enabled = total, metric, enabled
+        super().__init__(enabled)
+        self.total, self.metric = total, metric
         self.better = max if direction == "maximize" else min
         self.finished_count = self.running = 0
         self.best: float | None = None
         self.started_at: dict[int, float] = {}
-        self.bar: Any = None
 
     def __enter__(self) -> TrialDisplay:
         if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.fields[state]}"), TimeElapsedColumn())
-            self.bar.start()
-            self.task = self.bar.add_task("trials", total=self.total, state="")
+            self._start_bar("trials", self.total)
         return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.bar is not None:
-            self._refresh()
-            self.bar.stop()
 
     def start(self, already_finished: int) -> None:
         self.finished_count = already_finished
@@ -62,16 +53,6 @@ class TrialDisplay:
         else:
             what = f"failed    {trial.user_attrs.get('error', '')}"
         self._line(f"trial {trial.number:<4} {what}{took}")
-
-    def note(self, text: str) -> None:
-        self._line(text)
-
-    def _line(self, text: str) -> None:
-        if self.bar is not None:
-            self.bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
-            self._refresh()
-        else:
-            print(text, flush=True)
 
     def _refresh(self) -> None:
         if self.bar is not None:
