@@ -3,7 +3,8 @@
 A *cell function* has the signature ``cell_fn(config_dict, run_dir, eval_cache_dir) -> dict``
 and returns the ledger's result dict (see `Ledger.finish`): ``metrics``, ``eval_curve``,
 ``signals``, ``tokens_generated``, ``tokens_discarded``, ``wall_s``. `run_cell` is the default;
-tests and debugging substitute cheap ones (see `executor.CELL_FN_ENV`).
+tests and debugging substitute cheap ones (see `executor.CELL_FN_ENV`). A cell function may also
+take ``on_eval=`` (as `run_cell` does); a sweep then sees its evaluations as they happen.
 
 It runs in a Ray worker, so it takes and returns plain data only, and it imports the trainer
 lazily: the driver never loads torch.
@@ -12,7 +13,7 @@ lazily: the driver never loads torch.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 COMPUTE_FIELDS = ("tokens_trained", "eval_tokens", "peak_rss_mb", "steps")
 """RunResult fields stored among a run's metrics besides its final evaluation."""
@@ -24,18 +25,28 @@ class CellFn(Protocol):
     ) -> dict[str, Any]: ...
 
 
-def run_cell(config_dict: dict[str, Any], run_dir: str, eval_cache_dir: str | None) -> dict[str, Any]:
+def run_cell(
+    config_dict: dict[str, Any], run_dir: str, eval_cache_dir: str | None,
+    on_eval: Callable[[int, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """Train one resolved configuration into `run_dir` and return its ledger result.
 
     ``resume=True``: a retried or re-queued run continues from its last checkpoint in `run_dir`
     (written every ``schedule.checkpoint_every`` steps) instead of starting over.
     `eval_cache_dir` is shared by all runs so the step-0 evaluation is computed once.
+    ``on_eval(step, metrics)``, if given, is called after each evaluation (a sweep streams them
+    to its pruner: `sweeps.tasks.run_streaming`).
     """
     from dapo_ablate.core.config import build_trainer_config
     from dapo_ablate.core.trainer import train
 
+    def eval_callback(kind: str, step: int, data: dict[str, Any]) -> None:
+        if kind == "eval":
+            on_eval(step, data)  # type: ignore[misc]  # only registered with an on_eval
+
     config = build_trainer_config(config_dict, source="run config")
-    result = train(config, Path(run_dir), resume=True, eval_cache_dir=eval_cache_dir)
+    callbacks = [eval_callback] if on_eval is not None else []
+    result = train(config, Path(run_dir), callbacks=callbacks, resume=True, eval_cache_dir=eval_cache_dir)
     return ledger_result(result)
 
 

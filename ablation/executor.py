@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from dapo_ablate.ablation.cell import run_cell
 from dapo_ablate.ablation.ledger import DONE, FAILED, PENDING, RUNNING, Ledger
+from dapo_ablate.ablation.progress import EventLines
 from dapo_ablate.ablation.tracking import ChildRun, Tracker, default_artifact_location, sqlite_path
 
 if TYPE_CHECKING:
@@ -130,6 +131,20 @@ def resolve_cell_fn(cell_fn: Callable[..., dict[str, Any]] | None) -> Callable[.
     except (ImportError, AttributeError, ValueError) as err:
         raise ExecutorError(f"{CELL_FN_ENV}={target!r} does not name a function ({err}); use module:function") from None
     return fn
+
+
+def release_orphans(ledger: Ledger, experiment: str, host: str) -> int:
+    """Runs of `experiment` left *running* by a dead driver process on this machine go back to
+    pending now; how many. ``host`` is this driver's `this_host()` ("hostname:pid"): runs held by
+    a live process, this one included, or by another machine are left alone (a lease handles those)."""
+    hostname, _, own_pid = host.rpartition(":")
+    released = 0
+    for row in ledger.runs_table(experiment):
+        holder, _, pid = (row["host"] or "").rpartition(":")
+        if row["status"] == RUNNING and holder == hostname and pid.isdigit():
+            if int(pid) != int(own_pid) and not pid_alive(int(pid)):
+                released += ledger.release(row["run_id"], host=row["host"])
+    return released
 
 
 def preflight(spec: ExperimentSpec, address: str | None) -> None:
@@ -323,22 +338,13 @@ class _Driver:
         self.ledger = self.ledger or Ledger(self.spec.ledger)
         self.ledger.ensure_experiment(self.name, self.spec.to_dict())
         self.ledger.add_runs(self.name, self.plan.run_specs())
-        self._release_orphans()
+        release_orphans(self.ledger, self.name, self.host)
         record = self.ledger.get_experiment(self.name)
         tags = {"dapo.design": self.plan.design, "dapo.factors": ",".join(f.name for f in self.plan.factors),
                 "dapo.seeds": ",".join(map(str, self.plan.seeds)), "dapo.runs": str(len(self.plan.runs))}
         self.parent_id = self.tracker.parent_run(record.mlflow_parent_run_id if record else None, name=self.name, tags=tags)
         self.ledger.set_mlflow_parent(self.name, self.parent_id)
         self.tracker.log_dict(self.parent_id, self.spec.to_dict(), "spec.json")
-
-    def _release_orphans(self) -> None:
-        """Runs left *running* by a dead driver process on this host go back to pending now."""
-        hostname = socket.gethostname()
-        for row in self.ledger.runs_table(self.name):
-            holder, _, pid = (row["host"] or "").rpartition(":")
-            if row["status"] == RUNNING and holder == hostname and pid.isdigit():
-                if int(pid) != os.getpid() and not pid_alive(int(pid)):
-                    self.ledger.release(row["run_id"], host=row["host"])
 
     def _plan_rows(self) -> dict[str, dict[str, Any]]:
         return {row["run_id"]: row for row in self.ledger.runs_table(self.name) if row["run_id"] in self.planned}
@@ -473,33 +479,21 @@ def open_tracker(uri: str, artifact_location: str | None, name: str) -> Tracker:
         raise ExecutorError(f"could not open the MLflow tracking store at {uri} ({first}); check tracking.uri") from None
 
 
-class RunDisplay:
+class RunDisplay(EventLines):
     """What the user watches: a rich progress bar (done, running, failed, ETA) with one line
     per finished or failed run above it, or just those lines (``enabled=False``)."""
 
     def __init__(self, total: int, done: int, enabled: bool) -> None:
-        self.total, self.n_done, self.enabled = total, done, enabled
+        super().__init__(enabled)
+        self.total, self.n_done = total, done
         self.running = self.n_failed = self.finished_now = 0
         self.started = time.monotonic()
-        self.bar: Any = None
 
     def __enter__(self) -> RunDisplay:
         if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(
-                TextColumn("[bold]runs"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[state]}"),
-                TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
-            )
-            self.bar.start()
-            self.task = self.bar.add_task("runs", total=self.total, completed=self.n_done, state="", eta="")
+            self._start_bar("runs", self.total, completed=self.n_done, eta=True)
             self._refresh()
         return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.bar is not None:
-            self._refresh()
-            self.bar.stop()
 
     def update(self, running: int) -> None:
         self.running = running
@@ -518,9 +512,6 @@ class RunDisplay:
         then = "retrying" if retry else "giving up for now"
         self._line(f"failed  {name:<28} attempt {attempt}, {then}: {error}")
 
-    def note(self, text: str) -> None:
-        self._line(text)
-
     def eta(self) -> str:
         """Remaining runs at this invocation's throughput so far."""
         remaining = self.total - self.n_done - self.n_failed
@@ -528,13 +519,6 @@ class RunDisplay:
             return "ETA -:--" if remaining > 0 else ""
         seconds = int(remaining * (time.monotonic() - self.started) / self.finished_now)
         return f"ETA {seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-    def _line(self, text: str) -> None:
-        if self.bar is not None:
-            self.bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
-            self._refresh()
-        else:
-            print(text, flush=True)
 
     def _refresh(self) -> None:
         if self.bar is not None:

@@ -45,6 +45,8 @@ from dapo_ablate.ablation.executor import (
     describe_error,
     open_tracker,
     preflight,
+    release_orphans,
+    resolve_cell_fn,
 )
 from dapo_ablate.ablation.ledger import Ledger
 from dapo_ablate.ablation.tracking import default_artifact_location
@@ -52,7 +54,7 @@ from dapo_ablate.core.config import ConfigError
 from dapo_ablate.sweeps import study as studies
 from dapo_ablate.sweeps.display import TrialDisplay
 from dapo_ablate.sweeps.spec import SweepSpec
-from dapo_ablate.sweeps.tasks import release_orphans, run_streaming, sweep_cell_fn
+from dapo_ablate.sweeps.tasks import run_streaming
 from dapo_ablate.sweeps.tracking import SweepTracker
 from dapo_ablate.sweeps.trials import TrialPlan, factor_effects, format_params, plan_trial, trial_value
 
@@ -100,7 +102,7 @@ def run_sweep(
 ) -> SweepSummary:
     """Run the sweep until `n_trials` (default: the spec's) trials have finished; see the module
     docstring. Raises ExecutorError / LedgerError / StudyError for a user's mistake."""
-    fn = sweep_cell_fn(cell_fn)
+    fn = resolve_cell_fn(cell_fn)
     address = address if address is not None else spec.executor.address
     preflight(spec, address)  # type: ignore[arg-type]  # reads only the fields both specs share
     driver = _SweepDriver(spec, fn, progress=progress, n_trials=n_trials, local=not address)
@@ -216,7 +218,7 @@ class _SweepDriver:
         for number in self.summary.recovered:
             self.display.note(f"trial {number}: its driver stopped; queued again")
         studies.fail_stale(self.study)
-        release_orphans(self.ledger, self.spec.name)
+        release_orphans(self.ledger, self.spec.name, self.host)
         self.logged = self.mlflow.logged_trials()
         for trial in self.study.get_trials(deepcopy=False, states=studies.FINISHED):
             if trial.number not in self.logged:
