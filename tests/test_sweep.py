@@ -311,6 +311,25 @@ def test_mlflow_study_parent_trial_children_runs_and_best_tag(local_ray, tmp_pat
 
 
 # -- a killed driver ---------------------------------------------------------------------------
+def optuna_schema_ready(url: str) -> bool:
+    """Read-only: Optuna's tables exist and its schema version is stamped (the last step of
+    RDBStorage's set-up), so opening the storage here creates nothing."""
+    import sqlalchemy
+
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        return False
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            if not sqlalchemy.inspect(conn).has_table("alembic_version"):
+                return False
+            return conn.execute(sqlalchemy.text("SELECT count(*) FROM alembic_version")).scalar() > 0
+    except sqlalchemy.exc.SQLAlchemyError:
+        return False
+    finally:
+        engine.dispose()
+
+
 def test_resume_after_the_driver_is_killed(tmp_path, ledger_url, shared_mlflow):
     path = write_sweep(tmp_path, mlflow=shared_mlflow, ledger=ledger_url, n_trials=6, heartbeat={"interval_s": 1, "grace_period_s": 600})
     spec = load_sweep(path)
@@ -322,14 +341,15 @@ def test_resume_after_the_driver_is_killed(tmp_path, ledger_url, shared_mlflow):
     done_before: dict[int, optuna.trial.FrozenTrial] = {}
     while time.time() < deadline and driver.poll() is None:
         time.sleep(0.3)
-        if Path(spec.ledger.removeprefix("sqlite:///")).exists() or not spec.ledger.startswith("sqlite"):
-            try:
-                found = trials(spec)
-            except Exception:  # the study is being created
-                continue
-            done_before = {t.number: t for t in found if t.state == TrialState.COMPLETE}
-            if len(done_before) >= 2 and any(t.state == TrialState.RUNNING for t in found):
-                break
+        if not optuna_schema_ready(spec.ledger):  # reading earlier would race the driver creating it
+            continue
+        try:
+            found = trials(spec)
+        except Exception:  # the study itself is being created
+            continue
+        done_before = {t.number: t for t in found if t.state == TrialState.COMPLETE}
+        if len(done_before) >= 2 and any(t.state == TrialState.RUNNING for t in found):
+            break
     assert driver.poll() is None, driver.stderr.read().decode()[-2000:]
     driver.send_signal(signal.SIGKILL)
     driver.wait()
