@@ -47,6 +47,7 @@ from dapo_ablate.ablation.executor import (
     preflight,
     release_orphans,
     resolve_cell_fn,
+    this_host,
 )
 from dapo_ablate.ablation.ledger import Ledger
 from dapo_ablate.ablation.tracking import default_artifact_location
@@ -142,7 +143,7 @@ class _SweepDriver:
         self.n_trials = n_trials or spec.n_trials or 1
         if spec.sampler.type == "grid":  # a grid runs out of new points
             self.n_trials = min(self.n_trials, spec.grid_size)
-        self.host = studies.this_driver()
+        self.host = this_host()
         executor = spec.executor
         self.retries, self.lease_s = executor.retries, executor.lease_s
         self.tick_s = min(spec.heartbeat.interval_s, executor.lease_s / 4, 30.0)

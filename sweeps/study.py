@@ -157,10 +157,6 @@ def distributions(spec: SweepSpec) -> dict[str, BaseDistribution]:
     return out
 
 
-def this_driver() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def ask(study: optuna.Study, spec: SweepSpec, driver: str) -> optuna.Trial:
     """A new (or queued) trial with every knob sampled, its heartbeat started, its driver recorded."""
     with warnings.catch_warnings():  # "Heartbeat ... supposed to be used with Study.optimize": we beat ourselves
