@@ -26,7 +26,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -313,18 +313,31 @@ class ExperimentSpec(TrainerBasedSpec):
 
 def load_spec(path: str | Path) -> ExperimentSpec:
     """Read and validate an experiment YAML, raising SpecError with one sentence."""
-    path = Path(path)
-    try:
-        data = read_yaml(path)
-    except ConfigError as err:
-        raise SpecError(str(err).replace("config file", "spec file", 1)) from None
-    return build_spec(data, source=str(path), base=path.parent)
+    return load_spec_file(ExperimentSpec, path, kind="spec")
 
 
 def build_spec(data: dict[str, Any], source: str = "experiment spec", base: str | Path = ".") -> ExperimentSpec:
     """Validate a plain dict; a relative `trainer:` file is read from ``base``."""
+    return validate_spec(ExperimentSpec, data, source, base)
+
+
+SpecT = TypeVar("SpecT", bound=BaseModel)
+
+
+def load_spec_file(model: type[SpecT], path: str | Path, kind: str) -> SpecT:
+    """Read a YAML file and validate it as `model`; errors name the `kind` of file ("sweep file")."""
+    path = Path(path)
     try:
-        return ExperimentSpec.model_validate(data, context={"base": Path(base)})
+        data = read_yaml(path)
+    except ConfigError as err:
+        raise SpecError(str(err).replace("config file", f"{kind} file", 1)) from None
+    return validate_spec(model, data, source=str(path), base=path.parent)
+
+
+def validate_spec(model: type[SpecT], data: dict[str, Any], source: str, base: str | Path = ".") -> SpecT:
+    """Validate a plain dict as `model` (relative files resolve against `base`), or raise SpecError."""
+    try:
+        return model.model_validate(data, context={"base": Path(base)})
     except ValidationError as err:
         raise SpecError(format_spec_error(err, source)) from None
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 
 from .metrics import maj_at_k, pass_at_k
 from .rollout import RolloutEngine, derive_seed

@@ -48,14 +48,13 @@ from dapo_ablate.ablation.spec import (
     SpecProblem,
     TrackingSpec,
     TrainerBasedSpec,
-    format_spec_error,
+    load_spec_file,
+    validate_spec,
 )
 from dapo_ablate.core.config import (
-    ConfigError,
     TrainerConfig,
     format_validation_error,
     knob_paths,
-    read_yaml,
     set_dotted,
 )
 
@@ -263,20 +262,12 @@ class SweepSpec(TrainerBasedSpec):
 
 def load_sweep(path: str | Path) -> SweepSpec:
     """Read and validate a sweep YAML, raising SpecError with one sentence."""
-    path = Path(path)
-    try:
-        data = read_yaml(path)
-    except ConfigError as err:
-        raise SpecError(str(err).replace("config file", "sweep file", 1)) from None
-    return build_sweep(data, source=str(path), base=path.parent)
+    return load_spec_file(SweepSpec, path, kind="sweep")
 
 
 def build_sweep(data: dict[str, Any], source: str = "sweep spec", base: str | Path = ".") -> SweepSpec:
     """Validate a plain dict; a relative `trainer:` file is read from ``base``."""
-    try:
-        return SweepSpec.model_validate(data, context={"base": Path(base)})
-    except ValidationError as err:
-        raise SpecError(format_spec_error(err, source)) from None
+    return validate_spec(SweepSpec, data, source, base)
 
 
 def grid_values(dim: Dimension) -> list[Any]:
