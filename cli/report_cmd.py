@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from dapo_ablate.cli.train_cmd import fail
 from dapo_ablate.reports import FORMATS, ReportInputError, load_results_csv, write_report
 
 
@@ -35,8 +36,7 @@ def _load_experiment(spec: Path):
     try:
         return (*load_experiment_results(spec), load_spec(spec).metric)
     except (SpecError, ConfigError, ResultsError, LedgerError) as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
+        fail(str(error))
 
 
 def _log_to_mlflow(logger, out: Path) -> None:
@@ -95,8 +95,7 @@ def report(
             echo=typer.echo,
         )
     except ReportInputError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
+        fail(str(error))
     if logger is not None:
         _log_to_mlflow(logger, out)
     typer.echo(f"wrote {len(written)} files to {out}")

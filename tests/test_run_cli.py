@@ -8,7 +8,6 @@ rerun it and read the ledger and MLflow it left.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sqlite3
