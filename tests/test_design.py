@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from tiny_configs import QUICKSTART_SHAPE
 
 from dapo_ablate.ablation.design import (
     REFERENCE_SECONDS,
@@ -25,12 +26,7 @@ from dapo_ablate.ablation.spec import build_spec
 from dapo_ablate.core.config import TECHNIQUES, TrainerConfig
 
 # The CPU quickstart's scale: 30 steps of 64 prompts x 8 samples, a 32-token ceiling, eval_k = 8.
-TINY = {
-    "batch": {"prompts_per_step": 64, "mini_batch_size": 128},
-    "algorithm": {"group_size": 8, "overlong_cache": 8},
-    "rollout": {"max_response_len": 32, "eval_k": 8},
-    "schedule": {"total_steps": 30},
-}
+TINY = QUICKSTART_SHAPE
 FIVE = ["OF", "CH", "SP", "TL", "DS"]
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tiny_configs import TINY_TRAINER
 import yaml
 
 from dapo_ablate.ablation.design import expand
@@ -247,14 +248,7 @@ def test_cell_function_from_the_environment(monkeypatch: pytest.MonkeyPatch):
 
 
 # -- the real trainer --------------------------------------------------------------------------
-TINY_TRAINER = {
-    "model": {"threads": 1},
-    "schedule": {"total_steps": 2},
-    "batch": {"prompts_per_step": 8, "mini_batch_size": 16},
-    "algorithm": {"group_size": 4, "overlong_cache": 8},
-    "data": {"num_eval_problems": 8},
-    "rollout": {"eval_k": 4, "max_response_len": 32},
-}
+TINY_TRAINER = {**TINY_TRAINER, "schedule": {"total_steps": 2}}  # evaluations at steps 0 and 2
 
 
 @pytest.mark.slow

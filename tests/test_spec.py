@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from tiny_configs import QUICKSTART_SHAPE
 import yaml
 
 from dapo_ablate.ablation.spec import (
@@ -16,12 +17,7 @@ from dapo_ablate.ablation.spec import (
 from dapo_ablate.core.config import TECHNIQUES, TrainerConfig
 
 # The CPU quickstart's scale: 64 prompts x 8 samples, a 32-token ceiling, eval_k = 8.
-TINY = {
-    "batch": {"prompts_per_step": 64, "mini_batch_size": 128},
-    "algorithm": {"group_size": 8, "overlong_cache": 8},
-    "rollout": {"max_response_len": 32, "eval_k": 8},
-    "schedule": {"total_steps": 30},
-}
+TINY = QUICKSTART_SHAPE
 
 
 def spec_dict(**fields):

@@ -15,6 +15,7 @@ from typing import Any
 
 import optuna
 import pytest
+from tiny_configs import TINY_TRAINER
 import yaml
 from optuna.trial import TrialState
 
@@ -374,15 +375,6 @@ def test_resume_after_the_driver_is_killed(tmp_path, ledger_url, shared_mlflow):
 
 
 # -- the real trainer --------------------------------------------------------------------------
-TINY_TRAINER = {
-    "model": {"threads": 1},
-    "data": {"num_eval_problems": 8},
-    "rollout": {"max_response_len": 32, "eval_k": 4},
-    "algorithm": {"group_size": 4, "overlong_cache": 8, "gen_prompts_per_round": 8, "max_gen_rounds": 2},
-    "optim": {"lr": 5e-4, "warmup_steps": 1},
-    "batch": {"prompts_per_step": 8, "mini_batch_size": 16},
-    "schedule": {"total_steps": 4, "eval_every": 2},
-}
 
 
 @pytest.mark.slow

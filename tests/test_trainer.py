@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny_configs import TINY_TRAINER
 import torch
 
 from dapo_ablate.core.config import TrainerConfig, load_trainer_config
@@ -13,15 +14,7 @@ from dapo_ablate.core.trainer import SIGNALS, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TINY = {
-    "model": {"threads": 1},
-    "data": {"num_eval_problems": 8},
-    "rollout": {"max_response_len": 32, "eval_k": 4},
-    "algorithm": {"group_size": 4, "overlong_cache": 8, "gen_prompts_per_round": 8, "max_gen_rounds": 2},
-    "optim": {"lr": 5e-4, "warmup_steps": 1},
-    "batch": {"prompts_per_step": 8, "mini_batch_size": 16},
-    "schedule": {"total_steps": 4, "eval_every": 2, "checkpoint_every": 1},
-}
+TINY = {**TINY_TRAINER, "schedule": {"total_steps": 4, "eval_every": 2, "checkpoint_every": 1}}
 
 
 class Crash(RuntimeError):
