@@ -17,7 +17,8 @@ import pandas as pd  # noqa: E402
 from .table import cell_masks, factor_label  # noqa: E402
 
 
-def _png(figure) -> bytes:
+def figure_png(figure) -> bytes:
+    """Render a matplotlib figure to PNG bytes and close it."""
     buffer = io.BytesIO()
     figure.tight_layout()
     figure.savefig(buffer, format="png", dpi=110)
@@ -54,7 +55,7 @@ def shapley_plot(shapley: pd.DataFrame, metric: str, percent: bool, confidence: 
     axis.set_ylabel(f"gain in {metric}{unit}")
     axis.set_title(f"Attribution per factor, {confidence:.0%} CIs")
     axis.legend(fontsize=8)
-    return _png(figure)
+    return figure_png(figure)
 
 
 def position_plot(orderings: pd.DataFrame, metric: str, percent: bool) -> bytes | None:
@@ -77,7 +78,7 @@ def position_plot(orderings: pd.DataFrame, metric: str, percent: bool) -> bytes 
     axis.set_ylabel(f"mean gain in {metric}{unit}")
     axis.set_title("Order dependence: gain by position")
     axis.legend(fontsize=8, ncol=min(len(factors), 5))
-    return _png(figure)
+    return figure_png(figure)
 
 
 def interaction_plot(effects: pd.DataFrame, factors: list[str], percent: bool) -> bytes | None:
@@ -122,7 +123,7 @@ def interaction_plot(effects: pd.DataFrame, factors: list[str], percent: bool) -
     axis.set_yticks(range(k), labels)
     figure.colorbar(image, ax=axis, label=f"interaction effect{unit}")
     axis.set_title("Two-factor interactions (diagonal: main effects)", fontsize=10)
-    return _png(figure)
+    return figure_png(figure)
 
 
 def curves_plot(curves: pd.DataFrame, factors: list[str], metric: str, percent: bool) -> bytes | None:
@@ -146,4 +147,4 @@ def curves_plot(curves: pd.DataFrame, factors: list[str], metric: str, percent: 
     axis.set_ylabel(f"{metric}{unit}")
     axis.set_title("Learning curves per cell (mean over seeds)")
     axis.legend(fontsize=7, title="factors", title_fontsize=7, ncol=2)
-    return _png(figure)
+    return figure_png(figure)

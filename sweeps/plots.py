@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from typing import TYPE_CHECKING
 
 import matplotlib
@@ -12,16 +11,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from dapo_ablate.reports.plots import figure_png  # noqa: E402
+
 if TYPE_CHECKING:
     from dapo_ablate.sweeps.report import SweepReport
-
-
-def _png(figure) -> bytes:
-    buffer = io.BytesIO()
-    figure.tight_layout()
-    figure.savefig(buffer, format="png", dpi=110)
-    plt.close(figure)
-    return buffer.getvalue()
 
 
 def history_plot(report: SweepReport) -> bytes | None:
@@ -44,7 +37,7 @@ def history_plot(report: SweepReport) -> bytes | None:
     axis.set_ylabel(report.metric)
     axis.set_title(f"{report.name}: {report.metric} by trial")
     axis.legend(fontsize=8)
-    return _png(figure)
+    return figure_png(figure)
 
 
 def importance_plot(report: SweepReport) -> bytes | None:
@@ -63,7 +56,7 @@ def importance_plot(report: SweepReport) -> bytes | None:
     axis.set_yticks(y + height * (len(targets) - 1) / 2, knobs)
     axis.set_xlabel("importance (fANOVA, sums to 1 per target)")
     axis.legend(fontsize=8)
-    return _png(figure)
+    return figure_png(figure)
 
 
 def effects_plot(report: SweepReport) -> bytes | None:
@@ -91,7 +84,7 @@ def effects_plot(report: SweepReport) -> bytes | None:
             if col == 0:
                 axis.set_ylabel(f"effect of {factor}\non {report.metric}")
     figure.suptitle(f"{report.name}: factor effects across knob settings (95% CI over seeds)", fontsize=10)
-    return _png(figure)
+    return figure_png(figure)
 
 
 def _positions(values: pd.Series) -> tuple[np.ndarray, list[str] | None]:
