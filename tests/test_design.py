@@ -25,7 +25,7 @@ from dapo_ablate.ablation.plan import format_plan
 from dapo_ablate.ablation.spec import build_spec
 from dapo_ablate.core.config import TECHNIQUES, TrainerConfig
 
-# The CPU quickstart's scale: 30 steps of 64 prompts x 8 samples, a 32-token ceiling, eval_k = 8.
+# The CPU quickstart's scale: 20 steps of 64 prompts x 8 samples, a 32-token ceiling, eval_k = 8.
 TINY = QUICKSTART_SHAPE
 FIVE = ["OF", "CH", "SP", "TL", "DS"]
 
@@ -139,7 +139,7 @@ def test_standard_fractions_have_their_textbook_resolutions(k, resolutions):
     fractions = [choose_fraction(k, generators=g) for g in STANDARD_FRACTIONS[k]]
     assert [f.resolution for f in fractions] == resolutions
     for p, fraction in enumerate(fractions, start=1):
-        cells = fraction.cells()
+        cells = [Cell(levels) for levels in fraction.level_rows()]
         assert len(cells) == 2 ** (k - p) == len(set(cells))
         x = np.array([pm(c) for c in cells])
         assert np.array_equal(x.T @ x, len(cells) * np.eye(k))  # main effects orthogonal (resolution >= III)
@@ -257,15 +257,15 @@ def test_techniques_outside_the_factors_keep_the_base_value():
 def test_estimate_scales_from_the_quickstart_reference():
     reference = TrainerConfig(**TINY)
     assert estimate_run_seconds(reference) == pytest.approx(REFERENCE_SECONDS)
-    double = TrainerConfig(**{**TINY, "schedule": {"total_steps": 60}})
+    double = TrainerConfig(**{**TINY, "schedule": {"total_steps": 40}})
     assert estimate_run_seconds(double) == pytest.approx(2 * REFERENCE_SECONDS)
 
     plan = plan_of(design="cumulative", executor={"address": "ray://head:10001", "max_concurrent": 3})
     est = plan.estimate(seconds_per_run=60)
     assert (est.runs, est.cells, est.parallelism, est.measured) == (6, 6, 3, True)
     assert est.run_seconds == 360 and est.wall_s == 120  # 6 runs x 60 s / 3 at a time
-    # tokens: 30 steps x 8 samples x 32 tokens x prompts per round (64, or 3 x 64 with dynamic sampling)
-    assert est.tokens_upper == 30 * 8 * 32 * (5 * 64 + 3 * 64)
+    # tokens: 20 steps x 8 samples x 32 tokens x prompts per round (64, or 3 x 64 with dynamic sampling)
+    assert est.tokens_upper == 20 * 8 * 32 * (5 * 64 + 3 * 64)
     rough = plan.estimate()
     assert not rough.measured and rough.seconds_per_run == pytest.approx(REFERENCE_SECONDS)
 

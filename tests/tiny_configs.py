@@ -16,5 +16,5 @@ QUICKSTART_SHAPE = {
     "batch": {"prompts_per_step": 64, "mini_batch_size": 128},
     "algorithm": {"group_size": 8, "overlong_cache": 8},
     "rollout": {"max_response_len": 32, "eval_k": 8},
-    "schedule": {"total_steps": 30},
+    "schedule": {"total_steps": 20},
 }
