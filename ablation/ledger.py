@@ -55,10 +55,7 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
-    Engine,
     and_,
-    create_engine,
-    event,
     func,
     inspect,
     or_,
@@ -71,6 +68,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.orm import Session
 
+from dapo_ablate.ablation.database import PSYCOPG_DRIVER, WRITE_OPTION, make_engine
 from dapo_ablate.ablation.ledger_models import (
     DONE,
     FAILED,
@@ -104,11 +102,7 @@ DEFAULT_LEASE_S = 120.0
 DEFAULT_MAX_ATTEMPTS = 3
 """A failed run is claimable again while it has been attempted fewer times than this."""
 
-SQLITE_BUSY_TIMEOUT_MS = 30_000
-"""How long a SQLite writer waits for another process's write lock before giving up."""
-POSTGRES_CONNECT_TIMEOUT_S = 10
 _POSTGRES_INIT_LOCK = 0x0DA90_1ED6E5  # pg_advisory_xact_lock key serialising schema creation
-_WRITE = "dapo_ledger_write"  # execution option: this transaction will write
 _RESULT_DEFAULTS: dict[str, Any] = {
     "eval_curve": [],
     "signals": [],
@@ -160,8 +154,8 @@ class Ledger:
         self._is_sqlite = self._url.get_backend_name() == "sqlite"
         if self._is_sqlite:
             _make_parent_folder(self._url, self.url)
-        self._engine = _make_engine(self._url)
-        self._write_engine = self._engine.execution_options(**{_WRITE: True})
+        self._engine = make_engine(self._url, json_serializer=_to_json)
+        self._write_engine = self._engine.execution_options(**{WRITE_OPTION: True})
         self._insert = sqlite_insert if self._is_sqlite else postgresql_insert
         try:
             self._open_schema()
@@ -552,7 +546,7 @@ def _resolve_url(url: str) -> URL:
     except ArgumentError as err:
         raise LedgerError(f"the ledger URL {url!r} is not a database URL: {err}") from err
     if parsed.drivername in ("postgresql", "postgres"):
-        parsed = parsed.set(drivername="postgresql+psycopg")
+        parsed = parsed.set(drivername=PSYCOPG_DRIVER)
     backend = parsed.get_backend_name()
     if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise LedgerError(
@@ -578,41 +572,6 @@ def _make_parent_folder(url: URL, safe_url: str) -> None:
             f"could not create the folder for the ledger database at {safe_url}: "
             f"{err.strerror}; check `ledger:` in the spec"
         ) from err
-
-
-def _make_engine(url: URL) -> Engine:
-    if url.get_backend_name() == "postgresql":
-        return create_engine(
-            url,
-            json_serializer=_to_json,
-            pool_pre_ping=True,
-            connect_args={"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S},
-        )
-    engine = create_engine(url, json_serializer=_to_json)
-    event.listen(engine, "connect", _sqlite_on_connect)
-    event.listen(engine, "begin", _sqlite_on_begin)
-    return engine
-
-
-def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
-    # WAL: readers (`status`) never block the writer (`run`) and vice versa. The busy timeout
-    # makes a second writer wait for the lock instead of failing with "database is locked".
-    # isolation_level=None stops pysqlite from issuing its own (late, deferred) BEGIN;
-    # _sqlite_on_begin issues ours.
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
-
-
-def _sqlite_on_begin(connection: Any) -> None:
-    # A deferred transaction that reads and then writes must upgrade its lock, and in WAL mode
-    # that upgrade fails at once (SQLITE_BUSY) if another writer committed meanwhile: the busy
-    # timeout does not help. Writers therefore take the write lock when they begin.
-    immediate = connection.get_execution_options().get(_WRITE, False)
-    connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def _first_line(error: BaseException) -> str:

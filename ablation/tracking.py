@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dapo_ablate.ablation.database import with_psycopg_driver
+
 ROLE_TAG = "dapo.role"
 RUN_ID_TAG = "dapo.run_id"
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own nesting tag
@@ -218,10 +220,7 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def normalize_tracking_uri(uri: str) -> str:
     """A plain ``postgresql://`` URI uses the psycopg 3 driver (what dapo-ablate installs)."""
-    for scheme in ("postgresql://", "postgres://"):
-        if uri.startswith(scheme):
-            return "postgresql+psycopg://" + uri[len(scheme):]
-    return uri
+    return with_psycopg_driver(uri)
 
 
 def sqlite_path(uri: str) -> Path | None:

@@ -33,6 +33,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
+from dapo_ablate.ablation.database import with_psycopg_driver
 from dapo_ablate.ablation.executor import pid_alive
 from dapo_ablate.ablation.ledger import LedgerError
 from dapo_ablate.ablation.tracking import sqlite_path
@@ -54,10 +55,7 @@ class StudyError(ValueError):
 
 def storage_url(ledger_url: str) -> str:
     """The ledger URL as SQLAlchemy spells it for Optuna: plain postgresql:// uses psycopg 3."""
-    for scheme in ("postgresql://", "postgres://"):
-        if ledger_url.startswith(scheme):
-            return "postgresql+psycopg://" + ledger_url[len(scheme):]
-    return ledger_url
+    return with_psycopg_driver(ledger_url)
 
 
 def open_storage(spec: SweepSpec, *, heartbeat: bool = True) -> RDBStorage:
