@@ -9,6 +9,7 @@ import typer
 
 from dapo_ablate.cli.train_cmd import fail
 from dapo_ablate.reports import FORMATS, ReportInputError, load_results_csv, write_report
+from dapo_ablate.reports.multiplicity import ADJUSTMENTS
 
 
 def parse_list(text: str | None) -> list[str] | None:
@@ -62,15 +63,29 @@ def report(
     factors: Optional[str] = typer.Option(
         None, "--factors", help="Factor columns, e.g. a,b (default: the 0/1 columns or the spec's)."
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
+    seed: int = typer.Option(0, "--seed", hidden=True, help="No effect: intervals are exact (kept for old scripts)."),
     design: Optional[str] = typer.Option(
-        None, "--design", help="Declare the design (full | fraction); default: what the cells support."
+        None,
+        "--design",
+        help="Weakest design to accept: any | full | fraction-V (refuses fractions below resolution V) | fraction; "
+        "default: the spec's design, else any.",
+    ),
+    adjust: str = typer.Option(
+        "holm", "--adjust", help="Multiplicity adjustment within each claims family: holm | bh | none."
+    ),
+    per_effect_tests: bool = typer.Option(
+        False,
+        "--per-effect-tests",
+        help="With one seed per cell, test effects one by one (Lenth's ME) instead of the experiment-wise SME.",
     ),
 ) -> None:
-    """Effects, interactions, order dependence and Shapley values of a factorial, with CIs."""
+    """Effects, interactions, order dependence and Shapley values of a factorial, with exact CIs,
+    and claims.csv: the claims that pass their family's multiplicity-adjusted test."""
     if (spec is None) == (results is None):
         typer.echo("error: give either an experiment spec YAML or --results CSV (exactly one)", err=True)
         raise typer.Exit(2)
+    if adjust not in ADJUSTMENTS:
+        fail(f"--adjust {adjust!r} is not one of {', '.join(ADJUSTMENTS)}; holm is the default")
     logger, curves = None, None
     try:
         if results is not None:
@@ -89,10 +104,11 @@ def report(
             orderings=parse_orderings(orderings),
             formats=parse_list(formats) or [],
             confidence=confidence,
-            seed=seed,
             curves=curves,
             design=design,
             echo=typer.echo,
+            adjust=adjust,
+            per_effect_tests=per_effect_tests,
         )
     except ReportInputError as error:
         fail(str(error))

@@ -1,9 +1,12 @@
 """One analysis of a results table: every report table, with intervals, as pandas DataFrames.
 
-Steps: validate the table -> read the design from its cells -> bootstrap the cell means over
-seeds -> fit the factorial effects -> express all 2^k cell means (observed, or from the fitted
-model for a fraction, NaN where an incomplete design lacks them) -> evaluate each statistic on
-the point estimates and on every replicate -> t intervals (see ``bootstrap``).
+Steps: validate the table -> read the design from its cells -> fit the cell-means model with
+seeds as blocks (``inference``) -> express all 2^k cell means as a linear map of the observed
+ones (observed cells in place; a resolution V+ fraction's other cells from the fitted model;
+NaN where the design lacks them) -> every statistic (a cell, a step of an ordering, a gain by
+position, a Shapley or Banzhaf value, leave-one-out, add-one, an order gap, an effect) is a
+row of a contrast matrix over those means, estimated with its exact SE, df and method ->
+the claims families, adjusted for multiplicity (``claims``).
 """
 
 from __future__ import annotations
@@ -14,17 +17,19 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from . import shapley as sv
-from .bootstrap import CellSample, bootstrap_cells, lenth_parametric, t_interval
-from .compute import compute_table
-from .design import DesignInfo, describe_design, require_design, term_name
-from .effects import EffectsFit, factorial_effects, model_prediction_map
+from .claims import ClaimOptions, build_tests, claims_table
+from .compute import budget_values, compute_table
+from .design import DesignInfo, describe_design, require_design, term_name, two_factor_chains
+from .effects import EFFECT_COLUMNS, EffectContrasts, effect_contrasts, lenth_pse, model_prediction_map
+from .inference import LENTH, NONE, OLS, CellFit, Estimates, Noise, estimate, fit_cells
+from .multiplicity import lenth_margins
 from .orderings import cumulative_means, path_masks, position_means, position_summary, resolve_orderings
-from .table import PAPER_AIME_AVG32, cell_label, cell_masks, describe_cell, validate_results
+from .table import PAPER_AIME_AVG32, SEED_COLUMN, cell_label, cell_masks, describe_cell, validate_results
 
-Statistic = Callable[[np.ndarray], np.ndarray]  # [..., 2**k] -> [..., out]
+Statistic = Callable[[np.ndarray], np.ndarray]  # [..., 2**k] -> [..., out], linear
+INTERVAL_COLUMNS = ["table", "row", "column", "estimate", "se", "df", "ci_low", "ci_high", "se_method"]
 
 
 @dataclass
@@ -40,186 +45,217 @@ class Analysis:
     cumulative: pd.DataFrame
     orderings: pd.DataFrame
     shapley: pd.DataFrame
-    effects: pd.DataFrame
+    effects: pd.DataFrame  # EFFECT_COLUMNS: main effects and two-factor interactions (or chains)
     leave_one_out: pd.DataFrame
     compute: pd.DataFrame
-    order_gaps: pd.DataFrame  # factor, first, last, gap (last - first), ci_low, ci_high
+    compute_matched: pd.DataFrame  # effects at equal steps beside effects at an equal token budget
+    order_gaps: pd.DataFrame  # factor, first, last, gap (last - first), ci_low, ci_high, p_value
+    claims: pd.DataFrame  # claims.CLAIM_COLUMNS: the summary's "supported by the data" list
+    tests: pd.DataFrame  # every tested statistic of every family, claimed or not
+    intervals: pd.DataFrame  # INTERVAL_COLUMNS: every interval in the report, with SE, df, method
     ci_method: str
     effects_method: str
     values_source: str  # where the 2^k cell means behind Shapley and orderings come from
+    fit: CellFit = field(repr=False)
     all_effects: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
     shapley_check: dict | None = None  # {"sum", "full", "baseline", "ok"}
-    aliases: list[str] = field(default_factory=list)
+    aliases: list[str] = field(default_factory=list)  # every two-factor alias chain, in full
     notes: list[str] = field(default_factory=list)
+    described: list[str] = field(default_factory=list)  # descriptive lines (no test behind them)
     percent: bool = True  # metric in [0, 1]: display as percentage points
     paper_reference: tuple[int, ...] | None = None  # shown beside the `paper` ordering
+    options: ClaimOptions = field(default_factory=ClaimOptions)
+    lenth: dict | None = None  # {"pse", "me", "sme", "m", "d"} with one run per cell
 
 
 class CellValues:
-    """All 2^k cell means as a linear function of the observed ones, with intervals."""
+    """All 2^k cell means as a linear map of the observed ones, and every statistic's inference."""
 
-    def __init__(self, sample: CellSample, design: DesignInfo, confidence: float):
-        self.sample, self.confidence, k = sample, confidence, design.k
-        m = len(sample.masks)
-        self.missing = np.ones(2**k, dtype=bool)
-        if design.kind == "fraction":
-            self.map = model_prediction_map(design, sample.n)  # [2**k, m]
-            self.missing[:] = False
-        else:  # observed cells in place; missing ones become NaN
-            self.map = np.zeros((2**k, m))
-            self.map[sample.masks, np.arange(m)] = 1.0
-            self.missing[sample.masks] = False
-        self.point = self._expand(sample.means)
-        self.replicates = self._expand(sample.replicates)
+    def __init__(self, fit: CellFit, design: DesignInfo, noise: Noise, confidence: float):
+        self.fit, self.noise, self.confidence, self.k = fit, noise, confidence, design.k
+        m = len(fit.masks)
+        if design.kind == "fraction" and (design.resolution or 0) >= 5:
+            g = np.linalg.inv(fit.g_inv)
+            self.map = model_prediction_map(design, g)  # [2**k, m]
+        else:  # observed cells in place, others missing
+            self.map = np.full((2**design.k, m), np.nan)
+            self.map[fit.masks] = np.eye(m)
+        self.missing = np.isnan(self.map).any(axis=1)
+        self.point = np.where(self.missing, np.nan, np.nan_to_num(self.map) @ fit.mu)
+        self.records: list[pd.DataFrame] = []
 
-    def _expand(self, means: np.ndarray) -> np.ndarray:
-        """[..., m] observed cell means -> [..., 2**k] all cell means (NaN where missing)."""
-        values = means @ self.map.T
-        values[..., self.missing] = np.nan
-        return values
+    def contrasts(self, statistic: Statistic) -> np.ndarray:
+        """[out, m] contrast rows over the observed cells; NaN rows need a missing cell."""
+        over_all = np.asarray(statistic(np.eye(2**self.k)), dtype=float).T  # [out, 2**k]
+        needs_missing = (np.nan_to_num(over_all[:, self.missing], nan=1.0) != 0).any(axis=1)
+        needs_missing |= np.isnan(over_all).any(axis=1)
+        rows = np.nan_to_num(over_all[:, ~self.missing]) @ self.map[~self.missing]
+        rows[needs_missing] = np.nan
+        return rows
 
-    def summarize(self, statistic: Statistic) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(estimate, ci_low, ci_high) of a statistic of the cell means."""
-        estimate = statistic(self.point)
-        low, high = t_interval(estimate, statistic(self.replicates), self.sample.df, self.confidence)
-        return estimate, low, high
+    def summarize(self, statistic: Statistic, table: str, rows: list[str], column: str) -> Estimates:
+        """Estimates of a linear statistic, logged for intervals.csv under (table, row, column)."""
+        return self.summarize_rows(self.contrasts(statistic), table, rows, column)
+
+    def summarize_rows(self, contrasts: np.ndarray, table: str, rows: list[str], column: str) -> Estimates:
+        result = estimate(self.fit, contrasts, self.noise, self.confidence)
+        self.records.append(
+            pd.DataFrame(
+                {
+                    "table": table, "row": rows, "column": column, "estimate": result.estimate,
+                    "se": result.se, "df": result.df, "ci_low": result.ci_low, "ci_high": result.ci_high,
+                    "se_method": result.method,
+                }  # fmt: skip
+            )
+        )
+        return result
 
 
-def _cells_table(sample: CellSample, factors: list[str], confidence: float, lenth: bool) -> pd.DataFrame:
-    """Per cell: n, mean, sd over seeds, and mean +- t_{n-1} * bootstrap SE (Lenth's df when one seed)."""
-    se = np.std(sample.replicates, axis=0, ddof=1)
-    df = np.full(len(sample.n), sample.df) if lenth else sample.n - 1.0
-    with np.errstate(invalid="ignore"):
-        half = np.where(df > 0, stats.t.ppf(0.5 + confidence / 2, np.maximum(df, 1)) * se, np.nan)
+def _cells_table(values: CellValues, factors: list[str]) -> pd.DataFrame:
+    """Per observed cell: runs, estimated mean (seed-adjusted when blocked), sd over runs, CI."""
+    fit = values.fit
+    labels = [cell_label(int(m), factors) for m in fit.masks]
+    est = values.summarize_rows(np.eye(len(fit.masks)), "cells", labels, "mean")
     return pd.DataFrame(
         {
-            "cell": [cell_label(int(m), factors) for m in sample.masks],
-            **{f: (sample.masks >> i) & 1 for i, f in enumerate(factors)},
-            "n": sample.n,
-            "mean": sample.means,
-            "sd": sample.sd,
-            "ci_low": sample.means - half,
-            "ci_high": sample.means + half,
+            "cell": labels,
+            **{f: (fit.masks >> i) & 1 for i, f in enumerate(factors)},
+            "n": fit.n.astype(int),
+            "mean": est.estimate,
+            "sd": fit.sd,
+            "ci_low": est.ci_low,
+            "ci_high": est.ci_high,
         }
     )
 
 
-def _cumulative_table(
-    values: CellValues, paths: list[tuple[str, list[str]]], factors: list[str]
-) -> pd.DataFrame:
+def _cumulative_table(values: CellValues, paths: list[tuple[str, list[str]]], factors: list[str]) -> pd.DataFrame:
     rows = []
     for name, path in paths:
         masks = path_masks(path, factors)
-        mean, mean_low, mean_high = values.summarize(lambda v: cumulative_means(v, masks)[0])
-        delta, delta_low, delta_high = values.summarize(lambda v: cumulative_means(v, masks)[1])
+        labels = [f"{name} step {s}" for s in range(len(masks))]
+        mean = values.summarize(lambda v: cumulative_means(v, masks)[0], "cumulative", labels, "mean")
+        delta = values.summarize(lambda v: cumulative_means(v, masks)[1], "cumulative", labels, "delta")
         for step in range(len(masks)):
             rows.append(
                 {
                     "ordering": name,
                     "step": step,
                     "added": path[step - 1] if step else "baseline",
-                    "mean": mean[step],
-                    "ci_low": mean_low[step],
-                    "ci_high": mean_high[step],
-                    "delta": delta[step],
-                    "delta_ci_low": delta_low[step],
-                    "delta_ci_high": delta_high[step],
+                    "mean": mean.estimate[step],
+                    "ci_low": mean.ci_low[step],
+                    "ci_high": mean.ci_high[step],
+                    "delta": delta.estimate[step],
+                    "delta_ci_low": delta.ci_low[step],
+                    "delta_ci_high": delta.ci_high[step],
                 }
             )
     return pd.DataFrame(rows)
+
+
+ORDERING_COLUMNS = ["factor", "position", "n_orderings", "mean", "ci_low", "ci_high", "min", "max", "share_positive"]
 
 
 def _orderings_table(values: CellValues, factors: list[str]) -> pd.DataFrame:
     k, rows = len(factors), []
     if np.isnan(values.point).any():
-        return pd.DataFrame(
-            columns=[
-                "factor",
-                "position",
-                "n_orderings",
-                "mean",
-                "ci_low",
-                "ci_high",
-                "min",
-                "max",
-                "share_positive",
-            ]
-        )
+        return pd.DataFrame(columns=ORDERING_COLUMNS)
     for i, factor in enumerate(factors):
         summary = position_summary(values.point, i)
-        mean, low, high = values.summarize(lambda v: position_means(v, i))
+        positions = [str(p + 1) for p in range(k)] + ["all"]
+        est = values.summarize(
+            lambda v: position_means(v, i), "orderings", [f"{factor} position {p}" for p in positions], "mean"
+        )
         for p in range(k + 1):
             rows.append(
                 {
                     "factor": factor,
-                    "position": str(p + 1) if p < k else "all",
+                    "position": positions[p],
                     "n_orderings": factorial(k - 1) if p < k else factorial(k),
-                    "mean": mean[p],
-                    "ci_low": low[p],
-                    "ci_high": high[p],
+                    "mean": est.estimate[p],
+                    "ci_low": est.ci_low[p],
+                    "ci_high": est.ci_high[p],
                     "min": summary["min"][p],
                     "max": summary["max"][p],
                     "share_positive": summary["share_positive"][p],
                 }
             )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=ORDERING_COLUMNS)
 
 
 def _order_gap_table(values: CellValues, factors: list[str]) -> pd.DataFrame:
-    """Per factor: mean gain when added last minus when added first, with CI.
+    """Per factor: gain when added last minus when added first, with CI and p-value.
 
     Non-zero exactly when the factor interacts with others: gain_last - gain_first =
     [v(all) - v(all - i)] - [v(i) - v(none)].
     """
-    k = len(factors)
-    gap, low, high = values.summarize(lambda v: sv.leave_one_out(v) - sv.add_one(v))
-    first, _, _ = values.summarize(sv.add_one)
-    return (
-        pd.DataFrame(
-            {
-                "factor": factors,
-                "first": first,
-                "last": first + gap,
-                "gap": gap,
-                "ci_low": low,
-                "ci_high": high,
-            }
-        )
-        if k > 1
-        else pd.DataFrame()
-    )
-
-
-def _shapley_table(values: CellValues, factors: list[str]) -> pd.DataFrame:
-    phi, phi_low, phi_high = values.summarize(sv.shapley_values)
-    beta, beta_low, beta_high = values.summarize(sv.banzhaf_values)
+    if len(factors) < 2:
+        return pd.DataFrame()
+    gap = values.summarize(lambda v: sv.leave_one_out(v) - sv.add_one(v), "order_gaps", factors, "gap")
+    first = values.contrasts(sv.add_one) @ values.fit.mu
     return pd.DataFrame(
         {
             "factor": factors,
-            "shapley": phi,
-            "ci_low": phi_low,
-            "ci_high": phi_high,
-            "banzhaf": beta,
-            "banzhaf_ci_low": beta_low,
-            "banzhaf_ci_high": beta_high,
+            "first": first,
+            "last": first + gap.estimate,
+            "gap": gap.estimate,
+            "ci_low": gap.ci_low,
+            "ci_high": gap.ci_high,
+            "p_value": gap.p_value,
         }
     )
+
+
+def _shapley_table(values: CellValues, factors: list[str]) -> tuple[pd.DataFrame, Estimates]:
+    phi = values.summarize(sv.shapley_values, "shapley", factors, "shapley")
+    beta = values.summarize(sv.banzhaf_values, "shapley", factors, "banzhaf")
+    table = pd.DataFrame(
+        {
+            "factor": factors,
+            "shapley": phi.estimate,
+            "ci_low": phi.ci_low,
+            "ci_high": phi.ci_high,
+            "banzhaf": beta.estimate,
+            "banzhaf_ci_low": beta.ci_low,
+            "banzhaf_ci_high": beta.ci_high,
+        }
+    )
+    return table, phi
 
 
 def _leave_one_out_table(values: CellValues, factors: list[str]) -> pd.DataFrame:
-    loo, loo_low, loo_high = values.summarize(sv.leave_one_out)
-    add, add_low, add_high = values.summarize(sv.add_one)
+    loo = values.summarize(sv.leave_one_out, "leave_one_out", factors, "leave_one_out")
+    add = values.summarize(sv.add_one, "leave_one_out", factors, "add_one")
     return pd.DataFrame(
         {
             "factor": factors,
-            "leave_one_out": loo,
-            "loo_ci_low": loo_low,
-            "loo_ci_high": loo_high,
-            "add_one": add,
-            "add_one_ci_low": add_low,
-            "add_one_ci_high": add_high,
+            "leave_one_out": loo.estimate,
+            "loo_ci_low": loo.ci_low,
+            "loo_ci_high": loo.ci_high,
+            "add_one": add.estimate,
+            "add_one_ci_low": add.ci_low,
+            "add_one_ci_high": add.ci_high,
         }
     )
+
+
+def _effects_table(values: CellValues, contrasts: EffectContrasts) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(main effects and two-factor terms, every effect) with SE, df, p-value and ``order``."""
+    est = values.summarize_rows(contrasts.contrasts, "effects", contrasts.names, "effect")
+    table = pd.DataFrame(
+        {
+            "term": contrasts.names,
+            "effect": est.estimate,
+            "se": est.se,
+            "ci_low": est.ci_low,
+            "ci_high": est.ci_high,
+            "p_value": est.p_value,
+            "df": est.df,
+            "p_adjusted": np.nan,
+            "order": contrasts.orders,
+        }
+    )
+    return table[table["order"] <= 2].reset_index(drop=True), table
 
 
 def _shapley_check(shapley: pd.DataFrame, values: CellValues) -> dict | None:
@@ -228,37 +264,96 @@ def _shapley_check(shapley: pd.DataFrame, values: CellValues) -> dict | None:
         return None
     full, baseline = float(values.point[-1]), float(values.point[0])
     total = float(shapley["shapley"].sum())
-    return {
-        "sum": total,
-        "full": full,
-        "baseline": baseline,
-        "ok": bool(np.isclose(total, full - baseline, atol=1e-9)),
-    }
+    return {"sum": total, "full": full, "baseline": baseline, "ok": bool(np.isclose(total, full - baseline, atol=1e-9))}
 
 
-def _alias_lines(design: DesignInfo, factors: list[str]) -> list[str]:
-    if design.kind != "fraction":
-        return []
-    lines = ["I = " + " = ".join(term_name(w, factors) for w in design.defining_words)]
-    for group in design.alias_groups:
-        if len(group[0]) <= 2 and len(group) > 1:
-            lines.append(" = ".join(term_name(t, factors) for t in group))
-    return lines
+def _noise(fit: CellFit, design: DesignInfo, effects: EffectContrasts, confidence: float) -> tuple[Noise, dict | None]:
+    """Residual variance from the fit; with no residual df, Lenth's PSE for full and regular
+    fractional designs (sigma^2 = PSE^2 / c'G^-1c of an effect, d = m / 3 df); else none."""
+    if fit.df > 0:
+        return Noise(fit.sigma2, fit.df, OLS), None
+    if design.kind in ("full", "fraction") and len(effects.names) >= 3:
+        point = effects.contrasts @ fit.mu
+        pse = lenth_pse(point)
+        unit = float(np.mean(np.einsum("ij,jk,ik->i", effects.contrasts, fit.g_inv, effects.contrasts)))
+        me, sme, d = lenth_margins(pse, len(point), 1 - confidence)
+        if pse > 0:
+            return Noise(pse**2 / unit, d, LENTH), {"pse": pse, "me": me, "sme": sme, "m": len(point), "d": d}
+    return Noise(float("nan"), 0.0, NONE), None
 
 
-def _design_notes(design: DesignInfo, factors: list[str], values: CellValues, paths) -> list[str]:
-    notes = []
+def _ci_method(fit: CellFit, noise: Noise, lenth: dict | None) -> str:
+    if noise.method == NONE:
+        return "one run per cell and no basis for Lenth's method: no intervals"
+    if noise.method == LENTH:
+        return (
+            "one run per cell, so no residual degrees of freedom: the noise level comes from Lenth's pseudo "
+            f"standard error of the {lenth['m']} factorial effects (PSE {lenth['pse']:.4g}, t with {lenth['d']:.1f} df), "
+            "which assumes most effects are zero; every statistic c'mu has SE sqrt(sigma^2 c'G^-1 c)"
+        )
+    blocks = "with seeds as blocks" if fit.blocked else "without seed blocks (the cells do not share seeds)"
+    text = (
+        f"exact t intervals from the cell-means model {blocks} ({fit.df:.0f} residual df, "
+        f"MSE {fit.sigma2:.4g}); each statistic c'mu has SE sqrt(MSE c'G^-1 c), no resampling"
+    )
+    if fit.unequal_variances:
+        text += (
+            f"; Bartlett's test finds unequal variances across cells (p = {fit.equal_var_p:.2g}), so each statistic "
+            "uses its own paired seed-level t (seeds - 1 df) or Welch's t (Satterthwaite df) instead: "
+            "see se_method in intervals.csv"
+        )
+    return text
+
+
+def _effects_method(design: DesignInfo, effects: EffectContrasts) -> str:
+    if not effects.names:
+        return (
+            "the observed cells cannot separate main effects from interactions, so no factorial effects are "
+            "reported; gains between observed cells are path gains (cumulative.csv, claims of kind step)"
+        )
+    text = "effect = mean of the +1 cells minus mean of the -1 cells (2 x OLS coefficient, -1/+1 coding), same model and df"
     if design.kind == "fraction":
+        text += "; aliased terms are named as their whole chain (a:b = c:d), never one member alone"
+    if effects.model_based:
+        text += (
+            "; incomplete design: effects come from a model with main effects and two-factor interactions, "
+            "assuming higher-order interactions are zero (intervals use replication error only)"
+        )
+    return text
+
+
+def _values_source(design: DesignInfo) -> str:
+    if design.kind == "full":
+        return "cell means"
+    if design.kind == "fraction" and (design.resolution or 0) >= 5:
+        return "the fitted model (main effects + two-factor interactions; higher-order interactions assumed zero)"
+    return "the observed cell means only (statistics that need an unobserved cell are not computed)"
+
+
+def _design_notes(design: DesignInfo, factors: list[str], values: CellValues, paths, effects) -> list[str]:
+    notes = []
+    if design.kind == "fraction" and (design.resolution or 0) >= 5:
         notes.append(
             f"Regular fraction: {len(design.observed)} of {2**design.k} cells (resolution {design.resolution}). "
             "Shapley values, orderings, cumulative rows and leave-one-out come from the fitted model "
             "(main effects + two-factor interactions), assuming higher-order interactions are zero."
+        )
+    elif design.kind == "fraction":
+        notes.append(
+            f"Resolution {design.resolution} fraction ({len(design.observed)} of {2**design.k} cells): two-factor "
+            "interactions are aliased with each other or with main effects, so Shapley values, orderings and the "
+            "cells it did not run are not computed; each effect is named by its whole alias chain."
         )
     if design.kind == "incomplete":
         notes.append(
             f"Incomplete design: {len(design.observed)} of {2**design.k} cells; missing {design.missing_labels(factors)}. "
             "Shapley and Banzhaf values and order dependence need every cell (or a regular fraction) and are not computed."
         )
+        if not effects.names:
+            notes.append(
+                "These cells cannot separate main effects from interactions: the gains between them are path gains "
+                "(what adding a factor did at that point of the path), not main effects."
+            )
         for name, path in paths:
             lacking = [m for m in path_masks(path, factors) if np.isnan(values.point[m])]
             if lacking:
@@ -268,59 +363,142 @@ def _design_notes(design: DesignInfo, factors: list[str], values: CellValues, pa
     return notes
 
 
+def _seed_notes(fit: CellFit, percent: bool) -> list[str]:
+    notes = []
+    if fit.blocked and np.isfinite(fit.seed_sd):
+        spread = f"{100 * fit.seed_sd:.1f} pp" if percent else f"{fit.seed_sd:.4g}"
+        notes.append(
+            "Cell means and their intervals are for these seeds (seeds are blocks): the seed means differ by "
+            f"sd {spread}, so a rerun with new seeds may move every cell together by about that much; "
+            "differences between cells (effects, gains, Shapley values) do not depend on it."
+        )
+    if fit.n_seeds >= 2 and not fit.blocked and (fit.n > 1).any():
+        notes.append(
+            "The cells do not share seeds, so seed-to-seed variation stays in the noise (no seed blocks); "
+            "numbering seeds the same way in every cell would pair the cells and narrow the intervals."
+        )
+    return notes
+
+
+def _fit(results: pd.DataFrame, factors: list[str], metric: str) -> CellFit:
+    masks, cell_index = np.unique(cell_masks(results, factors), return_inverse=True)
+    _, seed_index = np.unique(results[SEED_COLUMN].astype(str).to_numpy(), return_inverse=True)
+    return fit_cells(cell_index.ravel(), seed_index.ravel(), results[metric].to_numpy(float), masks.astype(np.int64))
+
+
 def analyze(
     results: pd.DataFrame,
     factors: list[str],
     metric: str = "avg@32",
     orderings: str | list[list[str]] = "paper",
     confidence: float = 0.95,
-    seed: int = 0,
     design: str | None = None,
-    n_boot: int = 2000,
+    *,
+    adjust: str = "holm",
+    per_effect_tests: bool = False,
+    curves: pd.DataFrame | None = None,
 ) -> Analysis:
-    """Every report table for ``results`` (see the module docstring for the steps)."""
+    """Every report table for ``results`` (see the module docstring for the steps).
+
+    ``design``: any | full | fraction-V | fraction (what the report may accept, see
+    ``design.require_design``); ``adjust``: holm | bh | none within each claims family;
+    ``per_effect_tests``: with one run per cell, test effects one by one (Lenth's ME) instead
+    of the experiment-wise SME; ``curves``: evaluation curves with cumulative
+    ``tokens_generated``, for the equal-compute view.
+    """
     factors = list(factors)
     results = validate_results(results, factors, metric)
-    info = describe_design(cell_masks(results, factors), len(factors))
+    fit = _fit(results, factors, metric)
+    info = describe_design(fit.masks, len(factors))
     require_design(info, design, factors)
     paths, notes = resolve_orderings(orderings, factors)
+    options = ClaimOptions(adjust=adjust, alpha=1 - confidence, per_effect_tests=per_effect_tests)
 
-    sample = bootstrap_cells(results, factors, metric, n_boot, seed)
-    effects: EffectsFit = factorial_effects(results, factors, metric, info, confidence)
-    lenth = sample.df == 0 and effects.lenth_sigma is not None
-    if lenth:
-        sample = lenth_parametric(sample, effects.lenth_sigma, effects.lenth_df, n_boot, seed)
-    elif sample.df == 0:
-        notes.append("One seed per cell and no basis for Lenth's method: no confidence intervals.")
-    if (sample.n == 1).any() and not lenth and sample.df > 0:
-        notes.append(
-            f"{int((sample.n == 1).sum())} cells have a single seed; their noise is missing from the intervals."
-        )
-    values = CellValues(sample, info, confidence)
-
-    shapley = _shapley_table(values, factors)
-    source = {"full": "cell means", "fraction": "fitted model (main effects + two-factor interactions)"}
+    contrasts = effect_contrasts(info, factors, np.linalg.inv(fit.g_inv))
+    noise, lenth = _noise(fit, info, contrasts, confidence)
+    values = CellValues(fit, info, noise, confidence)
+    effects, all_effects = _effects_table(values, contrasts)
+    shapley, phi = _shapley_table(values, factors)
+    order_gaps = _order_gap_table(values, factors)
+    cumulative = _cumulative_table(values, paths, factors)
+    tests, effects = build_tests(info, factors, values, paths, shapley, phi, effects, order_gaps, options, lenth)
+    effects = effects[EFFECT_COLUMNS]
+    percent = bool(results[metric].between(0, 1).all())
+    compute, matched, compute_notes = _compute_views(results, factors, metric, fit, effects, curves, info, confidence)
     return Analysis(
         factors=factors,
         metric=metric,
         confidence=confidence,
         design=info,
         n_runs=len(results),
-        cells=_cells_table(sample, factors, confidence, lenth),
-        cumulative=_cumulative_table(values, paths, factors),
+        cells=_cells_table(values, factors),
+        cumulative=cumulative,
         orderings=_orderings_table(values, factors),
         shapley=shapley,
-        effects=effects.table,
+        effects=effects,
         leave_one_out=_leave_one_out_table(values, factors),
-        compute=compute_table(results, factors, metric),
-        order_gaps=_order_gap_table(values, factors),
-        ci_method=sample.method,
-        effects_method=effects.method,
-        values_source=source.get(info.kind, "observed cell means (incomplete design)"),
-        all_effects=effects.all_effects,
+        compute=compute,
+        compute_matched=matched,
+        order_gaps=order_gaps,
+        claims=claims_table(tests),
+        tests=tests,
+        intervals=_intervals_table(values.records),
+        ci_method=_ci_method(fit, noise, lenth),
+        effects_method=_effects_method(info, contrasts),
+        values_source=_values_source(info),
+        fit=fit,
+        all_effects=all_effects,
         shapley_check=_shapley_check(shapley, values),
-        aliases=_alias_lines(info, factors),
-        notes=notes + _design_notes(info, factors, values, paths),
-        percent=bool(results[metric].between(0, 1).all()),
+        aliases=two_factor_chains(info, factors) if info.kind == "fraction" else [],
+        notes=notes + _design_notes(info, factors, values, paths, contrasts) + _seed_notes(fit, percent) + compute_notes,
+        percent=percent,
         paper_reference=PAPER_AIME_AVG32 if any(name == "paper" for name, _ in paths) else None,
+        options=options,
+        lenth=lenth,
     )
+
+
+def _intervals_table(records: list[pd.DataFrame]) -> pd.DataFrame:
+    """Every computed statistic with its SE, df, interval and method (rows that need a missing
+    cell, or a step 0's delta, are left out)."""
+    table = pd.concat(records, ignore_index=True)[INTERVAL_COLUMNS]
+    return table[table["estimate"].notna()].reset_index(drop=True)
+
+
+def _compute_views(results, factors, metric, fit, effects, curves, design, confidence):
+    """(compute table, equal-compute effects table, notes)."""
+    compute = compute_table(results, factors, metric, pd.Series(fit.mu, index=fit.masks))
+    matched = pd.DataFrame(columns=COMPUTE_MATCHED_COLUMNS)
+    notes: list[str] = []
+    at_budget = budget_values(curves, results, factors, metric) if curves is not None else None
+    if at_budget is not None:
+        budget_results, budget = at_budget
+        budget_fit = _fit(budget_results, factors, metric)
+        compute["mean_at_budget"] = pd.Series(budget_fit.mu, index=budget_fit.masks).reindex(compute.index)
+        matched = _matched_effects(budget_fit, design, factors, effects, confidence, budget)
+        notes.append(
+            f"Equal compute: each run's {metric} at {budget / 1e6:.3g}M generated tokens (the smallest total any "
+            "run reached), interpolated linearly between its evaluations; compute_matched.csv sets the effects "
+            "there beside the effects at equal steps."
+        )
+    elif curves is not None:
+        notes.append("The evaluation curves lack cumulative token counts for some runs, so no equal-compute view.")
+    return compute.reset_index(drop=True), matched, notes
+
+
+COMPUTE_MATCHED_COLUMNS = [
+    "term", "effect", "ci_low", "ci_high", "effect_at_budget", "budget_ci_low", "budget_ci_high", "budget_tokens",
+]  # fmt: skip
+
+
+def _matched_effects(budget_fit, design, factors, effects, confidence, budget) -> pd.DataFrame:
+    contrasts = effect_contrasts(design, factors, np.linalg.inv(budget_fit.g_inv))
+    noise, _ = _noise(budget_fit, design, contrasts, confidence)
+    est = estimate(budget_fit, contrasts.contrasts, noise, confidence)
+    at_budget = pd.DataFrame(
+        {"term": contrasts.names, "effect_at_budget": est.estimate, "budget_ci_low": est.ci_low,
+         "budget_ci_high": est.ci_high}
+    )  # fmt: skip
+    table = effects[["term", "effect", "ci_low", "ci_high"]].merge(at_budget, on="term", how="left")
+    table["budget_tokens"] = budget
+    return table[COMPUTE_MATCHED_COLUMNS]

@@ -107,21 +107,70 @@ def describe_design(observed_masks: np.ndarray, k: int) -> DesignInfo:
     return DesignInfo("incomplete", k, observed, missing)
 
 
-def require_design(info: DesignInfo, declared: str | None, factors: list[str]) -> None:
-    """Enforce a declared design: ``full`` needs every cell, ``fraction`` a regular fraction.
+DESIGN_CHOICES = ("any", "full", "fraction-V", "fraction")
+"""``--design``: any (what the cells support), full (every cell), fraction-V (full, or a regular
+fraction of resolution V or higher), fraction (any regular fraction, or full)."""
 
-    Declared names containing ``full`` mean full; ``frac`` or ``half`` mean fraction; anything
-    else (or None) accepts whatever the cells support.
+
+def alias_chain(group: tuple[Term, ...], factors: list[str], max_order: int | None = 2) -> str:
+    """``a:b = c:d``: the members of an alias group up to ``max_order`` (all when None), joined
+    by `` = ``; the group's first term when none is that short."""
+    shown = [t for t in group if max_order is None or len(t) <= max_order] or [group[0]]
+    return " = ".join(term_name(t, factors) for t in shown)
+
+
+def two_factor_chains(design: DesignInfo, factors: list[str]) -> list[str]:
+    """Every alias chain of a fraction that holds a main effect or a two-factor interaction
+    and more than one term, in full (all members, every order)."""
+    return [
+        alias_chain(group, factors, None)
+        for group in design.alias_groups
+        if len(group) > 1 and min(map(len, group)) <= 2
+    ]
+
+
+def _design_name(declared: str | None) -> str:
+    """Map a declared design (CLI or spec) onto DESIGN_CHOICES."""
+    name = (declared or "any").strip().lower().replace("_", "-")
+    aliases = {
+        "any": "any", "full": "full", "fraction-v": "fraction-V", "fractionv": "fraction-V",
+        "res-v": "fraction-V", "resv": "fraction-V", "v": "fraction-V", "fraction": "fraction",
+        "fractional": "fraction", "half": "fraction", "one-at-a-time": "any", "cumulative": "any",
+    }  # fmt: skip
+    if name not in aliases:
+        raise ReportInputError(
+            f"--design {declared!r} is not one of {', '.join(DESIGN_CHOICES)}; "
+            "pick the weakest design you are willing to report on"
+        )
+    return aliases[name]
+
+
+def require_design(info: DesignInfo, declared: str | None, factors: list[str]) -> str:
+    """Enforce a declared design (see DESIGN_CHOICES); returns its canonical name.
+
+    ``full`` needs every cell; ``fraction`` a regular fraction (or the full design);
+    ``fraction-V`` additionally refuses fractions below resolution V, whose two-factor
+    interactions are aliased with each other or with main effects.
     """
-    name = (declared or "").lower()
-    if "full" in name and info.kind != "full":
+    name = _design_name(declared)
+    if name == "full" and info.kind != "full":
         raise ReportInputError(
             f"the full design has no runs for cell {describe_cell(info.missing[0], factors)}"
             + (f" (and {len(info.missing) - 1} more cells)" if len(info.missing) > 1 else "")
             + "; run the missing cells, or drop --design full to report what the cells support"
         )
-    if ("frac" in name or "half" in name) and info.kind == "incomplete":
+    if name in ("fraction", "fraction-V") and info.kind == "incomplete":
         raise ReportInputError(
             f"the {len(info.observed)} observed cells are not a regular fraction of the 2^{info.k} design; "
-            "run the missing cells of the fraction, or drop --design to report what the cells support"
+            "run the missing cells of the fraction, or pass --design any to report what the cells support"
         )
+    if name == "fraction-V" and info.kind == "fraction" and info.resolution < 5:
+        raise ReportInputError(
+            f"the observed cells are a resolution {_roman(info.resolution)} fraction, so two-factor interactions "
+            "are aliased; run the other half of the fraction (or a resolution V fraction), or pass --design fraction"
+        )
+    return name
+
+
+def _roman(resolution: int | None) -> str:
+    return {3: "III", 4: "IV", 5: "V", 6: "VI"}.get(resolution or 0, str(resolution))

@@ -1,11 +1,14 @@
-"""Factorial effects by OLS with -1/+1 coding, Lenth's method, and fitted-model cell means.
+"""Factorial effects as contrasts of the cell means, Lenth's method, and fitted-model cell means.
 
 Coding x_i = 2 * level_i - 1; a term's column is the product of its factors' columns. The
-effect of a term is 2 * its OLS coefficient: for a main effect in a balanced design, the mean
-of the runs with the factor on minus the mean with it off. The model fitted holds every term
-the observed cells can separate (saturated in the cells), so the residuals are pure
-replication error; when seeds are shared by every cell, seed dummies are added as blocks.
-The table reports main effects and two-factor interactions.
+effect of a term is the mean of the cells where its column is +1 minus the mean where it is
+-1 (2 x the OLS coefficient): c_T = column_T / (m / 2) over the m cells of a full design or a
+regular fraction. In a fraction, a term is aliased with every term whose column equals its
+own up to sign: the table names the chain (``a:b = c:d``), never one member alone. An
+incomplete design gets effects only from a model with main effects and two-factor
+interactions (assuming higher-order interactions are zero, and said so), and a design that
+cannot separate those (a one-at-a-time path) gets no factorial effects at all: its gains are
+path gains (see ``orderings``).
 """
 
 from __future__ import annotations
@@ -13,25 +16,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
-import statsmodels.api as sm
-from scipy import stats
 
-from .design import DesignInfo, Term, all_terms, contrast_column, term_name
-from .table import SEED_COLUMN, cell_masks
+from .design import DesignInfo, Term, alias_chain, all_terms, contrast_column, term_name
 
-EFFECT_COLUMNS = ["term", "effect", "se", "ci_low", "ci_high", "p_value"]
+EFFECT_COLUMNS = ["term", "effect", "se", "ci_low", "ci_high", "p_value", "df", "p_adjusted"]
 
 
 @dataclass(frozen=True)
-class EffectsFit:
-    """Effects table plus what the single-seed fallback and the report need."""
+class EffectContrasts:
+    """Every effect the design can estimate, as rows of a contrast matrix over observed cells."""
 
-    table: pd.DataFrame  # EFFECT_COLUMNS; main effects and two-factor interactions
-    all_effects: pd.DataFrame  # every fitted term, same columns plus "order"
-    method: str  # one sentence for the report
-    lenth_sigma: float | None  # per-run noise sd implied by Lenth's PSE (single seed), else None
-    lenth_df: float | None
+    names: list[str]  # "a", "a:b", or an alias chain "a:b = c:d"
+    terms: list[Term]  # the fitted (first) term of each
+    contrasts: np.ndarray  # [effects, m]
+    model_based: bool  # incomplete design: effects assume higher-order interactions are zero
+
+    @property
+    def orders(self) -> np.ndarray:
+        return np.array([len(t) for t in self.terms])
 
 
 def lenth_pse(effects: np.ndarray) -> float:
@@ -46,116 +48,45 @@ def lenth_pse(effects: np.ndarray) -> float:
     return float(1.5 * np.median(magnitudes[magnitudes < 2.5 * s0]))
 
 
-def fitted_terms(design: DesignInfo) -> list[Term]:
-    """Terms the observed cells can separate: all for a full design, one per alias group for a
-    fraction, main effects (plus two-factor interactions when estimable) for an incomplete one."""
-    if design.kind == "full":
-        return all_terms(design.k)
-    if design.kind == "fraction":
-        return [group[0] for group in design.alias_groups]
+def _model_terms(design: DesignInfo) -> list[Term]:
+    """Incomplete design: main effects and two-factor interactions if the cells separate them."""
     masks = np.array(design.observed)
-    for order in (2, 1):
-        terms = all_terms(design.k, order)
-        x = np.column_stack([np.ones(len(masks))] + [contrast_column(masks, t) for t in terms])
-        if np.linalg.matrix_rank(x) == x.shape[1]:
-            return terms
-    return []
+    terms = all_terms(design.k, 2)
+    x = np.column_stack([np.ones(len(masks))] + [contrast_column(masks, t) for t in terms])
+    return terms if np.linalg.matrix_rank(x) == x.shape[1] else []
 
 
-def _is_blocked(results: pd.DataFrame, factors: list[str]) -> bool:
-    """Seeds are blocks when there are >= 2 and every observed cell ran every seed."""
-    seeds = set(results[SEED_COLUMN])
-    per_cell = results.assign(_m=cell_masks(results, factors)).groupby("_m")[SEED_COLUMN].apply(set)
-    return len(seeds) > 1 and all(s == seeds for s in per_cell)
-
-
-def _design_matrix(results: pd.DataFrame, factors: list[str], terms: list[Term], blocked: bool) -> np.ndarray:
-    masks = cell_masks(results, factors)
-    columns = [np.ones(len(results))] + [contrast_column(masks, t) for t in terms]
-    if blocked:
-        seeds = sorted(set(results[SEED_COLUMN]))
-        columns += [(results[SEED_COLUMN] == s).to_numpy(float) for s in seeds[1:]]
-    return np.column_stack(columns)
-
-
-def _table(terms, factors, effect, se, df, confidence, p_value=None) -> pd.DataFrame:
-    half = stats.t.ppf(0.5 + confidence / 2, df) * se if df and df > 0 else np.full(len(terms), np.nan)
-    if p_value is None:
-        p_value = 2 * stats.t.sf(np.abs(effect / se), df) if df and df > 0 else np.full(len(terms), np.nan)
-    return pd.DataFrame(
-        {
-            "term": [term_name(t, factors) for t in terms],
-            "effect": effect,
-            "se": se,
-            "ci_low": effect - half,
-            "ci_high": effect + half,
-            "p_value": p_value,
-            "order": [len(t) for t in terms],
-        }
-    )
-
-
-def factorial_effects(
-    results: pd.DataFrame, factors: list[str], metric: str, design: DesignInfo, confidence: float = 0.95
-) -> EffectsFit:
-    """Effects (2 x OLS coefficient), SE, t-interval and p-value per term (statsmodels OLS).
-
-    With no residual degrees of freedom (one seed per cell) in a full or regular fractional
-    design, the SE of every effect is Lenth's PSE with m/3 df, m the number of fitted effects.
-    """
-    terms = fitted_terms(design)
+def effect_contrasts(design: DesignInfo, factors: list[str], g: np.ndarray) -> EffectContrasts:
+    """The estimable effects of ``design`` over its observed cells (``g``: information matrix
+    of the cell means, the weights of the model fit for an incomplete design)."""
+    masks = np.array(design.observed)
+    if design.kind == "full":
+        terms = all_terms(design.k)
+        rows = [contrast_column(masks, t) / (len(masks) / 2) for t in terms]
+        return EffectContrasts([term_name(t, factors) for t in terms], terms, np.array(rows), False)
+    if design.kind == "fraction":
+        groups = design.alias_groups
+        rows = [contrast_column(masks, group[0]) / (len(masks) / 2) for group in groups]
+        names = [alias_chain(group, factors) for group in groups]
+        return EffectContrasts(names, [group[0] for group in groups], np.array(rows), False)
+    terms = _model_terms(design)
     if not terms:
-        empty = pd.DataFrame(columns=EFFECT_COLUMNS)
-        return EffectsFit(empty, empty, "The observed cells cannot separate the main effects.", None, None)
-    blocked = _is_blocked(results, factors)
-    fit = sm.OLS(results[metric].to_numpy(float), _design_matrix(results, factors, terms, blocked)).fit()
-    effect = 2 * np.asarray(fit.params)[1 : len(terms) + 1]
-    lenth_sigma = lenth_df = None
-    if fit.df_resid > 0:
-        se = 2 * np.asarray(fit.bse)[1 : len(terms) + 1]
-        p = np.asarray(fit.pvalues)[1 : len(terms) + 1]
-        table = _table(terms, factors, effect, se, fit.df_resid, confidence, p)
-        method = (
-            f"OLS with -1/+1 coding, effect = 2 x coefficient, t interval with {fit.df_resid:.0f} residual df"
-            + (" (seeds as blocks)" if blocked else "")
-            + (
-                ""
-                if design.kind != "incomplete"
-                else "; incomplete design, so interactions beyond those fitted are assumed zero"
-            )
-        )
-    elif design.kind in ("full", "fraction") and len(terms) >= 3:
-        pse = lenth_pse(effect)
-        lenth_df = len(terms) / 3
-        lenth_sigma = pse * np.sqrt(len(results)) / 2  # SE(effect) = 2 sigma / sqrt(N)
-        table = _table(terms, factors, effect, np.full(len(terms), pse), lenth_df, confidence)
-        method = (
-            f"one seed per cell, so no error degrees of freedom: SEs are Lenth's pseudo standard error "
-            f"(PSE = {pse:.4g}, {lenth_df:.1f} df), which assumes most of the {len(terms)} effects are zero"
-        )
-    else:
-        table = _table(terms, factors, effect, np.full(len(terms), np.nan), 0, confidence)
-        method = "No residual degrees of freedom and no basis for Lenth's method: effects have no SE."
-    return EffectsFit(
-        table[table["order"] <= 2][EFFECT_COLUMNS].reset_index(drop=True),
-        table,
-        method,
-        lenth_sigma,
-        lenth_df,
-    )
+        return EffectContrasts([], [], np.zeros((0, len(masks))), True)
+    x = np.column_stack([np.ones(len(masks))] + [contrast_column(masks, t) for t in terms])
+    coefficients = np.linalg.solve(x.T @ g @ x, x.T @ g)  # GLS: [1 + terms, m]
+    return EffectContrasts([term_name(t, factors) for t in terms], terms, 2 * coefficients[1:], True)
 
 
-def model_prediction_map(design: DesignInfo, n: np.ndarray, max_order: int = 2) -> np.ndarray:
+def model_prediction_map(design: DesignInfo, g: np.ndarray, max_order: int = 2) -> np.ndarray:
     """Linear map from observed cell means to all 2^k cell means under the fitted model.
 
-    Model: intercept + fitted terms of order <= max_order; weighted least squares on cell means
-    with weights n_j (equal to OLS on the runs). P = X_all (X' W X)^-1 X' W, shape [2**k, m],
-    so predicted = P @ observed means (and the same for each bootstrap replicate).
+    Model: intercept + one term per alias group of order <= max_order, fitted by generalised
+    least squares with the information matrix G of the cell means (diag(n) without seed
+    blocks, i.e. OLS on the runs). P = X_all (X' G X)^-1 X' G, shape [2**k, m].
     """
-    terms = [t for t in fitted_terms(design) if len(t) <= max_order]
+    terms = [group[0] for group in design.alias_groups if len(group[0]) <= max_order]
     observed = np.array(design.observed)
     everything = np.arange(2**design.k)
     x_obs = np.column_stack([np.ones(len(observed))] + [contrast_column(observed, t) for t in terms])
     x_all = np.column_stack([np.ones(len(everything))] + [contrast_column(everything, t) for t in terms])
-    weighted = x_obs.T * n
-    return x_all @ np.linalg.solve(weighted @ x_obs, weighted)
+    return x_all @ np.linalg.solve(x_obs.T @ g @ x_obs, x_obs.T @ g)

@@ -35,7 +35,15 @@ METRIC_COLUMNS = {
     "min",
     "max",
     "gain",
-    "gain_per_mtok",
+    "gain_per_added_mtok",
+    "estimate",
+    "mean_at_budget",
+    "effect_at_budget",
+    "budget_ci_low",
+    "budget_ci_high",
+    "first",
+    "last",
+    "gap",
 }
 SHARE_COLUMNS = {"share_positive", "discarded_share"}
 COUNT_COLUMNS = {"n", "step", "n_orderings", "paper"}
@@ -56,9 +64,11 @@ def format_value(column: str, value, percent: bool, factors: set[str]) -> str:
         return f"{100 * value:.0f}%"
     if column in COUNT_COLUMNS or column in factors:
         return f"{int(value)}"
-    if column == "p_value":
+    if column == "df":
+        return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+    if column in ("p_value", "p_adjusted"):
         return "<0.001" if value < 0.001 else f"{value:.3f}"
-    if column in ("tokens_generated", "tokens_discarded"):
+    if column in ("tokens_generated", "tokens_discarded", "budget_tokens"):
         return f"{value / 1e6:.2f}M"
     if column == "tokens_vs_baseline":
         return f"{value:.2f}x"

@@ -85,7 +85,7 @@ def interaction_plot(effects: pd.DataFrame, factors: list[str], percent: bool) -
     """Heatmap of two-factor interaction effects (colour); main effects written on the diagonal.
 
     The colour scale follows the interactions only, so a large main effect does not wash them
-    out. A star marks p < 0.05.
+    out. A star marks a family-adjusted p < 0.05. An alias chain is drawn at its first member.
     """
     if effects.empty or effects["effect"].isna().all():
         return None
@@ -94,10 +94,10 @@ def interaction_plot(effects: pd.DataFrame, factors: list[str], percent: bool) -
     grid = np.full((k, k), np.nan)
     text = np.full((k, k), "", dtype=object)
     for row in effects.itertuples(index=False):
-        names = row.term.split(":")
+        names = row.term.split(" = ")[0].split(":")
         i, j = factors.index(names[0]), factors.index(names[-1])
         value = row.effect * scale
-        label = (f"{value:.1f}" if percent else f"{value:.3g}") + ("*" if row.p_value < 0.05 else "")
+        label = (f"{value:.1f}" if percent else f"{value:.3g}") + ("*" if row.p_adjusted < 0.05 else "")
         text[i, j] = text[j, i] = label
         if i != j:
             grid[i, j] = grid[j, i] = value

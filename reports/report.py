@@ -12,7 +12,8 @@ import pandas as pd
 from . import plots
 from .analysis import Analysis, analyze
 from .export import to_html, to_markdown, display_frame, write_table
-from .summary import summary_sections
+from .claims import CLAIM_COLUMNS
+from .summary import EMPTY_SUPPORTED, summary_sections
 from .table import ReportInputError, validate_curves
 
 FORMATS = ("csv", "md", "tex", "png", "html")
@@ -28,15 +29,23 @@ def _captions(analysis: Analysis) -> dict[str, str]:
         else ""
     )
     return {
-        "cells": f"Cells: runs, mean and sd over seeds, {conf} of {analysis.metric}{unit}.",
+        "claims": "Claims (claims.csv): one row per sentence of \"Supported by the data\"; estimate and "
+        f"{conf}{unit}, raw p-value and the family-adjusted p-value the claim rests on.",
+        "cells": f"Cells: runs, mean (for these seeds: seed-adjusted when a cell lacks a seed the others ran), sd over seeds, "
+        f"{conf} of {analysis.metric}{unit}.",
         "cumulative": f"Cumulative tables: each step adds one factor to the row above; delta is the gain over it, with {conf}.{paper}",
         "orderings": "Order dependence: each factor's gain by the position at which an ordering adds it, and over all orderings (mean with "
         f"{conf}, min, max, share of orderings in which it helps).",
         "shapley": f"Shapley values (mean gain over all orderings) and Banzhaf values (mean over edges = main effect), {conf}{unit}.",
-        "effects": f"Factorial effects (-1/+1 coding, effect = 2 x OLS coefficient): main effects and two-factor interactions, {conf}{unit}.",
+        "effects": f"Factorial effects (-1/+1 coding, effect = 2 x OLS coefficient): main effects and two-factor interactions "
+        f"(aliased terms named as their whole chain), {conf}{unit}, residual df, raw and family-adjusted p-values.",
         "leave_one_out": f"Leave-one-out (full minus full without the factor) and add-one (baseline plus the factor minus baseline), {conf}{unit}.",
         "compute": "Compute per cell (means over seeds): tokens generated include those discarded by dynamic sampling; "
-        f"gain is over the baseline{unit}, gain_per_mtok per million generated tokens.",
+        f"gain is over the baseline{unit}; gain_per_added_mtok divides it by the million tokens the cell generated "
+        "beyond the baseline (empty where it adds none); mean_at_budget (when shown) is the mean at the equal-compute budget.",
+        "compute_matched": "Equal compute: each effect at equal training steps (effect, CI) beside the same effect with every run "
+        "read at one generated-token budget (budget_tokens), interpolated linearly between its evaluations"
+        f"{unit}. Empty when the results carry no evaluation curves with token counts.",
     }
 
 
@@ -82,12 +91,14 @@ def _figures(analysis: Analysis, curves: pd.DataFrame | None) -> dict[str, bytes
 def _report_tables(analysis: Analysis) -> list[tuple[str, str, pd.DataFrame]]:
     """(section title, table name, display table) in report order."""
     return [
+        ("Claims", "claims", analysis.claims),
         ("Cumulative tables", "cumulative", _cumulative_display(analysis, REPORT_ORDERINGS_SHOWN)),
         ("Shapley and Banzhaf values", "shapley", analysis.shapley),
         ("Order dependence", "orderings", analysis.orderings),
         ("Factorial effects", "effects", analysis.effects),
         ("Leave-one-out and add-one", "leave_one_out", analysis.leave_one_out),
         ("Compute", "compute", analysis.compute.drop(columns=analysis.factors)),  # the cell label says it
+        ("Equal compute", "compute_matched", analysis.compute_matched),
         ("Cells", "cells", analysis.cells.drop(columns=analysis.factors)),
     ]
 
@@ -105,7 +116,8 @@ def report_markdown(analysis: Analysis, figures: list[str]) -> str:
     captions = _captions(analysis)
     parts = [f"# Ablation report: {analysis.metric}\n"]
     for heading, lines in summary_sections(analysis).items():
-        parts.append(f"## {heading}\n\n" + "\n".join(f"- {line}" for line in lines) + "\n")
+        body = "\n".join(f"- {line}" for line in lines) if lines else f"_{EMPTY_SUPPORTED}_"
+        parts.append(f"## {heading}\n\n{body}\n")
     for title, name, table in _report_tables(analysis):
         shown = display_frame(table, analysis.percent, analysis.factors)
         parts.append(
@@ -138,7 +150,8 @@ def report_html(analysis: Analysis, figures: dict[str, bytes]) -> str:
     body = [f"<h1>Ablation report: {esc(analysis.metric)}</h1>"]
     for heading, lines in summary_sections(analysis).items():
         items = "".join(f"<li>{esc(line)}</li>" for line in lines)
-        body.append(f'<h2>{esc(heading)}</h2><ul class="summary">{items}</ul>')
+        listed = f'<ul class="summary">{items}</ul>' if lines else f"<p><em>{esc(EMPTY_SUPPORTED)}</em></p>"
+        body.append(f"<h2>{esc(heading)}</h2>{listed}")
     for title, name, table in _report_tables(analysis):
         shown = display_frame(table, analysis.percent, analysis.factors)
         body.append(f'<h2>{esc(title)}</h2><p class="caption">{esc(captions[name])}</p>')
@@ -170,6 +183,9 @@ def _check_options(formats, confidence: float) -> set[str]:
     return chosen
 
 
+TABLES = ("cells", "cumulative", "orderings", "shapley", "effects", "leave_one_out", "compute", "compute_matched")
+
+
 def write_report(
     results: pd.DataFrame,
     factors: list[str],
@@ -178,36 +194,46 @@ def write_report(
     orderings: str | list[list[str]] = "paper",
     formats=FORMATS,
     confidence: float = 0.95,
-    seed: int = 0,
     curves: pd.DataFrame | None = None,
     design: str | None = None,
-    n_boot: int = 2000,
     echo: Callable[[str], None] | None = None,
+    *,
+    adjust: str = "holm",
+    per_effect_tests: bool = False,
 ) -> dict[str, Path]:
     """Analyse ``results`` and write the report files into ``out_dir``; returns {file name: path}.
 
-    Tables: cells, cumulative, orderings, shapley, effects, leave_one_out, compute, each as
-    .csv / .md / .tex per ``formats``; figures shapley.png, gain_by_position.png,
-    interactions.png and learning_curves.png (when ``curves`` is given and the data support
-    them); report.md; report.html. ``design`` ("full", "fraction" or None) declares the
-    intended design: a declared full design with a missing cell is an error; otherwise the
-    report covers what the cells support. Raises ReportInputError before writing anything when
-    the input cannot be used. ``echo`` (e.g. ``print``) receives the plain-language summary.
+    Always claims.csv (the summary's "supported by the data" list, one row per sentence).
+    Tables: cells, cumulative, orderings, shapley, effects, leave_one_out, compute and
+    compute_matched, each as .csv / .md / .tex per ``formats``, and intervals.csv (every interval,
+    its SE, df and method) with csv; figures shapley.png, gain_by_position.png, interactions.png
+    and learning_curves.png (when ``curves`` is given and the data support them); report.md;
+    report.html. ``design``: any | full | fraction-V | fraction (see ``design.require_design``);
+    ``adjust`` and ``per_effect_tests``: see ``analysis.analyze``. Raises ReportInputError before
+    writing anything when the input cannot be used. ``echo`` (e.g. ``print``) receives the
+    plain-language summary.
     """
     chosen = _check_options(formats, confidence)
     factors = list(factors)
     if curves is not None:
         curves = validate_curves(curves, factors, metric)
-    analysis = analyze(results, factors, metric, orderings, confidence, seed, design, n_boot)
+    analysis = analyze(
+        results, factors, metric, orderings, confidence, design,
+        adjust=adjust, per_effect_tests=per_effect_tests, curves=curves,
+    )  # fmt: skip
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    written: dict[str, Path] = {}
+    written: dict[str, Path] = {"claims.csv": out / "claims.csv"}
+    analysis.claims[CLAIM_COLUMNS].to_csv(written["claims.csv"], index=False)
     captions = _captions(analysis)
-    for name in ("cells", "cumulative", "orderings", "shapley", "effects", "leave_one_out", "compute"):
+    for name in TABLES:
         display = _cumulative_display(analysis) if name == "cumulative" else None
         table = getattr(analysis, name)
         written |= write_table(name, table, out, chosen, captions[name], analysis.percent, factors, display)
+    if "csv" in chosen:
+        written["intervals.csv"] = out / "intervals.csv"
+        analysis.intervals.to_csv(written["intervals.csv"], index=False)
     figures = _figures(analysis, curves) if chosen & {"png", "html"} else {}
     if "png" in chosen:
         for name, png in figures.items():
@@ -220,8 +246,15 @@ def write_report(
         written["report.html"] = out / "report.html"
         written["report.html"].write_text(report_html(analysis, figures))
     if echo is not None:
-        for heading, lines in summary_sections(analysis).items():
-            echo(f"{heading}:")
-            for line in lines:
-                echo(f"  - {line}")
+        echo_summary(analysis, echo)
     return written
+
+
+def echo_summary(analysis: Analysis, echo: Callable[[str], None]) -> None:
+    """The plain-language summary, one line per call of ``echo``."""
+    for heading, lines in summary_sections(analysis).items():
+        echo(f"{heading}:")
+        for line in lines:
+            echo(f"  - {line}")
+        if not lines:
+            echo(f"  {EMPTY_SUPPORTED}")

@@ -76,23 +76,45 @@ def cell_masks(results: pd.DataFrame, factors: list[str]) -> np.ndarray:
     return levels @ (1 << np.arange(len(factors), dtype=np.int64))
 
 
-def infer_factors(results: pd.DataFrame, metric: str) -> list[str]:
-    """The 0/1 columns of a results table, in column order.
+NOT_FACTORS = ("run_id", "setting", "step")
+"""Columns never read as factors, besides the seed, the metric and the compute columns."""
+LEVEL_SETS = ((0, 1), (-1, 1))
+"""Accepted codings of a factor: 0 (off) / 1 (on), or -1 (off) / +1 (on)."""
 
-    Excluded: ``seed``, the metric, the compute columns, and any column whose name contains
-    ``@`` (other metrics such as ``pass@32``, which can be all 0/1 in tiny runs).
-    """
-    skip = {SEED_COLUMN, metric, *COMPUTE_COLUMNS}
-    factors = []
-    for column in results.columns:
-        if column in skip or "@" in str(column):
-            continue
-        values = results[column]
-        if values.dtype == bool or (
-            pd.api.types.is_numeric_dtype(values) and values.notna().all() and values.isin([0, 1]).all()
+
+def _factor_like(values: pd.Series) -> bool:
+    """A column that codes two levels, allowing at most max(1, 10%) rows of other values (which
+    validation then reports by name instead of silently dropping the factor)."""
+    if values.dtype == bool:
+        return values.nunique() == 2
+    if not pd.api.types.is_numeric_dtype(values):
+        return False
+    allowed = max(1, len(values) // 10)
+    for levels in LEVEL_SETS:
+        inside = values.isin(levels)
+        if (
+            len(values) - inside.sum() <= allowed
+            and inside.sum() > len(values) / 2
+            and all((values == level).any() for level in levels)
         ):
-            factors.append(str(column))
-    return factors
+            return True
+    return False
+
+
+def infer_factors(results: pd.DataFrame, metric: str) -> list[str]:
+    """The columns of a results table that code a two-level factor, in column order.
+
+    Excluded: ``seed``, the metric, the compute columns, ``run_id``/``setting``/``step``, any
+    column whose name contains ``@`` (other metrics such as ``pass@32``, which can be all 0/1 in
+    tiny runs), and constant columns (a factor needs both levels). A column coded 0/1 or -1/+1
+    with a stray value is kept, so that validation names the stray value.
+    """
+    skip = {SEED_COLUMN, metric, *COMPUTE_COLUMNS, *NOT_FACTORS}
+    return [
+        str(column)
+        for column in results.columns
+        if column not in skip and "@" not in str(column) and _factor_like(results[column])
+    ]
 
 
 def _require_columns(results: pd.DataFrame, factors: list[str], metric: str) -> None:
@@ -121,15 +143,31 @@ def _require_columns(results: pd.DataFrame, factors: list[str], metric: str) -> 
             raise ReportInputError(f"'{factor}' cannot be both a factor and the seed or metric column")
 
 
-def _check_levels(results: pd.DataFrame, factors: list[str]) -> None:
+def _check_levels(results: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
+    """Each factor coded 0/1 or -1/+1 with both levels present; returns a copy coded 0/1."""
+    clean = results.copy()
     for factor in factors:
-        values = results[factor]
-        bad = values[~values.isin([0, 1, True, False]) | values.isna()]
-        if len(bad):
-            shown = ", ".join(sorted({str(v) for v in bad.unique()})[:5])
+        values = clean[factor]
+        if values.dtype == bool:
+            values = values.astype(int)
+        levels = next((s for s in LEVEL_SETS if values.isin(s).all()), None)
+        if levels is None:
+            counts = [(values.isin(s).sum(), s) for s in LEVEL_SETS]
+            coding = max(counts)[1]
+            bad = values[~values.isin(coding)]
+            row = bad.index[0]
             raise ReportInputError(
-                f"factor column '{factor}' has levels {shown}; code each factor 0 (off) or 1 (on)"
+                f"factor column '{factor}' has level {bad.iloc[0]} (data row {row + 1}, seed "
+                f"{results.at[row, SEED_COLUMN]}); code each factor "
+                f"{coding[0]}/{coding[1]} (or 0/1 everywhere), or pass --factors without '{factor}'"
             )
+        if values.nunique() < 2:
+            raise ReportInputError(
+                f"factor column '{factor}' is {values.iloc[0]} in every row; a factor needs runs at both levels, "
+                f"so drop '{factor}' from --factors or run its other level"
+            )
+        clean[factor] = (values == levels[1]).astype(int)
+    return clean
 
 
 def _row_cell(results: pd.DataFrame, factors: list[str], row) -> str:
@@ -139,14 +177,17 @@ def _row_cell(results: pd.DataFrame, factors: list[str], row) -> str:
 
 def _check_metric(results: pd.DataFrame, factors: list[str], metric: str) -> None:
     values = pd.to_numeric(results[metric], errors="coerce")
-    bad = values.isna()
-    if bad.any():
-        first = results.index[bad][0]
-        more = f" (and {int(bad.sum()) - 1} more rows)" if bad.sum() > 1 else ""
-        raise ReportInputError(
-            f"metric column '{metric}' is empty or not a number in cell {_row_cell(results, factors, first)}, "
-            f"seed {results.at[first, SEED_COLUMN]}{more}; drop those runs or fill in their results"
-        )
+    for bad, what, fix in (
+        (values.isna(), "empty or not a number", "drop those runs or fill in their results"),
+        (np.isinf(values.fillna(0)), "infinite", "drop those runs or fix their results (a diverged run is a failed run)"),
+    ):
+        if bad.any():
+            first = results.index[bad][0]
+            more = f" (and {int(bad.sum()) - 1} more rows)" if bad.sum() > 1 else ""
+            raise ReportInputError(
+                f"metric column '{metric}' is {what} in cell {_row_cell(results, factors, first)}, "
+                f"seed {results.at[first, SEED_COLUMN]}{more}; {fix}"
+            )
 
 
 def _check_duplicates(results: pd.DataFrame, factors: list[str]) -> None:
@@ -162,18 +203,22 @@ def _check_duplicates(results: pd.DataFrame, factors: list[str]) -> None:
 def validate_results(results: pd.DataFrame, factors: list[str], metric: str) -> pd.DataFrame:
     """Check a results table and return a clean copy (factors as int 0/1, metric as float).
 
-    Raises ReportInputError, one sentence naming the column or cell and the fix, for: a missing
-    metric, seed or factor column; factor levels other than 0/1; an empty (NaN) or non-numeric
-    metric; two rows for the same cell and seed.
+    Raises ReportInputError, one sentence naming the column or cell and the fix, for: a compute
+    column as the metric; a missing metric, seed or factor column; factor levels other than 0/1
+    or -1/+1 (accepted and recoded 0/1); a constant factor; an empty (NaN), infinite or
+    non-numeric metric; two rows for the same cell and seed.
     """
     if len(results) == 0:
         raise ReportInputError("the results table has no rows; run the experiment or pass another CSV")
+    if metric in COMPUTE_COLUMNS:
+        raise ReportInputError(
+            f"--metric {metric} names a compute column, not an outcome; report on a metric column such as "
+            "avg@32 (compute per cell is in compute.csv)"
+        )
     _require_columns(results, factors, metric)
-    _check_levels(results, factors)
-    if results[SEED_COLUMN].isna().any():
+    clean = _check_levels(results.reset_index(drop=True), factors)  # a fresh index: rows by position
+    if clean[SEED_COLUMN].isna().any():
         raise ReportInputError(f"column '{SEED_COLUMN}' has empty values; give every run its seed")
-    clean = results.reset_index(drop=True)  # a fresh index: rows are named by position below
-    clean[factors] = clean[factors].astype(int)
     _check_metric(clean, factors, metric)
     clean[metric] = pd.to_numeric(clean[metric]).astype(float)
     _check_duplicates(clean, factors)
@@ -202,13 +247,11 @@ def load_results_csv(
 
 
 def validate_curves(curves: pd.DataFrame, factors: list[str], metric: str) -> pd.DataFrame:
-    """Check a learning-curves table: factor columns (0/1), ``seed``, ``step`` and the metric."""
+    """Check a learning-curves table: factor columns (0/1 or -1/+1), ``seed``, ``step`` and the
+    metric (optional: cumulative ``tokens_generated`` at each evaluation)."""
     for column in [*factors, SEED_COLUMN, "step", metric]:
         if column not in curves.columns:
             raise ReportInputError(
                 f"curves table lacks column '{column}'; give the factor columns, seed, step and {metric}"
             )
-    _check_levels(curves, factors)
-    clean = curves.copy()
-    clean[factors] = clean[factors].astype(int)
-    return clean
+    return _check_levels(curves.reset_index(drop=True), factors)

@@ -10,8 +10,7 @@ import pytest
 from scipy import stats
 
 from dapo_ablate.reports import PAPER_FACTORS, ReportInputError, analyze, validate_results
-from dapo_ablate.reports.bootstrap import bootstrap_cells, t_interval
-from dapo_ablate.reports.compute import gain_per_million_tokens
+from dapo_ablate.reports.compute import gain_per_added_mtok
 from dapo_ablate.reports.design import all_terms, contrast_column, describe_design, term_name
 from dapo_ablate.reports.effects import lenth_pse
 from dapo_ablate.reports.orderings import cumulative_means, path_masks, position_summary
@@ -87,9 +86,11 @@ def test_lenth_pse_by_hand():
     assert lenth_pse(np.array([10, -1, 2, 0.5, -0.2, 1.5, 0.3])) == pytest.approx(1.125)
 
 
-def test_gain_per_million_tokens_by_hand():
-    # +0.08 for 40M generated tokens -> 0.08 / 40 = 0.002 per million tokens
-    assert gain_per_million_tokens(0.08, 40e6) == pytest.approx(0.002)
+def test_gain_per_added_mtok_by_hand():
+    # +0.08 for 40M generated tokens against the baseline's 30M -> 0.08 / 10 = 0.008 per added Mtok;
+    # a cell that adds no tokens has no such ratio
+    assert gain_per_added_mtok(0.08, 40e6, 30e6) == pytest.approx(0.008)
+    assert np.isnan(gain_per_added_mtok(np.array([0.01]), np.array([30e6]), 30e6)).all()
 
 
 def test_effects_standard_errors_by_hand():
@@ -106,31 +107,16 @@ def test_effects_standard_errors_by_hand():
             "avg@32": [1, 3, 5, 7, 2, 2, 10, 12],
         }
     )
-    effects = analyze(results, ["a", "b"], n_boot=200).effects.set_index("term")
+    effects = analyze(results, ["a", "b"]).effects.set_index("term")
     np.testing.assert_allclose(effects["effect"], [6.5, 2.5, 2.5])
     np.testing.assert_allclose(effects["se"], [0.5, 0.5, 0.5])
     half = stats.t.ppf(0.975, 3) * 0.5
     np.testing.assert_allclose(effects["ci_high"] - effects["effect"], [half] * 3)
 
 
-def test_paired_bootstrap_interval_is_the_paired_t_interval():
-    # cells A = (1, 2, 3, 4), B = (2, 4, 5, 7) over seeds 0..3; differences d = (1, 2, 2, 3):
-    # mean 2, sd sqrt(2/3) = .8165, SE .4082, t(.975, 3) = 3.182 -> half-width 1.299
-    results = pd.DataFrame(
-        {"f": [0] * 4 + [1] * 4, "seed": list(range(4)) * 2, "avg@32": [1, 2, 3, 4, 2, 4, 5, 7]}
-    )
-    sample = bootstrap_cells(results, ["f"], "avg@32", n_boot=20000, seed=0)
-    difference = sample.replicates[:, 1] - sample.replicates[:, 0]
-    low, high = t_interval(np.array(2.0), difference, sample.df, 0.95)
-    assert sample.df == 3
-    assert (high - 2.0) == pytest.approx(1.299, rel=0.03)
-
-
-def test_bootstrap_is_reproducible_with_a_seed():
+def test_intervals_ignore_the_old_seed_option_and_repeat_exactly():
     results = simulate_results(["a", "b"], 0.3, {("a",): 0.1}, seeds=3, rng=0)
-    first = analyze(results, ["a", "b"], seed=7, n_boot=300).shapley
-    again = analyze(results, ["a", "b"], seed=7, n_boot=300).shapley
-    pd.testing.assert_frame_equal(first, again)
+    pd.testing.assert_frame_equal(analyze(results, ["a", "b"]).shapley, analyze(results, ["a", "b"]).shapley)
 
 
 def test_half_fraction_design_and_aliases():
@@ -151,7 +137,7 @@ def planted_results() -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def planted(planted_results):
-    return analyze(planted_results, FACTORS, orderings="all", n_boot=1000)
+    return analyze(planted_results, FACTORS, orderings="all")
 
 
 def _cell_means(results: pd.DataFrame) -> np.ndarray:
@@ -242,12 +228,13 @@ def test_compute_table_counts_discarded_tokens(planted):
     # simulate_results: tokens = (10 + factors on) M; DS discards 10% of them
     assert compute.loc["DS", "tokens_generated"] == pytest.approx(11e6)
     assert compute.loc["DS", "discarded_share"] == pytest.approx(0.1)
-    assert compute.loc["DS", "gain_per_mtok"] == pytest.approx(compute.loc["DS", "gain"] / 11)
+    # the baseline generates 10M tokens, DS 11M: gain per added million = gain / 1
+    assert compute.loc["DS", "gain_per_added_mtok"] == pytest.approx(compute.loc["DS", "gain"] / 1)
 
 
 def test_half_fraction_recovers_main_effects():
     results = simulate_results(FACTORS, 0.30, PLANTED, seeds=3, noise_sd=0.01, cells=HALF_FRACTION, rng=3)
-    analysis = analyze(results, FACTORS, n_boot=500)
+    analysis = analyze(results, FACTORS)
     truth = true_cell_means(FACTORS, 0.30, PLANTED)
     effects = analysis.effects.set_index("term")
     for i, factor in enumerate(FACTORS):
@@ -257,14 +244,15 @@ def test_half_fraction_recovers_main_effects():
         assert effects.loc[factor, "effect"] == pytest.approx(true_main, abs=0.015)
     assert analysis.design.kind == "fraction"
     assert "overlong_filter = clip_higher:soft_overlong:token_level_loss:dynamic_sampling" in analysis.aliases
+    assert len(analysis.aliases) == 15  # 5 main effects and 10 two-factor interactions, each with its alias
     assert "fitted model" in analysis.values_source
     assert analysis.shapley_check["ok"]
 
 
 def test_single_seed_uses_lenth_and_says_so():
     results = simulate_results(FACTORS, 0.30, PLANTED, seeds=1, noise_sd=0.005, rng=4)
-    analysis = analyze(results, FACTORS, n_boot=500)
-    assert "Lenth" in analysis.effects_method and "Lenth" in analysis.ci_method
+    analysis = analyze(results, FACTORS)
+    assert "Lenth" in analysis.ci_method and analysis.lenth["m"] == 31
     assert analysis.effects["se"].nunique() == 1  # every effect gets the same PSE
     assert analysis.shapley["ci_low"].notna().all()
     assert analysis.effects.set_index("term").loc[DS, "p_value"] < 0.01
@@ -273,7 +261,7 @@ def test_single_seed_uses_lenth_and_says_so():
 def test_arbitrary_factor_names_use_the_given_order():
     factors = ["eps_high", "kl"]
     results = simulate_results(factors, 0.4, {("eps_high",): 0.05}, seeds=3, rng=5)
-    analysis = analyze(results, factors, n_boot=300)
+    analysis = analyze(results, factors)
     assert set(analysis.cumulative["ordering"]) == {"given"}
     assert analysis.paper_reference is None
     assert cell_label(0, factors) == "baseline" and cell_label(3, factors) == "eps_high+kl"
@@ -282,7 +270,7 @@ def test_arbitrary_factor_names_use_the_given_order():
 
 def test_custom_orderings_accept_short_labels():
     results = simulate_results(FACTORS, 0.30, PLANTED, seeds=2, rng=6)
-    analysis = analyze(results, FACTORS, orderings=[["DS", "OF"], ["OF", "CH", "SP", "TL", "DS"]], n_boot=200)
+    analysis = analyze(results, FACTORS, orderings=[["DS", "OF"], ["OF", "CH", "SP", "TL", "DS"]])
     assert list(dict.fromkeys(analysis.cumulative["ordering"])) == ["DS>OF", "paper"]
 
 
@@ -292,7 +280,7 @@ def test_custom_orderings_accept_short_labels():
 def test_incomplete_design_reports_what_it_supports():
     path = [0, 1, 3, 7, 15, 31]  # the paper's path only, like the paper's own table
     results = simulate_results(FACTORS, 0.30, PLANTED, seeds=3, cells=path, rng=7)
-    analysis = analyze(results, FACTORS, n_boot=300)
+    analysis = analyze(results, FACTORS)
     assert analysis.design.kind == "incomplete"
     assert analysis.cumulative["mean"].notna().all()  # the paper path is fully observed
     assert analysis.shapley["shapley"].isna().all() and analysis.orderings.empty
@@ -313,7 +301,7 @@ def test_declared_full_design_with_a_missing_cell_names_it():
         (lambda df: df.drop(columns=["avg@32"]), "metric column 'avg@32' is missing"),
         (
             lambda df: df.assign(soft_overlong=df["soft_overlong"] * 2),
-            "factor column 'soft_overlong' has levels 2",
+            "factor column 'soft_overlong' has level 2",
         ),
         (
             lambda df: df.assign(**{"avg@32": df["avg@32"].where(df.index != 11)}),

@@ -49,7 +49,7 @@ def test_report_from_a_results_csv(app, results_csv, tmp_path):
         app, "--results", str(results_csv), "--out", str(out), "--format", "csv,md", "--seed", "3"
     )
     assert result.exit_code == 0, result.output
-    assert "check passed" in result.output and "wrote 15 files" in result.output
+    assert "check passed" in result.output and "wrote 19 files" in result.output
     assert (
         (out / "shapley.csv").exists() and (out / "report.md").exists() and not (out / "report.html").exists()
     )
@@ -73,7 +73,7 @@ def _write(tmp_path: Path, table: pd.DataFrame) -> str:
         (
             lambda df: df.assign(soft_overlong=df["soft_overlong"] * 2),
             ["--factors", ",".join(FACTORS)],
-            "factor column 'soft_overlong' has levels 2",
+            "factor column 'soft_overlong' has level 2",
         ),
         (
             lambda df: df.assign(**{"avg@32": df["avg@32"].where(df.index != 0)}),

@@ -20,7 +20,8 @@ PLANTED = {
     ("clip_higher", "dynamic_sampling"): 0.03,
     ("overlong_filter", "clip_higher", "dynamic_sampling"): 0.04,
 }
-TABLES = ["cells", "cumulative", "orderings", "shapley", "effects", "leave_one_out", "compute"]
+TABLES = ["cells", "cumulative", "orderings", "shapley", "effects", "leave_one_out", "compute", "compute_matched"]
+ALWAYS = {"claims.csv"}
 FIGURES = ["shapley.png", "gain_by_position.png", "interactions.png", "learning_curves.png"]
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -29,13 +30,21 @@ CHROMIUM = Path("/usr/bin/chromium")
 def report_dir(tmp_path_factory) -> Path:
     results = simulate_results(FACTORS, 0.30, PLANTED, seeds=3, noise_sd=0.01, rng=0)
     curves = pd.concat(
-        [results.assign(step=step, **{"avg@32": results["avg@32"] * step / 4}) for step in range(5)]
+        [
+            results.assign(
+                step=step,
+                **{"avg@32": results["avg@32"] * step / 4, "tokens_generated": results["tokens_generated"] * step / 4},
+            )
+            for step in range(5)
+        ]
     )
     out = tmp_path_factory.mktemp("report")
-    written = write_report(results, FACTORS, out, curves=curves, n_boot=500)
+    written = write_report(results, FACTORS, out, curves=curves)
     assert set(written) == {f"{t}.{ext}" for t in TABLES for ext in ("csv", "md", "tex")} | set(FIGURES) | {
         "report.md",
         "report.html",
+        "claims.csv",
+        "intervals.csv",
     }
     return out
 
@@ -46,6 +55,8 @@ def test_every_file_is_written(report_dir):
         *FIGURES,
         "report.md",
         "report.html",
+        "claims.csv",
+        "intervals.csv",
     ]:
         assert (report_dir / name).stat().st_size > 0, name
     for figure in FIGURES:
@@ -74,7 +85,12 @@ def test_csv_columns_follow_the_contract(report_dir):
         "banzhaf_ci_low",
         "banzhaf_ci_high",
     ]
-    assert list(read("effects").columns) == ["term", "effect", "se", "ci_low", "ci_high", "p_value"]
+    assert list(read("effects").columns) == [
+        "term", "effect", "se", "ci_low", "ci_high", "p_value", "df", "p_adjusted",
+    ]  # fmt: skip
+    assert list(read("claims").columns) == [
+        "kind", "term", "estimate", "ci_low", "ci_high", "p_value", "p_adjusted", "family",
+    ]  # fmt: skip
     assert set(read("effects")["term"]) >= {"overlong_filter", "clip_higher:dynamic_sampling"}
     cumulative = read("cumulative")
     assert cumulative.loc[0, "ordering"] == "paper" and cumulative.loc[0, "step"] == 0
@@ -145,14 +161,14 @@ def test_report_html_loads_in_headless_chromium(report_dir, tmp_path):
 
 def test_formats_limit_what_is_written(tmp_path):
     results = simulate_results(["a", "b"], 0.3, {("a",): 0.1}, seeds=2, rng=1)
-    written = write_report(results, ["a", "b"], tmp_path, formats=["csv"], n_boot=100)
-    assert set(written) == {f"{t}.csv" for t in TABLES}
+    written = write_report(results, ["a", "b"], tmp_path, formats=["csv"])
+    assert set(written) == {f"{t}.csv" for t in TABLES} | ALWAYS | {"intervals.csv"}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(written)
 
 
 def test_incomplete_design_report_says_what_it_lacks(tmp_path):
     results = simulate_results(FACTORS, 0.30, PLANTED, seeds=2, cells=[0, 1, 3, 7, 15, 31], rng=2)
-    written = write_report(results, FACTORS, tmp_path, n_boot=200)
+    written = write_report(results, FACTORS, tmp_path)
     assert "shapley.png" not in written and "gain_by_position.png" not in written
     text = (tmp_path / "report.md").read_text()
     assert "Incomplete design: 6 of 32 cells" in text and "not computed" in text

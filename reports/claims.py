@@ -1,0 +1,222 @@
+"""The machine-readable verdict: every statistic the summary tests, its family, its adjusted
+p-value, and the claims (``claims.csv``) that the "supported by the data" list renders from.
+
+Which families a design gets (see ``multiplicity`` for the adjustment):
+
+- full design, or a regular fraction of resolution V or more: ``attribution`` = Shapley values
+  (kind ``shapley``), ``interactions`` = two-factor interaction effects, ``order`` = each
+  factor's gain when added last minus when added first;
+- a fraction below resolution V: ``attribution`` = main effects (kind ``main``) and
+  ``interactions`` = alias chains, each named in full (``a:b = c:d``); no order claims, since
+  they would rest on which member of a chain is the real one;
+- an incomplete design (a one-at-a-time path, a star of add-one cells, a design with holes):
+  ``steps`` = gains between observed cells that differ in one factor, along the requested
+  orderings, add-one and leave-one-out. They are path gains, not main effects.
+
+A claim is a tested statistic with p_adjusted < alpha; its interval is the statistic's own
+(marginal) confidence interval, which then excludes zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .design import DesignInfo
+from .inference import Estimates
+from .multiplicity import across_families, adjust_within, sidak
+from .orderings import path_masks
+from .table import cell_label, factor_label
+
+CLAIM_COLUMNS = ["kind", "term", "estimate", "ci_low", "ci_high", "p_value", "p_adjusted", "family"]
+KINDS = ("main", "shapley", "interaction", "order", "step", "transfer")
+
+
+@dataclass(frozen=True)
+class ClaimOptions:
+    adjust: str = "holm"  # holm | bh | none, within each family
+    alpha: float = 0.05  # 1 - confidence
+    per_effect_tests: bool = False  # one run per cell: Lenth's ME per effect instead of the SME
+
+
+def _rows(kind: str, family: str, terms: list[str], est: Estimates | pd.DataFrame) -> pd.DataFrame:
+    if isinstance(est, pd.DataFrame):
+        values = est
+    else:
+        values = pd.DataFrame(
+            {"estimate": est.estimate, "ci_low": est.ci_low, "ci_high": est.ci_high, "p_value": est.p_value}
+        )
+    return pd.DataFrame(
+        {
+            "kind": kind,
+            "term": terms,
+            "estimate": values["estimate"].to_numpy(float),
+            "ci_low": values["ci_low"].to_numpy(float),
+            "ci_high": values["ci_high"].to_numpy(float),
+            "p_value": values["p_value"].to_numpy(float),
+            "family": family,
+        }
+    )
+
+
+def _effect_rows(all_effects: pd.DataFrame, order: int, kind: str, family: str) -> pd.DataFrame:
+    chosen = all_effects[all_effects["order"] == order]
+    values = chosen.rename(columns={"effect": "estimate"})
+    return _rows(kind, family, list(chosen["term"]), values)
+
+
+def step_edges(design: DesignInfo, paths, factors: list[str], observed: set[int]) -> list[tuple[int, int]]:
+    """Observed neighbouring cells (before, after) along the orderings, add-one and leave-one-out."""
+    k, full = len(factors), 2 ** len(factors) - 1
+    edges = []
+    for _, path in paths:
+        masks = path_masks(path, factors)
+        edges += list(zip(masks[:-1].tolist(), masks[1:].tolist()))
+    edges += [(0, 1 << i) for i in range(k)] + [(full ^ (1 << i), full) for i in range(k)]
+    return [e for e in dict.fromkeys(edges) if e[0] in observed and e[1] in observed]
+
+
+def _step_rows(design: DesignInfo, factors, values, paths) -> pd.DataFrame:
+    edges = step_edges(design, paths, factors, set(int(m) for m in values.fit.masks))
+    if not edges:
+        return pd.DataFrame(columns=[*CLAIM_COLUMNS[:-2], "family"])
+    contrasts = np.zeros((len(edges), 2**design.k))
+    for j, (before, after) in enumerate(edges):
+        contrasts[j, after], contrasts[j, before] = 1.0, -1.0
+    terms = [f"{cell_label(a, factors)} -> {cell_label(b, factors)}" for a, b in edges]
+    est = values.summarize(lambda v: v @ contrasts.T, "steps", terms, "gain")
+    return _rows("step", "steps", terms, est)
+
+
+def _family_adjusted(tests: pd.DataFrame, options: ClaimOptions, lenth: dict | None, n_families: int) -> np.ndarray:
+    adjusted = np.full(len(tests), np.nan)
+    for family, rows in tests.groupby("family", sort=False):
+        index = rows.index.to_numpy()
+        p = rows["p_value"].to_numpy(float)
+        simultaneous = lenth is not None and not options.per_effect_tests and family in ("attribution", "interactions")
+        if simultaneous and rows["kind"].isin(["main", "interaction"]).all():
+            within = sidak(p, lenth["m"])  # Lenth's SME over all m effects
+        else:
+            within = adjust_within(p, options.adjust)
+        adjusted[index] = across_families(within, n_families, options.adjust)
+    return adjusted
+
+
+def build_tests(design, factors, values, paths, shapley, phi, effects, order_gaps, options, lenth):
+    """(every tested statistic with p_adjusted and ``claimed``, effects table with p_adjusted).
+
+    ``effects`` holds every fitted effect with its ``order`` (of the chain's fitted term).
+    """
+    resolution_v = design.kind == "full" or (design.kind == "fraction" and (design.resolution or 0) >= 5)
+    parts = []
+    if resolution_v and shapley["shapley"].notna().all():
+        parts.append(_rows("shapley", "attribution", factors, phi))
+    elif design.kind == "fraction":
+        parts.append(_effect_rows(effects, 1, "main", "attribution"))
+    if design.kind in ("full", "fraction"):
+        parts.append(_effect_rows(effects, 2, "interaction", "interactions"))
+    if resolution_v and not order_gaps.empty and order_gaps["gap"].notna().all():
+        parts.append(_rows("order", "order", factors, order_gaps.rename(columns={"gap": "estimate"})))
+    if design.kind == "incomplete":
+        parts.append(_step_rows(design, factors, values, paths))
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame(columns=[*CLAIM_COLUMNS, "claimed"]), _effects_with_adjusted(effects, None, options, lenth, 1)
+    tests = pd.concat(parts, ignore_index=True)
+    n_families = max(tests.loc[tests["p_value"].notna(), "family"].nunique(), 1)
+    tests["p_adjusted"] = _family_adjusted(tests, options, lenth, n_families)
+    tests["claimed"] = tests["p_adjusted"] < options.alpha
+    return tests[[*CLAIM_COLUMNS, "claimed"]], _effects_with_adjusted(effects, tests, options, lenth, n_families)
+
+
+def _effects_with_adjusted(effects, tests, options, lenth, n_families) -> pd.DataFrame:
+    """effects.csv's p_adjusted: a row's family value when the summary tests it; other main
+    effects (or interactions) are adjusted among themselves the same way."""
+    table = effects.copy()
+    if tests is not None:
+        tested = tests[tests["kind"].isin(["main", "interaction"])].set_index("term")["p_adjusted"]
+        table["p_adjusted"] = table["term"].map(tested).astype(float)
+    for order, kind, family in ((1, "main", "attribution"), (2, "interaction", "interactions")):
+        rows = table["p_adjusted"].isna() & (table["order"] == order) & table["p_value"].notna()
+        if rows.any():
+            as_family = pd.DataFrame({"family": family, "kind": kind, "p_value": table.loc[rows, "p_value"].to_numpy()})
+            table.loc[rows, "p_adjusted"] = _family_adjusted(as_family, options, lenth, n_families)
+    return table
+
+
+def claims_table(tests: pd.DataFrame) -> pd.DataFrame:
+    """claims.csv: the claimed rows, in family order."""
+    return tests[tests["claimed"]][CLAIM_COLUMNS].reset_index(drop=True)
+
+
+# ---------------------------------------------------------------- sentences
+
+
+def short_term(term: str) -> str:
+    """``clip_higher:dynamic_sampling = a:b`` -> ``CH:DS = a:b`` (DAPO's labels where they apply)."""
+    return " = ".join(":".join(factor_label(f) for f in member.split(":")) for member in term.split(" = "))
+
+
+def amount(value: float, percent: bool) -> str:
+    return f"{100 * value:+.1f} pp" if percent else f"{value:+.4g}"
+
+
+def interval(low: float, high: float, percent: bool) -> str:
+    return f"[{100 * low:.1f}, {100 * high:.1f}]" if percent else f"[{low:.4g}, {high:.4g}]"
+
+
+def _p(row) -> str:
+    return f"p = {row.p_value:.2g}, adjusted {row.p_adjusted:.2g}"
+
+
+def claim_sentence(row, percent: bool) -> str:
+    """The summary's sentence for one claims.csv row (uses nothing but the row)."""
+    value, ci = amount(row.estimate, percent), interval(row.ci_low, row.ci_high, percent)
+    direction = "helps" if row.estimate > 0 else "hurts"
+    term = short_term(row.term)
+    if row.kind == "shapley":
+        return f"{term} {direction} on average over all orderings: Shapley {value} {ci} ({_p(row)})."
+    if row.kind == "main":
+        return f"{term} {direction}: main effect {value} {ci} ({_p(row)})."
+    if row.kind == "interaction":
+        return f"Interaction {term}: {value} {ci}; the factors' gains depend on each other ({_p(row)})."
+    if row.kind == "order":
+        return (
+            f"Order matters for {term}: its gain added last minus added first is {value} {ci} ({_p(row)})."
+        )
+    if row.kind == "step":
+        return f"Path gain {term}: {value} {ci}, at that point of the path only ({_p(row)})."
+    return f"{row.kind} {term}: {value} {ci} ({_p(row)})."
+
+
+def unsupported_sentences(tests: pd.DataFrame, percent: bool) -> list[str]:
+    """One line per untested or unclaimed attribution or step, one per other family."""
+    lines = []
+    open_rows = tests[~tests["claimed"]]
+    for row in open_rows[open_rows["family"].isin(["attribution", "steps"])].itertuples(index=False):
+        what = {"shapley": "Shapley", "main": "main effect", "step": "path gain"}[row.kind]
+        text = f"{short_term(row.term)}: {what} {amount(row.estimate, percent)}"
+        if np.isnan(row.p_value):
+            lines.append(f"{text}: no interval, so no claim either way.")
+        else:
+            lines.append(
+                f"{text} {interval(row.ci_low, row.ci_high, percent)} (adjusted p = {row.p_adjusted:.2g}): "
+                "not distinguishable from zero with these seeds."
+            )
+    interactions = open_rows[open_rows["family"] == "interactions"]
+    if len(interactions):
+        smallest = interactions["p_adjusted"].min()
+        lines.append(
+            f"{len(interactions)} of {int((tests['family'] == 'interactions').sum())} two-factor interactions are not "
+            "distinguishable from zero"
+            + (f" (smallest adjusted p = {smallest:.2g})." if np.isfinite(smallest) else " (no intervals).")
+        )
+    order = open_rows[open_rows["family"] == "order"]
+    if len(order):
+        lines.append(
+            f"No clear order dependence for {', '.join(short_term(t) for t in order['term'])} "
+            "(gain added last vs first not distinguishable after adjustment)."
+        )
+    return lines
