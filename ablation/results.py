@@ -49,7 +49,9 @@ def load_experiment_results(
         metric columns (``avg@k``, ``pass@k``, ``maj@k``, then the rest of the final metrics),
         ``tokens_generated``, ``tokens_discarded``, ``wall_s`` and ``run_id``;
     curves: one row per (run, evaluation step): factor columns, ``seed``, ``step``, the
-        evaluation metrics and ``run_id`` (None when no run has a curve);
+        evaluation metrics, ``tokens_generated`` (cumulative training tokens generated up to that
+        step, discarded ones included; empty when the run recorded no step signals) and
+        ``run_id`` (None when no run has a curve);
     design: the spec's design name; mlflow_logger: logs files to the experiment's MLflow
         parent run (None if the experiment was never run with MLflow).
     Raises SpecError for a bad spec and ResultsError when nothing has finished yet.
@@ -85,16 +87,30 @@ def curves_frame(records: list[dict[str, Any]], factors: list[str]) -> pd.DataFr
     """One row per (run, evaluation step); None when no run has an evaluation curve."""
     import pandas as pd
 
-    rows = [
-        {**_levels(record, factors), "seed": record["seed"], **point, "run_id": record["run_id"]}
-        for record in records
-        for point in record["eval_curve"] or []
-    ]
+    rows = []
+    for record in records:
+        tokens = _tokens_by_step(record.get("signals"))
+        rows += [
+            {**_levels(record, factors), "seed": record["seed"], **point,
+             "tokens_generated": tokens.get(point.get("step")), "run_id": record["run_id"]}
+            for point in record["eval_curve"] or []
+        ]
     if not rows:
         return None
     frame = pd.DataFrame(rows)
     rest = [c for c in frame.columns if c not in (*factors, "seed", "step", "run_id")]
     return frame[[*factors, "seed", "step", *rest, "run_id"]]
+
+
+def _tokens_by_step(signals: list[dict[str, Any]] | None) -> dict[int, float]:
+    """Cumulative generated tokens after each step (0 before the first), from per-step signals."""
+    if not signals:
+        return {}
+    total, out = 0.0, {0: 0.0}
+    for row in sorted(signals, key=lambda r: r.get("step", 0)):
+        total += float(row.get("tokens_generated", 0.0) or 0.0)
+        out[int(row.get("step", 0))] = total
+    return out
 
 
 def status_rows(spec: ExperimentSpec, plan: Plan) -> tuple[list[dict[str, Any]], dict[str, int]]:
