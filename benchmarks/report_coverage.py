@@ -2,11 +2,21 @@
 
 Each experiment simulates a full 2^5 factorial over DAPO's five techniques with planted main
 effects, two-factor interactions and a three-factor interaction (so Shapley and Banzhaf values
-differ), a shared per-seed effect and run noise, then runs ``reports.analyze`` and checks
-whether each interval covers the planted value: Shapley and Banzhaf values (bootstrap over
-seeds), the paper-order step gains (bootstrap) and the main and two-factor effects (OLS).
+differ), a shared per-seed effect (sd 1 pp) and run noise (sd 1.5 pp), runs ``reports.analyze``
+and checks whether each interval covers the planted value, for every estimand the report gives:
+cells, cumulative means and step gains (paper order), gains by position (orderings), Shapley,
+Banzhaf, leave-one-out, add-one, order gaps and the factorial effects (main + two-factor).
 
-    .venv/bin/python benchmarks/report_coverage.py --experiments 400 --seeds 3
+Settings: ``balanced`` (every cell runs seeds 0..s-1), ``missing`` (one run, chosen at random,
+is dropped), ``per-cell-seeds`` (seeds numbered per cell, so no two cells share a seed and the
+seed effect is part of the run noise).
+
+Levels (cells, cumulative means) under seeds as blocks estimate the cell mean for *these*
+seeds: the planted value plus the mean of the seeds' effects. ``cells_population`` checks the
+cells' intervals over new seeds (cells.csv ``seed_ci_low``/``seed_ci_high``, seed effects
+counted as random) against the planted population mean.
+
+    .venv/bin/python benchmarks/report_coverage.py --setting balanced --experiments 400
 """
 
 from __future__ import annotations
@@ -18,12 +28,13 @@ import numpy as np
 import pandas as pd
 
 from dapo_ablate.reports import PAPER_FACTORS, analyze
+from dapo_ablate.reports import shapley as sv
 from dapo_ablate.reports.design import all_terms, contrast_column, term_name
-from dapo_ablate.reports.orderings import cumulative_means, path_masks
-from dapo_ablate.reports.shapley import banzhaf_values, shapley_values
+from dapo_ablate.reports.orderings import cumulative_means, path_masks, position_means
 from dapo_ablate.reports.simulate import simulate_results, true_cell_means
 
 FACTORS = list(PAPER_FACTORS)
+SETTINGS = ("balanced", "missing", "per-cell-seeds")
 PLANTED = {
     ("overlong_filter",): 0.06,
     ("clip_higher",): 0.02,
@@ -36,77 +47,93 @@ PLANTED = {
 }
 
 
-def planted_values(factors: list[str], truth: np.ndarray) -> dict[str, pd.Series]:
-    """The estimands computed from the noiseless cell means."""
-    cells = np.arange(2 ** len(factors))
-    effects = {
-        term_name(t, factors): float(contrast_column(cells, t) @ truth) / 2 ** (len(factors) - 1)
-        for t in all_terms(len(factors), 2)
-    }
+def planted_values(truth: np.ndarray, shift: float) -> dict[str, np.ndarray]:
+    """Every estimand from the noiseless cell means (levels shifted by ``shift``)."""
+    cells = np.arange(32)
+    paper = path_masks(FACTORS, FACTORS)
+    means, deltas = cumulative_means(truth, paper)
     return {
-        "shapley": pd.Series(shapley_values(truth), index=factors),
-        "banzhaf": pd.Series(banzhaf_values(truth), index=factors),
-        "paper_delta": pd.Series(cumulative_means(truth, path_masks(list(PAPER_FACTORS), factors))[1][1:]),
-        "effects": pd.Series(effects),
+        "cells": truth + shift,
+        "cells_population": truth,
+        "cumulative_mean": means + shift,
+        "cumulative_delta": deltas[1:],
+        "orderings": np.concatenate([position_means(truth, i) for i in range(5)]),
+        "shapley": sv.shapley_values(truth),
+        "banzhaf": sv.banzhaf_values(truth),
+        "leave_one_out": sv.leave_one_out(truth),
+        "add_one": sv.add_one(truth),
+        "order_gap": sv.leave_one_out(truth) - sv.add_one(truth),
+        "effects": np.array([contrast_column(cells, t) @ truth / 16 for t in all_terms(5, 2)]),
     }
 
 
-def covered(analysis, planted: dict[str, pd.Series]) -> dict[str, np.ndarray]:
-    """Per family, whether each interval covers its planted value."""
-    shap = analysis.shapley.set_index("factor")
-    steps = analysis.cumulative[analysis.cumulative["step"] > 0].reset_index(drop=True)
-    effects = analysis.effects.set_index("term")
-    inside = lambda value, low, high: (low <= value) & (value <= high)  # noqa: E731
+def intervals(analysis) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(low, high) per estimand, in the order of ``planted_values``."""
+    cum = analysis.cumulative
+    shapley, loo = analysis.shapley, analysis.leave_one_out
+    effects = analysis.effects.set_index("term").loc[[term_name(t, FACTORS) for t in all_terms(5, 2)]]
+    pair = lambda table, low, high: (table[low].to_numpy(float), table[high].to_numpy(float))  # noqa: E731
     return {
-        "shapley": inside(planted["shapley"], shap["ci_low"], shap["ci_high"]).to_numpy(),
-        "banzhaf": inside(planted["banzhaf"], shap["banzhaf_ci_low"], shap["banzhaf_ci_high"]).to_numpy(),
-        "paper_delta": inside(
-            planted["paper_delta"], steps["delta_ci_low"], steps["delta_ci_high"]
-        ).to_numpy(),
-        "effects": inside(planted["effects"], effects["ci_low"], effects["ci_high"]).to_numpy(),
+        "cells": pair(analysis.cells, "ci_low", "ci_high"),
+        "cells_population": pair(analysis.cells, "seed_ci_low", "seed_ci_high"),
+        "cumulative_mean": pair(cum, "ci_low", "ci_high"),
+        "cumulative_delta": pair(cum[cum["step"] > 0], "delta_ci_low", "delta_ci_high"),
+        "orderings": pair(analysis.orderings, "ci_low", "ci_high"),
+        "shapley": pair(shapley, "ci_low", "ci_high"),
+        "banzhaf": pair(shapley, "banzhaf_ci_low", "banzhaf_ci_high"),
+        "leave_one_out": pair(loo, "loo_ci_low", "loo_ci_high"),
+        "add_one": pair(loo, "add_one_ci_low", "add_one_ci_high"),
+        "order_gap": pair(analysis.order_gaps, "ci_low", "ci_high"),
+        "effects": pair(effects, "ci_low", "ci_high"),
     }
 
 
-def run(
-    experiments: int, seeds: int, noise_sd: float, seed_sd: float, n_boot: int, seed: int
-) -> pd.DataFrame:
-    """Coverage per family over ``experiments`` simulated factorials."""
+def simulate(setting: str, seeds: int, noise_sd: float, seed_sd: float, rng: np.random.Generator) -> pd.DataFrame:
+    results = simulate_results(
+        FACTORS, 0.30, PLANTED, seeds, noise_sd, seed_sd, rng=rng, seeds_per_cell=setting == "per-cell-seeds"
+    )
+    if setting == "missing":
+        effects = results.attrs["seed_effects"]
+        results = results.drop(index=int(rng.integers(len(results)))).reset_index(drop=True)
+        results.attrs["seed_effects"] = effects
+    return results
+
+
+def run(setting: str, experiments: int, seeds: int, noise_sd: float, seed_sd: float, seed: int) -> pd.DataFrame:
+    """Coverage per estimand over ``experiments`` simulated factorials."""
     truth = true_cell_means(FACTORS, 0.30, PLANTED)
-    planted = planted_values(FACTORS, truth)
-    hits: dict[str, list[np.ndarray]] = {family: [] for family in planted}
     rng = np.random.default_rng(seed)
-    for experiment in range(experiments):
-        results = simulate_results(FACTORS, 0.30, PLANTED, seeds, noise_sd, seed_sd, rng=rng)
-        analysis = analyze(results, FACTORS, seed=experiment, n_boot=n_boot)
-        for family, inside in covered(analysis, planted).items():
-            hits[family].append(inside)
+    hits: dict[str, list[np.ndarray]] = {}
+    for _ in range(experiments):
+        results = simulate(setting, seeds, noise_sd, seed_sd, rng)
+        analysis = analyze(results, FACTORS)
+        shift = float(np.mean(results.attrs["seed_effects"])) if analysis.fit.blocked else 0.0
+        planted = planted_values(truth, shift)
+        for name, (low, high) in intervals(analysis).items():
+            hits.setdefault(name, []).append((low <= planted[name]) & (planted[name] <= high))
     rows = []
-    for family, per_experiment in hits.items():
+    for name, per_experiment in hits.items():
         stacked = np.stack(per_experiment)
-        rows.append(
-            {
-                "family": family,
-                "intervals": stacked.size,
-                "coverage": stacked.mean(),
-                "experiments_all_covered": stacked.all(axis=1).mean(),
-            }
-        )
+        rows.append({"estimand": name, "intervals": stacked.size, "coverage": stacked.mean()})
     return pd.DataFrame(rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--setting", choices=SETTINGS, default="balanced")
     parser.add_argument("--experiments", type=int, default=400)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--noise-sd", type=float, default=0.015)
     parser.add_argument("--seed-sd", type=float, default=0.01)
-    parser.add_argument("--n-boot", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     start = time.perf_counter()
-    table = run(args.experiments, args.seeds, args.noise_sd, args.seed_sd, args.n_boot, args.seed)
+    table = run(args.setting, args.experiments, args.seeds, args.noise_sd, args.seed_sd, args.seed)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(f"{args.experiments} experiments, {args.seeds} seeds per cell, {time.perf_counter() - start:.1f} s")
+    print(
+        f"setting {args.setting}: {args.experiments} experiments, {args.seeds} seeds per cell, "
+        f"{time.perf_counter() - start:.1f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from .claims import ClaimOptions, build_tests, claims_table
 from .compute import budget_values, compute_table
 from .design import DesignInfo, describe_design, require_design, term_name, two_factor_chains
 from .effects import EFFECT_COLUMNS, EffectContrasts, effect_contrasts, lenth_pse, model_prediction_map
-from .inference import LENTH, NONE, OLS, CellFit, Estimates, Noise, estimate, fit_cells
+from .inference import LENTH, NONE, OLS, CellFit, Estimates, Noise, estimate, estimate_over_new_seeds, fit_cells
 from .multiplicity import lenth_margins
 from .orderings import cumulative_means, path_masks, position_means, position_summary, resolve_orderings
 from .table import PAPER_AIME_AVG32, SEED_COLUMN, cell_label, cell_masks, describe_cell, validate_results
@@ -112,10 +112,12 @@ class CellValues:
 
 
 def _cells_table(values: CellValues, factors: list[str]) -> pd.DataFrame:
-    """Per observed cell: runs, estimated mean (seed-adjusted when blocked), sd over runs, CI."""
+    """Per observed cell: runs, estimated mean (seed-adjusted when blocked), sd over runs, CI for
+    these seeds, and CI over new seeds (seed effects counted as random)."""
     fit = values.fit
     labels = [cell_label(int(m), factors) for m in fit.masks]
     est = values.summarize_rows(np.eye(len(fit.masks)), "cells", labels, "mean")
+    new_seeds = estimate_over_new_seeds(fit, np.eye(len(fit.masks)), values.noise, values.confidence)
     return pd.DataFrame(
         {
             "cell": labels,
@@ -125,6 +127,8 @@ def _cells_table(values: CellValues, factors: list[str]) -> pd.DataFrame:
             "sd": fit.sd,
             "ci_low": est.ci_low,
             "ci_high": est.ci_high,
+            "seed_ci_low": new_seeds.ci_low,
+            "seed_ci_high": new_seeds.ci_high,
         }
     )
 
@@ -368,9 +372,10 @@ def _seed_notes(fit: CellFit, percent: bool) -> list[str]:
     if fit.blocked and np.isfinite(fit.seed_sd):
         spread = f"{100 * fit.seed_sd:.1f} pp" if percent else f"{fit.seed_sd:.4g}"
         notes.append(
-            "Cell means and their intervals are for these seeds (seeds are blocks): the seed means differ by "
-            f"sd {spread}, so a rerun with new seeds may move every cell together by about that much; "
-            "differences between cells (effects, gains, Shapley values) do not depend on it."
+            "Cell means and their intervals (ci_low, ci_high) are for these seeds (seeds are blocks): the seed "
+            f"effects spread with sd {spread}, so a rerun with new seeds may move every cell together; cells.csv's "
+            "seed_ci_low/seed_ci_high count that in. Differences between cells (effects, gains, Shapley values) "
+            "do not depend on it."
         )
     if fit.n_seeds >= 2 and not fit.blocked and (fit.n > 1).any():
         notes.append(

@@ -44,6 +44,8 @@ METRIC_COLUMNS = {
     "first",
     "last",
     "gap",
+    "seed_ci_low",
+    "seed_ci_high",
 }
 SHARE_COLUMNS = {"share_positive", "discarded_share"}
 COUNT_COLUMNS = {"n", "step", "n_orderings", "paper"}

@@ -60,6 +60,7 @@ class CellFit:
     blocked: bool  # seeds entered as blocks
     n_seeds: int
     seed_sd: float  # sd of the estimated seed effects b_s (NaN unless blocked)
+    mean_inv_r: float  # mean over seeds of 1 / runs of the seed (NaN unless blocked)
     equal_var_p: float  # Bartlett's p-value (NaN when not testable)
     cell_var: np.ndarray  # [m] residual variance per cell (for Welch)
     cell_index: np.ndarray  # [runs] position of each run's cell in masks
@@ -122,10 +123,11 @@ def fit_cells(cell_index: np.ndarray, seed_index: np.ndarray, y: np.ndarray, mas
         residual = partial - b[seed_index]
         df = len(y) - m - (s - 1)
         seed_sd = float(np.std(b, ddof=1))
+        mean_inv_r = float(np.mean(1.0 / np.bincount(seed_index, minlength=s)))
     else:
         g_inv, mu = np.diag(1.0 / n), raw_mean
         residual = y - mu[cell_index]
-        df, seed_sd = len(y) - m, float("nan")
+        df, seed_sd, mean_inv_r = len(y) - m, float("nan"), float("nan")
     sse = float(residual @ residual)
     sigma2 = sse / df if df > 0 else float("nan")
     sq = np.bincount(cell_index, weights=(y - raw_mean[cell_index]) ** 2, minlength=m)
@@ -135,7 +137,7 @@ def fit_cells(cell_index: np.ndarray, seed_index: np.ndarray, y: np.ndarray, mas
         cell_var = np.where(n > 1, res_sq / np.maximum(n - 1, 1), np.nan)
     return CellFit(
         masks=masks, n=n, raw_mean=raw_mean, sd=sd, mu=mu, g_inv=g_inv, sigma2=sigma2,
-        df=float(max(df, 0)), blocked=blocked, n_seeds=s, seed_sd=seed_sd,
+        df=float(max(df, 0)), blocked=blocked, n_seeds=s, seed_sd=seed_sd, mean_inv_r=mean_inv_r,
         equal_var_p=_bartlett(residual, cell_index, n) if df > 0 else float("nan"),
         cell_var=cell_var, cell_index=cell_index, seed_index=seed_index, y=y,
     )  # fmt: skip
@@ -213,6 +215,30 @@ def estimate(fit: CellFit, contrasts: np.ndarray, noise: Noise, confidence: floa
                 method[j] = PAIRED if paired is not None else WELCH
     se = np.where(valid, se, np.nan)
     return _intervals(point, se, df, method, confidence)
+
+
+def estimate_over_new_seeds(fit: CellFit, contrasts: np.ndarray, noise: Noise, confidence: float) -> Estimates:
+    """Levels (sum c != 0, e.g. a cell mean) with the seed effect counted as random: what a rerun
+    with new seeds would average. Var = MSE c'G^-1c + (sum c)^2 sigma_b^2 / S, with sigma_b^2 =
+    var(b_hat) - MSE mean(1/r_s) (the seed effects' spread beyond their own noise), so
+
+        Var = (sum c)^2 var(b_hat) / S + MSE (c'G^-1c - (sum c)^2 mean(1/r_s) / S),
+
+    Satterthwaite df from S - 1 and the residual df; a non-positive sigma_b^2 estimate leaves the
+    blocked interval as it is. Without seed blocks the seed effect is already in the noise."""
+    fixed = estimate(fit, contrasts, noise, confidence)
+    if not fit.blocked or noise.method != OLS or not np.isfinite(fit.seed_sd):
+        return fixed
+    c = np.nan_to_num(np.atleast_2d(contrasts))
+    total = c.sum(axis=1) ** 2 / fit.n_seeds
+    seed_part = total * fit.seed_sd**2
+    noise_part = fit.sigma2 * (np.einsum("ij,jk,ik->i", c, fit.g_inv, c) - total * fit.mean_inv_r)
+    random = seed_part > total * fit.sigma2 * fit.mean_inv_r  # sigma_b^2 estimate > 0
+    var = seed_part + noise_part
+    df = (var**2) / (seed_part**2 / max(fit.n_seeds - 1, 1) + noise_part**2 / noise.df)
+    se = np.where(random, np.sqrt(var), fixed.se)
+    df = np.where(random, df, fixed.df)
+    return _intervals(fixed.estimate, se, df, fixed.method, confidence)
 
 
 def _intervals(point, se, df, method, confidence: float) -> Estimates:
