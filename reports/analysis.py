@@ -21,7 +21,7 @@ import pandas as pd
 from . import shapley as sv
 from .claims import ClaimOptions, build_tests, claims_table
 from .compute import budget_values, compute_table
-from .design import DesignInfo, describe_design, require_design, term_name, two_factor_chains
+from .design import DesignInfo, describe_design, require_design, roman, two_factor_chains
 from .effects import EFFECT_COLUMNS, EffectContrasts, effect_contrasts, lenth_pse, model_prediction_map
 from .inference import LENTH, NONE, OLS, CellFit, Estimates, Noise, estimate, estimate_over_new_seeds, fit_cells
 from .multiplicity import lenth_margins
@@ -338,13 +338,13 @@ def _design_notes(design: DesignInfo, factors: list[str], values: CellValues, pa
     notes = []
     if design.kind == "fraction" and (design.resolution or 0) >= 5:
         notes.append(
-            f"Regular fraction: {len(design.observed)} of {2**design.k} cells (resolution {design.resolution}). "
+            f"Regular fraction: {len(design.observed)} of {2**design.k} cells (resolution {roman(design.resolution)}). "
             "Shapley values, orderings, cumulative rows and leave-one-out come from the fitted model "
             "(main effects + two-factor interactions), assuming higher-order interactions are zero."
         )
     elif design.kind == "fraction":
         notes.append(
-            f"Resolution {design.resolution} fraction ({len(design.observed)} of {2**design.k} cells): two-factor "
+            f"Resolution {roman(design.resolution)} fraction ({len(design.observed)} of {2**design.k} cells): two-factor "
             "interactions are aliased with each other or with main effects, so Shapley values, orderings and the "
             "cells it did not run are not computed; each effect is named by its whole alias chain."
         )

@@ -166,11 +166,11 @@ def require_design(info: DesignInfo, declared: str | None, factors: list[str]) -
         )
     if name == "fraction-V" and info.kind == "fraction" and info.resolution < 5:
         raise ReportInputError(
-            f"the observed cells are a resolution {_roman(info.resolution)} fraction, so two-factor interactions "
+            f"the observed cells are a resolution {roman(info.resolution)} fraction, so two-factor interactions "
             "are aliased; run the other half of the fraction (or a resolution V fraction), or pass --design fraction"
         )
     return name
 
 
-def _roman(resolution: int | None) -> str:
+def roman(resolution: int | None) -> str:
     return {3: "III", 4: "IV", 5: "V", 6: "VI"}.get(resolution or 0, str(resolution))

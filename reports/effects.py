@@ -4,7 +4,9 @@ Coding x_i = 2 * level_i - 1; a term's column is the product of its factors' col
 effect of a term is the mean of the cells where its column is +1 minus the mean where it is
 -1 (2 x the OLS coefficient): c_T = column_T / (m / 2) over the m cells of a full design or a
 regular fraction. In a fraction, a term is aliased with every term whose column equals its
-own up to sign: the table names the chain (``a:b = c:d``), never one member alone. An
+own up to sign: below resolution V the table names the whole chain (``a:b = c:d``), never one
+member alone; from resolution V on, the aliases are of order three or more (assumed zero) and
+the term keeps its plain name. An
 incomplete design gets effects only from a model with main effects and two-factor
 interactions (assuming higher-order interactions are zero, and said so), and a design that
 cannot separate those (a one-at-a-time path) gets no factorial effects at all: its gains are
@@ -67,7 +69,8 @@ def effect_contrasts(design: DesignInfo, factors: list[str], g: np.ndarray) -> E
     if design.kind == "fraction":
         groups = design.alias_groups
         rows = [contrast_column(masks, group[0]) / (len(masks) / 2) for group in groups]
-        names = [alias_chain(group, factors) for group in groups]
+        full_chains = (design.resolution or 0) < 5  # below V every member matters: name them all
+        names = [alias_chain(group, factors, None if full_chains else 2) for group in groups]
         return EffectContrasts(names, [group[0] for group in groups], np.array(rows), False)
     terms = _model_terms(design)
     if not terms:

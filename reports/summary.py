@@ -12,7 +12,7 @@ import numpy as np
 
 from .analysis import Analysis
 from .claims import amount, claim_sentence, unsupported_sentences
-from .design import term_name
+from .design import roman, term_name
 from .inference import LENTH
 from .table import factor_label
 
@@ -30,7 +30,7 @@ def design_line(analysis: Analysis) -> str:
     )
     kind = {
         "full": f"full 2^{k} factorial",
-        "fraction": f"regular 2^({k}-{k - int(np.log2(len(design.observed)))}) fraction, resolution {design.resolution}",
+        "fraction": f"regular 2^({k}-{k - int(np.log2(len(design.observed)))}) fraction, resolution {roman(design.resolution)}",
         "incomplete": f"incomplete design ({len(design.observed)} of {2**k} cells)",
     }[design.kind]
     return f"Design: {kind}, {seed_text}, {analysis.n_runs} runs; metric {analysis.metric}."
@@ -43,7 +43,7 @@ def _design_lines(analysis: Analysis) -> list[str]:
         defining = " = ".join(term_name(w, analysis.factors) for w in design.defining_words)
         if (design.resolution or 0) < 5:
             lines.append(
-                f"WARNING: resolution {design.resolution} is below V: two-factor interactions cannot be told apart "
+                f"WARNING: resolution {roman(design.resolution)} is below V: two-factor interactions cannot be told apart "
                 "from their aliases, and no claim names one member of a chain alone. Defining relation "
                 f"I = {defining}. Every two-factor alias chain:"
             )
@@ -103,8 +103,8 @@ def _method_lines(analysis: Analysis) -> list[str]:
     adjustment = (
         f"Claims: {ADJUSTMENT_NAMES[options.adjust]} adjustment within each family ({', '.join(families) or 'none'}), "
         + (
-            f"then times the {len(families)} families (Bonferroni), so that all claims together hold at "
-            f"{options.alpha:.0%}; a claim needs adjusted p < {options.alpha:.2g}."
+            (f"then times the {len(families)} families (Bonferroni)" if len(families) > 1 else "one family")
+            + f", so that all claims together hold at {options.alpha:.0%}; a claim needs adjusted p < {options.alpha:.2g}."
             if options.adjust != "none"
             else f"raw p-values: each sentence holds at {options.alpha:.0%} on its own, the list as a whole does not."
         )
