@@ -95,6 +95,79 @@ def test_bad_csv_exits_2_with_one_sentence(app, tmp_path, change, extra, message
     assert not (tmp_path / "out").exists()  # nothing written on bad input
 
 
+@pytest.mark.parametrize(
+    "change, extra, message",
+    [
+        (
+            lambda df: df.assign(**{"avg@32": df["avg@32"].where(df.index != 5, float("inf"))}),
+            [],
+            r"metric column 'avg@32' is infinite in cell .*\(CH\), seed 1; drop those runs",
+        ),
+        (lambda df: df, ["--metric", "wall_s"], r"--metric wall_s names a compute column, not an outcome"),
+        (
+            lambda df: df.assign(kl_penalty=1),
+            ["--factors", ",".join([*FACTORS, "kl_penalty"])],
+            r"factor column 'kl_penalty' is 1 in every row; a factor needs runs at both levels",
+        ),
+        (
+            lambda df: df.assign(clip_higher=df["clip_higher"].where(df.index != 7, 2)),
+            [],
+            r"factor column 'clip_higher' has level 2 \(data row 8, seed 1\); code each factor 0/1",
+        ),
+        (
+            lambda df: df.assign(clip_higher=df["clip_higher"] * 2 - 1).assign(
+                soft_overlong=df["soft_overlong"].where(df.index != 3, -1)
+            ),
+            [],
+            r"factor column 'soft_overlong' has level -1 .*code each factor 0/1",
+        ),
+        (lambda df: df, ["--adjust", "bonferroni"], r"--adjust 'bonferroni' is not one of holm, bh, none"),
+        (
+            lambda df: df[df[FACTORS[:4]].sum(axis=1) % 2 == 0],
+            ["--design", "fraction-V"],
+            r"resolution IV fraction, so two-factor interactions are aliased",
+        ),
+    ],
+)
+def test_more_bad_inputs_exit_2_with_one_sentence(app, tmp_path, change, extra, message):
+    table = change(simulate_results(FACTORS, 0.30, PLANTED, seeds=2, rng=1))
+    result = invoke(app, "--results", _write(tmp_path, table), "--out", str(tmp_path / "out"), *extra)
+    assert result.exit_code == 2, result.output
+    assert re.search(message, result.output), result.output
+    assert len(result.output.strip().splitlines()) == 1  # one sentence, no traceback
+    assert not (tmp_path / "out").exists()
+
+
+def test_constant_column_is_not_inferred_as_a_factor(app, tmp_path):
+    table = simulate_results(FACTORS, 0.30, PLANTED, seeds=2, rng=4).assign(kl_penalty=0)
+    out = tmp_path / "out"
+    result = invoke(app, "--results", _write(tmp_path, table), "--out", str(out), "--format", "csv")
+    assert result.exit_code == 0, result.output
+    assert "full 2^5 factorial" in result.output and "kl_penalty" not in pd.read_csv(out / "cells.csv").columns
+
+
+def test_minus_one_plus_one_coding_gives_the_same_report(app, tmp_path):
+    table = simulate_results(FACTORS, 0.30, PLANTED, seeds=2, rng=5)
+    recoded = table.assign(**{f: table[f] * 2 - 1 for f in FACTORS})
+    outputs = []
+    for name, frame in (("zero_one", table), ("plus_minus", recoded)):
+        path = tmp_path / f"{name}.csv"
+        frame.to_csv(path, index=False)
+        result = invoke(app, "--results", str(path), "--out", str(tmp_path / name), "--format", "csv")
+        assert result.exit_code == 0, result.output
+        outputs.append(pd.read_csv(tmp_path / name / "claims.csv"))
+    pd.testing.assert_frame_equal(*outputs)
+    assert len(outputs[0]) >= 2
+
+
+def test_seed_option_changes_nothing(app, results_csv, tmp_path):
+    for seed in ("0", "7"):
+        result = invoke(app, "--results", str(results_csv), "--out", str(tmp_path / seed), "--format", "csv", "--seed", seed)
+        assert result.exit_code == 0, result.output
+    for name in ("shapley.csv", "effects.csv", "claims.csv", "intervals.csv"):
+        assert (tmp_path / "0" / name).read_bytes() == (tmp_path / "7" / name).read_bytes()
+
+
 def test_incomplete_design_without_declaration_is_reported(app, tmp_path):
     table = simulate_results(FACTORS, 0.30, PLANTED, seeds=2, cells=[0, 1, 3, 7, 15, 31], rng=2)
     result = invoke(
