@@ -134,6 +134,10 @@ class VLLMRolloutEngine:
             self.llm.sleep(level=1)  # level 1 keeps a host copy of the weights; the KV cache is freed
             self.asleep = True
 
+    def close(self) -> None:
+        """Shut vLLM's engine core down now (frees its KV cache) instead of at garbage collection."""
+        self.llm.llm_engine.engine_core.shutdown()
+
     # ------------------------------------------------------------------------- generation
     def generate(self, prompts, n, temperature, top_p, max_new_tokens, seed) -> Rollout:
         from vllm import SamplingParams
