@@ -15,9 +15,11 @@ forward, so the rollout is marked `log_probs_exact=False`: the trainer recompute
 log-probs with its own forward and can compare the two (the rollout-vs-trainer mismatch).
 
 Weights: `sync_weights` reloads the trainer's parameters into vLLM's model in place through
-`collective_rpc` (the worker's `reload_weights`, which re-processes every layer, a tied lm_head
-included), then resets the prefix cache: a stale prefix cache serves keys and values computed by
-the old weights (tests/test_vllm_engine.py shows both steps are needed).
+`collective_rpc` (the worker's `reload_weights`, which re-processes each layer; a tied lm_head
+gets no weights of its own there and is re-tied and re-processed here), then resets the prefix
+cache: a stale prefix cache serves keys and values computed by the old weights
+(tests/test_vllm_engine.py shows both steps are needed). The trainer's weights may be fp32
+masters: vLLM casts them to its dtype, `model.dtype` (the compute dtype).
 
 EOS: a response ends at any of the trainer's EOS ids (`Policy.eos_token_ids`), exactly as in the
 HF engine: vLLM's tokenizer is not loaded and the checkpoint's generation config is not applied
@@ -30,8 +32,10 @@ truncation the overlong penalty and filter understand), never at a shorter conte
 
 Memory: on platforms with vLLM's sleep mode (CUDA, ROCm) the engine sleeps after each `generate`
 (weights offloaded to host memory, KV cache freed), so the optimizer update has the device's
-memory; it wakes for the next weight sync or generation. On CPU there is no sleep mode and this
-is a no-op: the KV cache (VLLM_CPU_KVCACHE_SPACE GiB) stays allocated.
+memory; it wakes for the next weight sync or generation. Waking re-allocates the KV cache, so
+`rollout.gpu_memory_utilization` must leave room for the training model and its optimizer
+state. On CPU there is no sleep mode and this is a no-op: the KV cache (VLLM_CPU_KVCACHE_SPACE
+GiB) stays allocated. (The sleep path is not exercised by the CPU tests.)
 
 Scope: one process, one device, tensor_parallel_size 1. Multi-GPU training (FSDP) and
 multi-worker weight sync are not implemented.
@@ -94,22 +98,9 @@ class VLLMRolloutEngine:
         self.pad_token_id = policy.pad_token_id
         self.sleep_mode = bool(current_platform.is_sleep_mode_available())
         self.asleep = False
+        args = _llm_args(policy, config, self.max_model_len, on_cpu, self.sleep_mode)
         with _caller_state_kept(), _quiet_vllm_warnings():
-            self.llm = LLM(**{**dict(
-                model=policy.source,
-                dtype=config.model.dtype,  # the compute dtype: vLLM casts the trainer's weights to it
-                gpu_memory_utilization=config.rollout.gpu_memory_utilization,
-                tensor_parallel_size=config.rollout.tensor_parallel_size,
-                max_model_len=self.max_model_len,
-                enable_prefix_caching=True,
-                enforce_eager=on_cpu,  # no graphs to capture on CPU; CUDA graphs on GPUs
-                enable_sleep_mode=self.sleep_mode,
-                skip_tokenizer_init=True,  # token ids in, token ids out: the policy's tokenizer decodes
-                generation_config="vllm",  # no stop tokens or sampling defaults from the checkpoint
-                logprobs_mode="processed_logprobs",
-                trust_remote_code=config.model.trust_remote_code,
-                seed=config.schedule.seed,
-            ), **(llm_kwargs or {})})
+            self.llm = LLM(**{**args, **(llm_kwargs or {})})
 
     # ---------------------------------------------------------------------------- weights
     def sync_weights(self, model: torch.nn.Module) -> None:
@@ -176,6 +167,24 @@ class VLLMRolloutEngine:
                 f"context of {self.max_model_len} tokens (the model's max positions); shorten the prompts or "
                 "lower rollout.max_response_len"
             )
+
+
+def _llm_args(policy, config: TrainerConfig, max_model_len: int, on_cpu: bool, sleep_mode: bool) -> dict:
+    return dict(
+        model=policy.source,
+        dtype=config.model.dtype,  # the compute dtype: vLLM casts the trainer's weights to it
+        gpu_memory_utilization=config.rollout.gpu_memory_utilization,
+        tensor_parallel_size=config.rollout.tensor_parallel_size,
+        max_model_len=max_model_len,
+        enable_prefix_caching=True,
+        enforce_eager=on_cpu,  # no graphs to capture on CPU; CUDA graphs on GPUs
+        enable_sleep_mode=sleep_mode,
+        skip_tokenizer_init=True,  # token ids in, token ids out: the policy's tokenizer decodes
+        generation_config="vllm",  # no stop tokens or sampling defaults from the checkpoint
+        logprobs_mode="processed_logprobs",
+        trust_remote_code=config.model.trust_remote_code,
+        seed=config.schedule.seed,
+    )
 
 
 def _pack(rows, responses, logps, truncated, pad_id: int) -> Rollout:
