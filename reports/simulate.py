@@ -68,5 +68,6 @@ def simulate_results(
             }
         )
     table = pd.DataFrame(rows)
-    table.attrs["seed_effects"] = seed_effect  # by seed label, for coverage checks
+    # by seed label, for coverage checks; a tuple, since pandas compares attrs with == when concatenating
+    table.attrs["seed_effects"] = tuple(float(e) for e in seed_effect)
     return table
