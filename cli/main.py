@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from . import report_cmd, run_cmd, train_cmd
-from . import sweep_cmd
+from . import plan_seeds_cmd, report_cmd, run_cmd, sweep_cmd, train_cmd
 
 app = typer.Typer(
     name="dapo-ablate",
@@ -24,6 +23,7 @@ train_cmd.register(app)
 report_cmd.register(app)
 run_cmd.register(app)
 sweep_cmd.register(app)
+plan_seeds_cmd.register(app)
 
 
 def main() -> None:

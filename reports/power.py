@@ -1,0 +1,141 @@
+"""Planning before spending: seeds per cell for a given power, per claims family and design.
+
+For a balanced design with n seeds per cell and seeds as blocks, a statistic c'mu of the cell
+means has SE = sigma sqrt(c'c / n) on (m - 1)(n - 1) residual df (m cells). The report claims
+it when its family-adjusted p-value is below alpha; with one real effect among nulls, Holm's and
+Benjamini-Hochberg's first step is the Bonferroni level alpha / (F tests_in_family) (F families),
+so the power to claim a statistic whose true value is ``effect`` is
+
+    P(|T| > t_{1 - level/2, df}),   T ~ noncentral t(df, effect / SE),
+
+computed for the family's least precise statistic. Families are the report's (``claims``):
+attribution (Shapley values; main effects below resolution V), interactions (two-factor
+effects or alias chains), order (gain added last minus added first). The designs: the full 2^k
+factorial and its half fraction with the highest resolution (I = all factors).
+
+sigma comes from a pilot (the report's residual mean square, seeds as blocks) or is stated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import integrate, stats
+
+from . import shapley as sv
+from .design import DesignInfo, describe_design
+from .effects import effect_contrasts, model_prediction_map
+
+POWER_COLUMNS = [
+    "design", "cells", "family", "statistic", "tests", "level", "se_one_seed", "seeds_per_cell", "runs", "power",
+]  # fmt: skip
+MAX_SEEDS = 1000
+
+
+def half_fraction(k: int) -> np.ndarray:
+    """Cells of the 2^(k-1) fraction I = (all factors): an even number of factors on."""
+    return np.array([m for m in range(2**k) if bin(m).count("1") % 2 == 0])
+
+
+def family_contrasts(design: DesignInfo, factors: list[str]) -> dict[str, tuple[str, np.ndarray]]:
+    """{family: (statistic, contrast rows over the observed cells)} as the report tests them."""
+    m, k = len(design.observed), design.k
+    eye = np.eye(2**k)
+    if design.kind == "full":
+        value_map = np.eye(m)
+    elif (design.resolution or 0) >= 5:
+        value_map = model_prediction_map(design, np.eye(m))
+    else:
+        value_map = None
+    effects = effect_contrasts(design, factors, np.eye(m))
+    families: dict[str, tuple[str, np.ndarray]] = {}
+    if value_map is not None:
+        families["attribution"] = ("Shapley value", sv.shapley_values(eye).T @ value_map)
+    else:
+        families["attribution"] = ("main effect", effects.contrasts[effects.orders == 1])
+    families["interactions"] = ("two-factor interaction effect", effects.contrasts[effects.orders == 2])
+    if value_map is not None:
+        gaps = (sv.leave_one_out(eye) - sv.add_one(eye)).T @ value_map
+        families["order"] = ("gain added last minus first", gaps)
+    return {name: value for name, value in families.items() if len(value[1])}
+
+
+def power_at(effect: float, se: float, df: float, level: float) -> float:
+    """Two-sided power of a t test at ``level`` for a true value ``effect`` with this SE and df.
+
+    The noncentral t tail, as an integral over the variance estimate: with W ~ chi2(df) and
+    s = sqrt(W / df), P(|T| > c) = E[Phi(delta - c s) + Phi(-delta - c s)], delta = effect / SE
+    (scipy's nct tails return NaN for some large shifts; this form does not).
+    """
+    critical, shift = stats.t.ppf(1 - level / 2, df), abs(effect) / se
+
+    def integrand(w: float) -> float:
+        s = np.sqrt(w / df)
+        return (stats.norm.cdf(shift - critical * s) + stats.norm.cdf(-shift - critical * s)) * stats.chi2.pdf(w, df)
+
+    low, high = stats.chi2.ppf([1e-12, 1 - 1e-12], df)
+    value, _ = integrate.quad(integrand, low, high, limit=200)
+    return float(min(max(value, 0.0), 1.0))
+
+
+def seeds_needed(effect: float, sigma: float, unit: float, m: int, level: float, power: float) -> tuple[int, float]:
+    """Smallest n >= 2 with power >= ``power`` (SE = sigma sqrt(unit / n), df = (m-1)(n-1))."""
+    for n in range(2, MAX_SEEDS + 1):
+        achieved = power_at(effect, sigma * np.sqrt(unit / n), (m - 1) * (n - 1), level)
+        if achieved >= power:
+            return n, achieved
+    return MAX_SEEDS + 1, float("nan")
+
+
+def plan_seeds(
+    factors: list[str], sigma: float, effect: float, power: float = 0.8, alpha: float = 0.05, adjust: str = "holm"
+) -> pd.DataFrame:
+    """POWER_COLUMNS per design (full, half fraction) and family: seeds per cell for ``power``."""
+    k = len(factors)
+    designs = [("full 2^%d" % k, np.arange(2**k))]
+    if k >= 3:
+        designs.append((f"half fraction 2^({k}-1)", half_fraction(k)))
+    rows = []
+    for name, cells in designs:
+        design = describe_design(cells, k)
+        families = family_contrasts(design, factors)
+        for family, (statistic, contrasts) in families.items():
+            tests = len(contrasts)
+            level = alpha if adjust == "none" else alpha / (len(families) * tests)
+            unit = float(np.max(np.sum(contrasts**2, axis=1)))
+            n, achieved = seeds_needed(effect, sigma, unit, len(cells), level, power)
+            rows.append(
+                {
+                    "design": name + (f" (resolution {design.resolution})" if design.kind == "fraction" else ""),
+                    "cells": len(cells), "family": family, "statistic": statistic, "tests": tests,
+                    "level": level, "se_one_seed": sigma * np.sqrt(unit), "seeds_per_cell": n,
+                    "runs": n * len(cells), "power": achieved,
+                }  # fmt: skip
+            )
+    return pd.DataFrame(rows, columns=POWER_COLUMNS)
+
+
+def pilot_sigma(results: pd.DataFrame, factors: list[str], metric: str) -> tuple[float, str]:
+    """(sigma, where it came from): the run noise sd of a pilot's results, seeds as blocks.
+
+    Raises ReportInputError (via validation) for a bad table, and when the pilot has no
+    residual degrees of freedom and no basis for Lenth's method.
+    """
+    from .analysis import _fit, _noise  # the report's own model, so plan and report agree
+    from .table import ReportInputError, validate_results
+
+    results = validate_results(results, factors, metric)
+    fit = _fit(results, factors, metric)
+    design = describe_design(fit.masks, len(factors))
+    noise, lenth = _noise(fit, design, effect_contrasts(design, factors, np.linalg.inv(fit.g_inv)), 0.95)
+    if not np.isfinite(noise.sigma2) or noise.sigma2 <= 0:
+        raise ReportInputError(
+            "the pilot results have no replicated cells and no basis for Lenth's method, so they give no noise "
+            "level; run a second seed in some cells or pass --sd"
+        )
+    source = (
+        f"Lenth's pseudo standard error of the pilot's {lenth['m']} effects (one seed per cell)"
+        if lenth
+        else f"the pilot's residual ({fit.df:.0f} df, seeds {'as blocks' if fit.blocked else 'not shared'})"
+    )
+    return float(np.sqrt(noise.sigma2)), source
