@@ -109,7 +109,7 @@ def load_policy(cfg: ModelConfig) -> Policy:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = builtin_checkpoint(BuiltinRecipe(warmup_steps=cfg.builtin_warmup_steps)) if cfg.path == BUILTIN else Path(cfg.path).expanduser()
-    dtype = getattr(torch, cfg.dtype)
+    dtype = torch.float32  # master weights; cfg.dtype is the compute dtype (autocast), see ModelConfig.dtype
     tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=cfg.trust_remote_code)
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, trust_remote_code=cfg.trust_remote_code)
     if cfg.gradient_checkpointing:

@@ -19,6 +19,7 @@ from typing import Protocol
 import torch
 
 from .fast_decode import make_decoder
+from .logprobs import compute_context, left_pad, position_ids
 
 
 @dataclass
@@ -42,6 +43,9 @@ class Rollout:
     lengths: torch.Tensor
     truncated: torch.Tensor
     log_probs_exact: bool = True
+    engine_log_probs: torch.Tensor | None = None
+    """The engine's own log-probs, kept when the trainer recomputes `log_probs` (for the mismatch
+    signal and truncated importance sampling); None while they are the trainer's."""
 
     @property
     def num_tokens(self) -> int:
@@ -134,9 +138,10 @@ class HFRolloutEngine:
     """
 
     def __init__(self, model: torch.nn.Module, eos_token_id: int | list[int], pad_token_id: int,
-                 max_batch: int = 1024, fast: bool = True):
+                 max_batch: int = 1024, fast: bool = True, dtype: torch.dtype = torch.float32):
         self.model = model
         self.fast = fast
+        self.dtype = dtype  # compute dtype (autocast over the trainer's fp32 master weights)
         # a response ends at any of the checkpoint's end tokens (instruct models often have several)
         self.eos_token_ids = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id))
         self.pad_token_id = pad_token_id
@@ -149,10 +154,11 @@ class HFRolloutEngine:
         rows = [list(p) for p in prompts for _ in range(n)]
         device = next(self.model.parameters()).device
         generator = torch.Generator(device=device).manual_seed(seed)
-        parts = [
-            self._generate_chunk(rows[i : i + self.max_batch], temperature, top_p, max_new_tokens, generator)
-            for i in range(0, len(rows), self.max_batch)
-        ]
+        with compute_context(self.model, self.dtype):
+            parts = [
+                self._generate_chunk(rows[i : i + self.max_batch], temperature, top_p, max_new_tokens, generator)
+                for i in range(0, len(rows), self.max_batch)
+            ]
         return Rollout.concat(parts, self.pad_token_id)
 
     @torch.no_grad()
@@ -161,14 +167,9 @@ class HFRolloutEngine:
         was_training = model.training
         model.eval()
         batch = len(rows)
-        width = max(len(r) for r in rows)
-        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
-        attn = torch.zeros((batch, width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            input_ids[i, width - len(r) :] = torch.tensor(r)
-            attn[i, width - len(r) :] = 1
+        input_ids, attn = left_pad(rows, self.pad_token_id)
         input_ids, attn = input_ids.to(device), attn.to(device)
-        positions = (attn.cumsum(-1) - 1).clamp(min=0)
+        positions = position_ids(attn)
 
         tokens = torch.full((batch, max_new_tokens), self.pad_token_id, dtype=torch.long)
         logps = torch.zeros((batch, max_new_tokens))
@@ -218,5 +219,5 @@ class HFRolloutEngine:
             truncated=~finished,
             # in float32 the decode step's log-probs match the training forward (tests/test_rollout.py);
             # in bf16/fp16 a different order of operations moves them, so the trainer recomputes
-            log_probs_exact=next(model.parameters()).dtype == torch.float32,
+            log_probs_exact=self.dtype == torch.float32 and next(model.parameters()).dtype == torch.float32,
         )

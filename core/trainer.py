@@ -41,6 +41,8 @@ from typing import Any, Callable
 import torch
 
 from . import algorithms as alg
+from . import logprobs
+from .logprobs import DEFAULT_CHUNK
 from .config import BUILTIN, TrainerConfig
 from .data import load_eval_set, load_problems
 from .evaluation import EvalSettings, cached_initial_eval, evaluate, initial_eval_key
@@ -270,33 +272,35 @@ def policy_loss(config: TrainerConfig, log_probs, old_log_probs, advantages, mas
 
 # ------------------------------------------------------------------------------------ the update
 def response_log_probs(
-    model: torch.nn.Module, rollout: Rollout, rows: torch.Tensor, temperature: float, pad_id: int
+    model: torch.nn.Module, rollout: Rollout, rows: torch.Tensor, temperature: float, pad_id: int,
+    chunk: int = DEFAULT_CHUNK, compute_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probs [b, T] of the responses in `rows` at `temperature`, and token entropies [b, T].
+    """Log-probs [b, T] of the responses in `rows` at `temperature`, and token entropies [b, T]
+    (memory-bounded and padding-free: see core/logprobs.py)."""
+    return logprobs.response_log_probs(
+        model, [rollout.prompt_ids[i] for i in rows.tolist()], rollout.responses[rows], rollout.mask[rows],
+        temperature, pad_id, chunk=chunk, compute_dtype=compute_dtype,
+    )
 
-    Each row is laid out as [left-padded prompt | response], as during sampling, so positions
-    match the decoding loop's.
-    """
-    device = next(model.parameters()).device
-    prompts = [rollout.prompt_ids[i] for i in rows.tolist()]
-    responses = rollout.responses[rows]
-    P, T = max(len(p) for p in prompts), responses.shape[1]
-    ids = torch.full((len(prompts), P + T), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(prompts), P + T), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, P - len(p) : P] = torch.tensor(p)
-        attn[i, P - len(p) : P] = 1
-    ids[:, P:] = responses
-    attn[:, P:] = 1  # padding after EOS is masked out of the loss, and causal attention never looks ahead
-    ids, attn = ids.to(device), attn.to(device)
-    positions = (attn.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=positions).logits[:, P - 1 : P - 1 + T]
-    logits = logits.float() / temperature
-    logp = torch.log_softmax(logits, dim=-1)
-    token_logp = logp.gather(-1, responses.to(device)[..., None]).squeeze(-1)
-    with torch.no_grad():
-        entropy = -(logp.exp() * logp).sum(-1)
-    return token_logp.cpu() if device.type != "cpu" else token_logp, entropy.cpu()
+
+def _log_probs_of(config: TrainerConfig, model, rollout: Rollout, rows: torch.Tensor, pad_id: int):
+    """response_log_probs with the config's temperature, chunk and compute dtype."""
+    return response_log_probs(
+        model, rollout, rows, config.rollout.temperature, pad_id,
+        chunk=config.batch.logprob_chunk, compute_dtype=config.compute_dtype,
+    )
+
+
+def importance_advantages(config: TrainerConfig, rollout: Rollout, advantages: torch.Tensor) -> torch.Tensor:
+    """Advantages [N] -> [N, T] scaled per token by the truncated importance weight
+    min(exp(trainer - engine log-prob), tis_cap) when `algorithm.tis_cap` is set (the engine's
+    sampling distribution differs from the trainer's: vLLM, bf16). The weight is positive, so it
+    scales the clipped surrogate's per-token term exactly; it carries no gradient."""
+    cap = config.algorithm.tis_cap
+    if cap is None or rollout.engine_log_probs is None:
+        return advantages
+    weight = torch.exp(rollout.log_probs - rollout.engine_log_probs).clamp(max=cap) * rollout.mask
+    return advantages[:, None] * weight
 
 
 def update_policy(
@@ -315,8 +319,10 @@ def update_policy(
     advantages = compute_advantages(config, batch.rewards, rollout.truncated.view(batch.rewards.shape)).reshape(-1)
     mask = loss_mask(config, rollout)
     micro = config.batch.micro_batch_size or config.batch.mini_batch_size
-    if not rollout.log_probs_exact:
-        recompute_behaviour_log_probs(config, model, rollout, micro, pad_id)
+    mismatch = {}
+    if not rollout.log_probs_exact or config.compute_dtype != torch.float32:
+        mismatch = recompute_behaviour_log_probs(config, model, rollout, micro, pad_id)
+    advantages = importance_advantages(config, rollout, advantages)
     N, mb = len(advantages), config.batch.mini_batch_size
     totals = {"clipfrac_low": 0.0, "clipfrac_high": 0.0, "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0}
     grad_norms: list[float] = []
@@ -331,16 +337,15 @@ def update_policy(
             if mini_tokens == 0:
                 continue
             optimizer.zero_grad(set_to_none=True)
-            for ms in range(0, len(mini), micro):
-                rows = mini[ms : ms + micro]
+            for rows in logprobs.length_sorted_micro_batches(mini, rollout.lengths, micro):
                 m = mask[rows]
                 if m.sum() == 0:
                     continue
-                logp, entropy = response_log_probs(model, rollout, rows, config.rollout.temperature, pad_id)
+                logp, entropy = _log_probs_of(config, model, rollout, rows, pad_id)
                 loss, metrics = policy_loss(config, logp, rollout.log_probs[rows], advantages[rows], m)
                 if ref_model is not None and algo.kl_coef > 0:
                     with torch.no_grad():
-                        ref_logp, _ = response_log_probs(ref_model, rollout, rows, config.rollout.temperature, pad_id)
+                        ref_logp, _ = _log_probs_of(config, ref_model, rollout, rows, pad_id)
                     kl = alg.aggregate_loss(alg.k3_kl(logp, ref_logp), m, tech.token_level_loss)
                     loss = loss + algo.kl_coef * kl
                     totals["kl"] += float(kl) * float(m.sum())
@@ -360,18 +365,24 @@ def update_policy(
     out["reward"] = float(batch.rewards.mean())
     out["penalty"] = float(batch.penalty.mean())
     out["updates"] = float(len(grad_norms))
-    return out
+    return {**out, **mismatch}
 
 
 @torch.no_grad()
-def recompute_behaviour_log_probs(config: TrainerConfig, model, rollout: Rollout, micro: int, pad_id: int) -> None:
-    """Replace an engine's log-probs with the training model's own (before any update this step)."""
+def recompute_behaviour_log_probs(config: TrainerConfig, model, rollout: Rollout, micro: int, pad_id: int) -> dict[str, float]:
+    """Replace an engine's log-probs with the training model's own (before any update this step),
+    keeping the engine's in `rollout.engine_log_probs`; returns the per-token gap between them
+    (`rollout_logprob_diff`, `rollout_logprob_diff_max`: |trainer - engine| over response tokens)."""
     model.eval()
-    for start in range(0, len(rollout.prompt_ids), micro):
-        rows = torch.arange(start, min(start + micro, len(rollout.prompt_ids)))
-        logp, _ = response_log_probs(model, rollout, rows, config.rollout.temperature, pad_id)
+    rollout.engine_log_probs = rollout.log_probs.clone()
+    for rows in logprobs.length_sorted_micro_batches(torch.arange(len(rollout.prompt_ids)), rollout.lengths, micro):
+        logp, _ = _log_probs_of(config, model, rollout, rows, pad_id)
         rollout.log_probs[rows] = logp * rollout.mask[rows]
     rollout.log_probs_exact = True
+    gap = (rollout.log_probs - rollout.engine_log_probs).abs()[rollout.mask.bool()]
+    if gap.numel() == 0:
+        return {}
+    return {"rollout_logprob_diff": float(gap.mean()), "rollout_logprob_diff_max": float(gap.max())}
 
 
 def lr_at(config: TrainerConfig, step: int) -> float:
@@ -425,7 +436,7 @@ def train(
     first_step = 1
     ckpt = out / "checkpoint.pt" if out is not None else None
     if ckpt is not None and resume and ckpt.is_file():
-        state = torch.load(ckpt, weights_only=False)
+        state = torch.load(ckpt, weights_only=True)  # never unpickle code from a shared output folder
         if state["config_digest"] == config.digest():
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
@@ -491,7 +502,7 @@ def default_engine(policy: Policy, config: TrainerConfig) -> RolloutEngine:
         from .vllm_engine import VLLMRolloutEngine
 
         return VLLMRolloutEngine(policy, config)
-    return HFRolloutEngine(policy.model, policy.eos_token_ids, policy.pad_token_id)
+    return HFRolloutEngine(policy.model, policy.eos_token_ids, policy.pad_token_id, dtype=config.compute_dtype)
 
 
 def _policy_identity(policy: Policy, config: TrainerConfig) -> str:

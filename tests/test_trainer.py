@@ -38,7 +38,7 @@ def test_same_config_same_result_and_resume_matches_uninterrupted(tmp_path):
     # the crash hits during step 3, after step 2's checkpoint and before step 3's
     with pytest.raises(Crash):
         train(config, tmp_path / "c", callbacks=[crash_after(3)])
-    assert torch.load(tmp_path / "c" / "checkpoint.pt", weights_only=False)["result"]["steps"] == 2
+    assert torch.load(tmp_path / "c" / "checkpoint.pt", weights_only=True)["result"]["steps"] == 2
     seen = []
     c = train(config, tmp_path / "c", callbacks=[lambda kind, step, data: seen.append(step) if kind == "step" else None])
     assert seen == [3, 4]  # resumed after step 2, not restarted

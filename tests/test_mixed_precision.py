@@ -1,0 +1,115 @@
+"""Memory-bounded log-probs (against the naive full-vocabulary pass), fp32 masters with bf16
+compute, and truncated importance sampling."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_configs import TINY_TRAINER
+
+from dapo_ablate.core.config import ModelConfig, TrainerConfig
+from dapo_ablate.core.logprobs import left_pad, length_sorted_micro_batches, position_ids, response_log_probs
+from dapo_ablate.core.policy import load_policy
+from dapo_ablate.core.rollout import HFRolloutEngine
+from dapo_ablate.core.tasks import generate_problems
+from dapo_ablate.core.trainer import importance_advantages, train
+
+
+def naive_log_probs(model, prompt_ids, responses, temperature, pad_id):
+    """The obvious pass: full logits over [B, P + T, V] in fp32, log_softmax, gather, entropy."""
+    prompt, attn = left_pad(prompt_ids, pad_id)
+    P, T = prompt.shape[1], responses.shape[1]
+    ids = torch.cat([prompt, responses], 1)
+    attn = torch.cat([attn, torch.ones_like(responses)], 1)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).logits[:, P - 1 : P - 1 + T]
+    logp = torch.log_softmax(logits.float() / temperature, -1)
+    return logp.gather(-1, responses[..., None]).squeeze(-1), -(logp.exp() * logp).sum(-1)
+
+
+@pytest.fixture(scope="module")
+def sampled():
+    torch.manual_seed(0)
+    policy = load_policy(ModelConfig())
+    engine = HFRolloutEngine(policy.model, policy.eos_token_ids, policy.pad_token_id)
+    prompts = [policy.encode_prompt(p.prompt) for p in generate_problems(6, seed=5)]
+    return policy, engine.generate(prompts, 3, 1.0, 1.0, 24, seed=1)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_chunked_selective_log_probs_equal_the_naive_pass(sampled, chunk):
+    policy, rollout = sampled
+    model, m = policy.model, rollout.mask
+    with torch.no_grad():
+        ref_logp, ref_ent = naive_log_probs(model, rollout.prompt_ids, rollout.responses, 0.7, policy.pad_token_id)
+        logp, ent = response_log_probs(model, rollout.prompt_ids, rollout.responses, m, 0.7, policy.pad_token_id, chunk=chunk)
+    torch.testing.assert_close(logp, ref_logp * m, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ent, ref_ent * m, atol=1e-5, rtol=0)
+
+
+def test_gradients_through_checkpointed_chunks_equal_the_naive_pass(sampled):
+    policy, rollout = sampled
+    model, m = policy.model, rollout.mask
+    weights = torch.randn(m.shape, generator=torch.Generator().manual_seed(3)) * m
+
+    def grads(fn):
+        model.zero_grad()
+        (fn() * weights).sum().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    naive = grads(lambda: naive_log_probs(model, rollout.prompt_ids, rollout.responses, 1.0, policy.pad_token_id)[0])
+    chunked = grads(lambda: response_log_probs(model, rollout.prompt_ids, rollout.responses, m, 1.0, policy.pad_token_id, chunk=5)[0])
+    for a, b in zip(naive, chunked):  # fp32 summation-order noise, relative to each tensor's scale
+        torch.testing.assert_close(b, a, atol=2e-6 * float(a.abs().max()), rtol=1e-4)
+
+
+def test_micro_batches_are_sorted_by_length_and_cover_every_row():
+    lengths = torch.tensor([5, 1, 9, 3, 7, 2])
+    parts = length_sorted_micro_batches(torch.tensor([0, 2, 3, 4, 5]), lengths, 2)
+    assert [p.tolist() for p in parts] == [[5, 3], [0, 4], [2]]
+
+
+def _weights_after(tmp_path, name, dtype, steps):
+    config = TrainerConfig(**{
+        **TINY_TRAINER,
+        "model": {"threads": 1, "dtype": dtype},
+        "optim": {"lr": 1e-6, "warmup_steps": 0},
+        "schedule": {"total_steps": steps, "eval_every": 0, "checkpoint_every": 1},
+        "data": {"num_eval_problems": 2},
+        "rollout": {"max_response_len": 32, "eval_k": 2},
+    })
+    train(config, tmp_path / name)
+    return torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)["model"]
+
+
+def test_bf16_compute_over_fp32_masters_trains_at_lr_1e_6(tmp_path):
+    initial = {k: v.clone() for k, v in load_policy(ModelConfig()).model.state_dict().items()}
+    after_3 = _weights_after(tmp_path, "bf16-3", "bfloat16", 3)
+    changed = sum(int((after_3[k] != v).sum()) for k, v in initial.items())
+    total = sum(v.numel() for v in initial.values())
+    assert all(after_3[k].dtype == torch.float32 for k in initial)  # master weights stay fp32
+    assert changed / total > 0.99
+    # the first update: Adam's step is about lr x sign(gradient), so bf16 compute must give the fp32
+    # run's update except where a gradient is too small for bf16 to get its sign right
+    bf16 = _weights_after(tmp_path, "bf16-1", "bfloat16", 1)
+    fp32 = _weights_after(tmp_path, "fp32-1", "float32", 1)
+    d_bf16 = torch.cat([(bf16[k] - v).flatten() for k, v in initial.items()])
+    d_fp32 = torch.cat([(fp32[k] - v).flatten() for k, v in initial.items()])
+    assert torch.nn.functional.cosine_similarity(d_bf16, d_fp32, dim=0) > 0.9
+    assert torch.isclose(d_bf16, d_fp32, rtol=0.02, atol=2e-8).float().mean() > 0.9
+
+
+def test_bf16_master_weights_are_refused_in_one_sentence():
+    with pytest.raises(ValueError, match="model.param_dtype bfloat16 would step bfloat16 weights with AdamW"):
+        TrainerConfig(model={"param_dtype": "bfloat16"})
+
+
+def test_truncated_importance_weights(sampled):
+    _, rollout = sampled
+    rollout = rollout.select(torch.arange(4))
+    rollout.engine_log_probs = rollout.log_probs.clone()
+    rollout.log_probs = rollout.log_probs + torch.log(torch.tensor(3.0)) * rollout.mask  # ratio 3 everywhere
+    adv = torch.tensor([1.0, -1.0, 0.5, 2.0])
+    config = TrainerConfig(algorithm={"tis_cap": 2.0})
+    weighted = importance_advantages(config, rollout, adv)
+    torch.testing.assert_close(weighted, adv[:, None] * 2.0 * rollout.mask)  # min(3, cap 2)
+    assert importance_advantages(TrainerConfig(), rollout, adv) is adv  # off by default
