@@ -52,6 +52,7 @@ def test_config_is_frozen_and_hash_is_stable():
         ({"model": {"path": "/no/such/model"}}, ["model.path", "/no/such/model"]),
         ({"data": {"train": "/no/such/file.parquet"}}, ["data.train"]),
         ({"rollout": {"engine": "vllm"}}, ["vllm", "model.path"]),
+        ({"model": {"param_dtype": "bfloat16"}}, ["param_dtype", "float32", "model.dtype"]),
     ],
 )
 def test_bad_config_gets_one_sentence_naming_the_field(data, words):
@@ -102,3 +103,28 @@ def test_paper_example_is_a_valid_config_once_its_paths_exist(tmp_path):
     assert c.rollout.engine == "vllm" and c.eps_high_effective == 0.28
     assert c.batch.prompts_per_step * c.algorithm.group_size // c.batch.mini_batch_size == 16
     assert c.gen_prompts_per_round == 1536
+
+
+def _float_fields() -> list[str]:
+    from dapo_ablate.core.config import knob_paths
+
+    out = []
+    for leaf, dotted in knob_paths().items():
+        section, _ = dotted.split(".")
+        annotation = str(TrainerConfig.model_fields[section].annotation.model_fields[leaf].annotation)
+        if "float" in annotation and "Literal" not in annotation:
+            out.append(dotted)
+    return out
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_nan_and_inf_are_refused_in_every_float_field(bad):
+    fields = _float_fields()
+    assert {"optim.lr", "algorithm.eps_high", "algorithm.tis_cap", "rollout.temperature"} <= set(fields)
+    for dotted in fields:
+        section, leaf = dotted.split(".")
+        value = [bad, 0.9] if leaf == "betas" else bad
+        with pytest.raises(ConfigError) as err:
+            build_trainer_config({section: {leaf: value}}, source="x.yaml")
+        message = str(err.value)
+        assert dotted in message and "finite" in message and len(message.splitlines()) == 1, message

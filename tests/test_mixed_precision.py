@@ -113,3 +113,18 @@ def test_truncated_importance_weights(sampled):
     weighted = importance_advantages(config, rollout, adv)
     torch.testing.assert_close(weighted, adv[:, None] * 2.0 * rollout.mask)  # min(3, cap 2)
     assert importance_advantages(TrainerConfig(), rollout, adv) is adv  # off by default
+
+
+def test_each_micro_batch_runs_only_to_its_own_widest_response(sampled):
+    """A row's log-probs do not depend on which rows share its micro-batch, so the length-sorted
+    micro-batches (each as wide as its own longest response) give the whole batch's numbers."""
+    policy, rollout = sampled
+    batches = length_sorted_micro_batches(torch.arange(len(rollout.prompt_ids)), rollout.lengths, 4)
+    assert int(rollout.lengths[batches[0]].max()) < int(rollout.lengths.max())
+    with torch.no_grad():
+        whole, _ = response_log_probs(policy.model, rollout.prompt_ids, rollout.responses, rollout.mask, 1.0,
+                                      policy.pad_token_id)
+        for b in batches:
+            part, _ = response_log_probs(policy.model, [rollout.prompt_ids[i] for i in b.tolist()],
+                                         rollout.responses[b], rollout.mask[b], 1.0, policy.pad_token_id)
+            torch.testing.assert_close(part, whole[b][:, : part.shape[1]], atol=1e-5, rtol=0)

@@ -178,3 +178,34 @@ def test_log_probs_align_with_an_unpadded_forward_of_each_row():
             logits = policy.model(input_ids=ids).logits[0, len(p) - 1 : len(p) - 1 + L]
             alone = torch.log_softmax(logits.float(), -1).gather(-1, rollout.responses[i, :L, None]).squeeze(-1)
             assert torch.allclose(batched[i, :L], alone, atol=1e-4)
+
+
+def test_bf16_first_update_matches_fp32_to_bf16_precision():
+    """On the same batch, the bf16-compute gradient is the fp32 one to bf16 precision (relative L2
+    error 1.9% measured; bf16 keeps 8 bits), and AdamW's first update agrees element by element."""
+    import copy
+
+    from dapo_ablate.core.policy import load_policy
+    from dapo_ablate.core.trainer import PromptSampler, collect_batch, default_engine, load_task, update_policy
+    from dapo_ablate.core.verifier import Verifier
+
+    torch.set_num_threads(1)
+    base = TrainerConfig(**TINY).with_overrides({"techniques.dynamic_sampling": False, "batch.mini_batch_size": 32})
+    policy = load_policy(base.model)
+    train_set, _ = load_task(base)
+    batch = collect_batch(base, default_engine(policy, base), policy, Verifier(), train_set, {},
+                          PromptSampler(len(train_set), 0), 1)
+    start = [p.detach().clone() for p in policy.model.parameters()]
+    deltas = {}
+    for dtype in ("float32", "bfloat16"):
+        for name in ("sgd", "adamw"):
+            model = copy.deepcopy(policy.model)
+            opt = (torch.optim.SGD(model.parameters(), lr=1.0) if name == "sgd"  # update = -gradient
+                   else torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.1))
+            update_policy(base.with_overrides({"model.dtype": dtype}), model, None, opt, copy.deepcopy(batch),
+                          policy.pad_token_id, torch.Generator().manual_seed(0))
+            deltas[dtype, name] = torch.cat([(p.detach() - w).flatten() for p, w in zip(model.parameters(), start)])
+    g32, g16 = deltas["float32", "sgd"], deltas["bfloat16", "sgd"]
+    assert float((g16 - g32).norm() / g32.norm()) < 0.05
+    a32, a16 = deltas["float32", "adamw"], deltas["bfloat16", "adamw"]
+    assert float(((a16 - a32).abs() < 1e-8).float().mean()) > 0.97  # updates are +-1e-6: equal or sign-flipped
