@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 from dapo_ablate.core.config import ConfigError, load_trainer_config
 from dapo_ablate.core.data import DataError
+
+from .overrides import OverrideError, dotted_keys, parse_overrides, unknown_key_sentence
 
 
 def fail(message: str) -> None:
@@ -30,6 +33,9 @@ def check_writable(out: Path) -> None:
 
 def train(
     config: Path = typer.Argument(..., help="TrainerConfig YAML (see examples/dapo_cpu.yaml)."),
+    overrides: Optional[list[str]] = typer.Argument(
+        None, help="key=value overrides of the config, e.g. schedule.total_steps=5 algorithm.eps_high=0.3."
+    ),
     out: Path = typer.Option(Path("dapo-runs/train"), "--out", help="Folder for result.json and checkpoints."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from a checkpoint in --out."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
@@ -37,7 +43,8 @@ def train(
     """Train one configuration and write DIR/result.json."""
     try:
         cfg = load_trainer_config(config)
-    except ConfigError as err:
+        cfg = apply_overrides(cfg, overrides)
+    except (ConfigError, OverrideError) as err:
         fail(str(err))
     check_writable(out)
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
@@ -57,6 +64,17 @@ def train(
     )
 
 
+def apply_overrides(cfg, overrides: list[str] | None):
+    """The config with command-line key=value overrides, validated like the file."""
+    values = parse_overrides(overrides)
+    if not values:
+        return cfg
+    try:
+        return cfg.with_overrides(values)
+    except KeyError as err:
+        raise OverrideError(unknown_key_sentence(err.args[0], dotted_keys(cfg.to_dict()))) from None
+
+
 class _progress:
     """A rich progress bar fed by the trainer's callback (or a no-op)."""
 
@@ -66,6 +84,9 @@ class _progress:
     def __enter__(self):
         if not self.enabled:
             return lambda kind, step, data: None
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # its "Loading weights" bar would break the rich display
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         self.bar = Progress(
