@@ -63,6 +63,7 @@ DEFAULT_LEDGER = "sqlite:///dapo-runs/ledger.db"
 DEFAULT_TRACKING_URI = "sqlite:///dapo-runs/mlflow.db"
 DEFAULT_OUTPUT_DIR = "dapo-runs"
 MAX_CELLS = 4096
+MAX_SEEDS = 1000  # per cell; a power analysis (`dapo-ablate plan-seeds`) never asks for more
 """Largest design accepted (2^12 cells); a bigger one is almost surely a mistake: use a fraction."""
 MAX_COMBINED_KNOBS = 10
 """Knob factors up to this many have every combination of their levels validated (2^10 builds)."""
@@ -98,7 +99,7 @@ def format_spec_error(err: ValidationError, source: str) -> str:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 class ExecutorSpec(_Section):
@@ -262,23 +263,40 @@ class ExperimentSpec(TrainerBasedSpec):
                 raise SpecProblem(f"orderings[{i}] repeats orderings[{orderings.index(ordering)}]; list each ordering once", "orderings")
         return orderings
 
+    @field_validator("name")
+    @classmethod
+    def _name_stays_inside(cls, value: str) -> str:
+        # run folders are output_dir / <name with other characters as _>: "." or ".." would escape it
+        if not value.strip(". ") or "\x00" in value:
+            raise SpecProblem(
+                f"{value!r} cannot name run folders inside output_dir; use letters, digits, '-', '_' or '.'", "name"
+            )
+        return value
+
     @field_validator("seeds", mode="before")
     @classmethod
     def _seed_list(cls, value: Any) -> Any:
         if isinstance(value, bool):
             raise SpecProblem(f"{value} is not a count; give a count of at least 1 or a list of integer seeds", "seeds")
+        too_many = f"is more than {MAX_SEEDS} seeds per cell; use at most {MAX_SEEDS} (see `dapo-ablate plan-seeds`)"
         if isinstance(value, int):
             if value < 1:
                 raise SpecProblem(f"{value} is below 1; give a count of at least 1 (seeds 0..n-1) or a list of seeds", "seeds")
+            if value > MAX_SEEDS:
+                raise SpecProblem(f"{value} {too_many}", "seeds")
             return list(range(value))
         if isinstance(value, list):
             if not value:
                 raise SpecProblem("the list is empty; give at least one seed, or a count", "seeds")
+            if len(value) > MAX_SEEDS:
+                raise SpecProblem(f"a list of {len(value)} {too_many}", "seeds")
+            seen: set[int] = set()
             for seed in value:
                 if isinstance(seed, bool) or not isinstance(seed, int):
                     raise SpecProblem(f"{seed!r} is not an integer; list integer seeds", "seeds")
-                if value.count(seed) > 1:
+                if seed in seen:
                     raise SpecProblem(f"seed {seed} is listed twice; list each seed once", "seeds")
+                seen.add(seed)
             return value
         raise SpecProblem(f"{value!r} is neither a count nor a list; give a count of at least 1 or a list of seeds", "seeds")
 

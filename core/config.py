@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from .yamlio import YAMLFileError, read_yaml_mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 BUILTIN = "builtin"
@@ -183,9 +185,10 @@ class BatchConfig(_Frozen):
     """Responses per forward/backward (gradient accumulation); None: the whole mini-batch at once."""
     epochs: int = Field(1, ge=1)
     """Passes over each rollout step's batch (paper: 1)."""
-    logprob_chunk: int = Field(1024, ge=1)
-    """Response positions per lm-head chunk when computing log-probs and entropies: at most one
-    [chunk, vocab] fp32 block of logits is alive (1024 x 151,936 x 4 B = 0.6 GB)."""
+    logprob_chunk: int | None = Field(None, ge=1)
+    """Response positions per lm-head chunk when computing log-probs and entropies: one chunk's
+    [chunk, vocab] fp32 blocks are alive at a time (1024 x 151,936 x 4 B = 0.6 GB each). None: as
+    many as keep one block at 256 MB (441 at vocab 151,936; everything at the built-in 20)."""
 
 
 class ScheduleConfig(_Frozen):
@@ -365,19 +368,12 @@ def build_trainer_config(data: dict[str, Any] | None, source: str = "trainer con
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping, raising ConfigError for a missing, unreadable or non-mapping file."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist; check the path")
+    """Read a YAML mapping, raising ConfigError for a missing, unreadable, non-UTF-8, alias-bomb
+    or non-mapping file (core/yamlio.py)."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML ({err.__class__.__name__}); fix its syntax") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections at its top level")
-    return data
+        return read_yaml_mapping(path, kind="config file")
+    except YAMLFileError as err:
+        raise ConfigError(str(err)) from None
 
 
 def load_trainer_config(path: str | Path) -> TrainerConfig:

@@ -81,7 +81,7 @@ MAX_CORNER_COMBINATIONS = 4096
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 class Dimension(_Section):
