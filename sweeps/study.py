@@ -88,10 +88,49 @@ def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
 
         return _AskTellGridSampler({leaf: grid_values(dim) for leaf, dim in spec.space.items()}, seed=sampler.seed)
     if sampler.type == "random":
-        return optuna.samplers.RandomSampler(seed=sampler.seed)
+        return _PerTrialRandomSampler(seed=sampler.seed)
     # constant_liar: trials in flight count as (pessimistically) finished, so concurrent asks
     # spread out instead of piling onto one promising point.
-    return optuna.samplers.TPESampler(seed=sampler.seed, n_startup_trials=sampler.n_startup_trials, constant_liar=True)
+    return _PerTrialTPESampler(seed=sampler.seed, n_startup_trials=sampler.n_startup_trials, constant_liar=True)
+
+
+def trial_seed(seed: int, number: int) -> int:
+    """The random state of trial ``number`` of a study seeded ``seed`` (independent streams)."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, number]).generate_state(1)[0])
+
+
+class _PerTrialSeed:
+    """Reseed the sampler's random state from (seed, trial number) before each trial.
+
+    Optuna seeds a sampler once, when it is built: a sweep resumed after a kill rebuilds it with
+    the same seed and replays the first draws (4 trials, 2 distinct settings after one kill).
+    Seeded per trial number, trial n draws what a fresh study's trial n would (given the same
+    finished trials, for TPE), whatever invocation asks for it.
+    """
+
+    def __init__(self, *args, seed: int | None = None, **kwargs) -> None:
+        super().__init__(*args, seed=seed, **kwargs)
+        self._base_seed = seed
+
+    def before_trial(self, study, trial) -> None:  # noqa: ANN001 - Optuna's signature
+        super().before_trial(study, trial)
+        if self._base_seed is not None:
+            self._reseed(trial_seed(self._base_seed, trial.number))
+
+    def _reseed(self, value: int) -> None:
+        self._rng.rng.seed(value)
+
+
+class _PerTrialRandomSampler(_PerTrialSeed, optuna.samplers.RandomSampler):
+    pass
+
+
+class _PerTrialTPESampler(_PerTrialSeed, optuna.samplers.TPESampler):
+    def _reseed(self, value: int) -> None:
+        self._rng.rng.seed(value)
+        self._random_sampler._rng.rng.seed(value)  # the start-up trials' sampler
 
 
 class _AskTellGridSampler(optuna.samplers.GridSampler):

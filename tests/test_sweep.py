@@ -372,6 +372,9 @@ def test_resume_after_the_driver_is_killed(tmp_path, ledger_url, shared_mlflow):
         (retry,) = [r for r in after.values() if r.system_attrs.get("failed_trial") == number]
         assert retry.state == TrialState.COMPLETE and retry.params == t.params
     assert {row["status"] for row in ledger_rows(spec).values()} == {"done"}
+    # the resumed driver's sampler did not replay the first driver's draws
+    drawn = [tuple(sorted(t.params.items())) for t in after.values() if "failed_trial" not in t.system_attrs]
+    assert len(drawn) == len(set(drawn)), drawn
 
 
 # -- the real trainer --------------------------------------------------------------------------

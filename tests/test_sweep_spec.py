@@ -165,3 +165,29 @@ def test_report_of_a_sweep_never_run_is_one_sentence(tmp_path):
     result = CliRunner().invoke(app(), ["sweep-report", str(path), "--out", str(tmp_path / "r")])
     assert result.exit_code == 2 and "no study named 's' yet" in result.stderr
     assert not (tmp_path / "none").exists()
+
+
+def test_samplers_seeded_per_trial_never_replay_draws_after_a_resume():
+    import optuna
+
+    from dapo_ablate.sweeps.study import _PerTrialRandomSampler, _PerTrialTPESampler
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = {"x": optuna.distributions.FloatDistribution(0.0, 1.0)}
+
+    def draws(make, stops):
+        storage, values = optuna.storages.InMemoryStorage(), []
+        for count in stops:  # each stop is a driver invocation with a freshly built sampler
+            study = optuna.create_study(study_name="s", storage=storage, sampler=make(), load_if_exists=True)
+            for _ in range(count):
+                trial = study.ask(space)
+                values.append(trial.params["x"])
+                study.tell(trial, trial.params["x"])
+        return values
+
+    for make in (lambda: _PerTrialRandomSampler(seed=0), lambda: _PerTrialTPESampler(seed=0, n_startup_trials=4)):
+        resumed, fresh = draws(make, [2, 2, 3]), draws(make, [7])
+        assert len(set(resumed)) == 7 and resumed == fresh
+    # Optuna's own samplers, rebuilt with the same seed, replay their first draws (the bug this fixes)
+    plain = draws(lambda: optuna.samplers.RandomSampler(seed=0), [2, 2])
+    assert plain[:2] == plain[2:]
