@@ -188,7 +188,7 @@ class BatchConfig(_Frozen):
     logprob_chunk: int | None = Field(None, ge=1)
     """Response positions per lm-head chunk when computing log-probs and entropies: one chunk's
     [chunk, vocab] fp32 blocks are alive at a time (1024 x 151,936 x 4 B = 0.6 GB each). None: as
-    many as keep one block at 256 MB (441 at vocab 151,936; everything at the built-in 20)."""
+    many as keep one block at 128 MB (220 at vocab 151,936; everything at the built-in 20)."""
 
 
 class ScheduleConfig(_Frozen):

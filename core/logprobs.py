@@ -8,8 +8,11 @@ vocab]: at a 152k vocabulary and 20k tokens that is hundreds of GB. Here:
 - the lm-head is applied only at response positions (the prompt's logits are never built), in
   chunks of ``chunk`` positions, each turned into the sampled token's log-prob and the entropy
   (a selective log-softmax: logit[token] - logsumexp) and then dropped. With gradients, each chunk
-  is recomputed in the backward pass (activation checkpointing), so at most one [chunk, vocab]
-  block of fp32 logits is alive at a time: peak memory is O(chunk x vocab), not O(T x vocab).
+  is recomputed in the backward pass (activation checkpointing), so only one chunk's [chunk, vocab]
+  fp32 blocks (logits, one softmax-sized temporary) are alive at a time: peak memory is
+  O(chunk x vocab), not O(T x vocab). The default chunk keeps one block near 128 MB (220
+  positions at Qwen2.5's 151,936-token vocabulary; a whole micro-batch for tiny vocabularies,
+  which then skips the recomputation). benchmarks/logprob_memory.py measures the peak.
 
 Rows are laid out as during sampling: [left-padded prompt | response], position ids counting
 from the first real prompt token, so the positions match the decoding loop's.
@@ -22,7 +25,13 @@ from contextlib import nullcontext
 import torch
 from torch.utils.checkpoint import checkpoint
 
-DEFAULT_CHUNK = 1024
+BLOCK_ELEMENTS = 2**25
+"""fp32 logits per lm-head chunk when no chunk is given (128 MB)."""
+
+
+def auto_chunk(vocab_size: int) -> int:
+    """Response positions per lm-head chunk so that one [chunk, vocab] fp32 block is BLOCK_ELEMENTS."""
+    return max(1, BLOCK_ELEMENTS // vocab_size)
 
 
 def left_pad(rows: list[list[int]], pad_id: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,10 +72,15 @@ def _split_model(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Modu
 
 def _selective(head_weight: torch.Tensor, head_bias, hidden: torch.Tensor, tokens: torch.Tensor, temperature: float):
     """hidden [n, H], tokens [n] -> (log-prob of each token [n], entropy [n]) at ``temperature``, fp32."""
-    logits = torch.nn.functional.linear(hidden, head_weight, head_bias).float() / temperature
+    logits = torch.nn.functional.linear(hidden, head_weight, head_bias).float()
+    if temperature != 1.0:
+        logits = logits.div_(temperature)  # in place: one [n, vocab] block fewer (linear keeps no output)
     lse = torch.logsumexp(logits, dim=-1)
     token_logp = logits.gather(-1, tokens[:, None]).squeeze(-1) - lse
-    entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    with torch.no_grad():  # entropy = lse - sum(p * logits), one temporary block, updated in place
+        weighted = torch.softmax(logits.detach(), dim=-1).mul_(logits.detach())
+        entropy = lse.detach() - weighted.sum(-1)
+        del weighted
     return token_logp, entropy
 
 
@@ -77,14 +91,15 @@ def response_log_probs(
     mask: torch.Tensor,
     temperature: float,
     pad_id: int,
-    chunk: int = DEFAULT_CHUNK,
+    chunk: int | None = None,
     compute_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs [B, T] of ``responses`` (right-padded, ``mask`` 1 on real tokens) and token
     entropies [B, T] (no gradient), 0 at padding; T = responses.shape[1].
 
     Gradients flow through the log-probs when grad mode is on. Only the columns up to the widest
-    real response are computed (trailing padding columns are returned as 0).
+    real response are computed (trailing padding columns are returned as 0). ``chunk``: response
+    positions per lm-head chunk (None: `auto_chunk` of the vocabulary).
     """
     device = next(model.parameters()).device
     B, T = responses.shape
@@ -107,10 +122,11 @@ def response_log_probs(
         rows, cols = valid.nonzero(as_tuple=True)
         h = hidden[rows, P - 1 + cols]  # [n, H], response positions only
         targets = ids[rows, P + cols]
+        chunk = chunk or auto_chunk(head.weight.shape[0])
         logps, entropies = [], []
         for start in range(0, len(rows), chunk):
             piece = (head.weight, head.bias, h[start : start + chunk], targets[start : start + chunk], temperature)
-            if torch.is_grad_enabled():
+            if torch.is_grad_enabled() and len(rows) > chunk:  # one chunk: recomputing it saves nothing
                 lp, ent = checkpoint(_selective, *piece, use_reentrant=False)
             else:
                 lp, ent = _selective(*piece)

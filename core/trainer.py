@@ -42,7 +42,6 @@ import torch
 
 from . import algorithms as alg
 from . import logprobs
-from .logprobs import DEFAULT_CHUNK
 from .config import BUILTIN, TrainerConfig
 from .data import load_eval_set, load_problems
 from .evaluation import EvalSettings, cached_initial_eval, evaluate, initial_eval_key
@@ -273,7 +272,7 @@ def policy_loss(config: TrainerConfig, log_probs, old_log_probs, advantages, mas
 # ------------------------------------------------------------------------------------ the update
 def response_log_probs(
     model: torch.nn.Module, rollout: Rollout, rows: torch.Tensor, temperature: float, pad_id: int,
-    chunk: int = DEFAULT_CHUNK, compute_dtype: torch.dtype = torch.float32,
+    chunk: int | None = None, compute_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs [b, T] of the responses in `rows` at `temperature`, and token entropies [b, T]
     (memory-bounded and padding-free: see core/logprobs.py)."""
