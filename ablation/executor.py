@@ -27,6 +27,7 @@ must be a path every node sees, e.g. a shared filesystem.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import re
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from dapo_ablate.ablation.cell import run_cell
-from dapo_ablate.ablation.ledger import DONE, FAILED, PENDING, RUNNING, Ledger
+from dapo_ablate.ablation.ledger import DONE, FAILED, PENDING, RUNNING, Ledger, LedgerError
 from dapo_ablate.ablation.progress import EventLines
 from dapo_ablate.ablation.tracking import ChildRun, Tracker, default_artifact_location, sqlite_path
 
@@ -254,6 +255,41 @@ def describe_error(err: BaseException) -> str:
     return (text + where)[:_ERROR_CHARS]
 
 
+KEPT_RESULT = "finished-result.json"  # a finished run's result until the ledger holds it
+TRANSIENT_RETRIES = (0.5, 1.0, 2.0, 4.0, 8.0)  # seconds between tries of a database write
+
+
+def _plain(value: Any) -> Any:
+    """json.dumps fallback for numpy / torch scalars in a result."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"cannot keep a {type(value).__name__} in a run result")
+
+
+def is_transient(err: BaseException) -> bool:
+    """A database error worth retrying: a dropped or refused connection, a lock, a timeout."""
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    cause = err if isinstance(err, DBAPIError) else err.__cause__
+    return isinstance(cause, OperationalError) or bool(getattr(cause, "connection_invalidated", False))
+
+
+def retry_transient(write: Callable[[], Any], doing: str, kept: Path | None = None) -> Any:
+    """``write()``, retried with bounded backoff while the database error is transient; then an
+    ExecutorError that says it is the database (and where the result is kept), not the spec."""
+    for pause in (*TRANSIENT_RETRIES, None):
+        try:
+            return write()
+        except LedgerError as err:
+            if not is_transient(err) or pause is None:
+                where = f"; the result is kept in {kept} and is recorded by the next `dapo-ablate run`" if kept else ""
+                raise ExecutorError(
+                    f"the ledger database failed while trying to {doing} ({err}){where}; this is the database, "
+                    "not the spec: check that it is up, then rerun"
+                ) from err
+            time.sleep(pause)
+
+
 def _execute(cell_fn: Callable[..., dict[str, Any]], config: dict[str, Any], run_dir: str, eval_cache_dir: str) -> dict[str, Any]:
     """The Ray task: one run."""
     return cell_fn(config, run_dir, eval_cache_dir)
@@ -280,6 +316,8 @@ class _Driver:
         self.summary = ExperimentSummary(self.name, {})
         self.tries: Counter[str] = Counter()
         """Attempts per run made by this invocation."""
+        self.display_note_later: list[str] = []
+        """Lines for the display, gathered before it starts."""
 
     def run(self) -> ExperimentSummary:
         try:
@@ -315,6 +353,8 @@ class _Driver:
             f"{self.name}: {len(queue)} runs to do, {self.summary.already_done} done before"
             + (f", {held} held by other drivers" if held else "")
         )
+        for line in self.display_note_later:
+            self.display.note(line)
         with self.display:
             self._schedule(queue, budget)
 
@@ -339,6 +379,7 @@ class _Driver:
         self.ledger.ensure_experiment(self.name, self.spec.to_dict())
         self.ledger.add_runs(self.name, self.plan.run_specs())
         release_orphans(self.ledger, self.name, self.host)
+        self._record_kept_results()
         record = self.ledger.get_experiment(self.name)
         tags = {"dapo.design": self.plan.design, "dapo.factors": ",".join(f.name for f in self.plan.factors),
                 "dapo.seeds": ",".join(map(str, self.plan.seeds)), "dapo.runs": str(len(self.plan.runs))}
@@ -376,6 +417,8 @@ class _Driver:
         # ledger calls them running. A cluster may autoscale, so its limit is taken as given.
         limit = min(self.max_concurrent or fits, fits) if self.local else (self.max_concurrent or fits)
         in_flight: dict[Any, str] = {}
+        deadlines: dict[Any, float] = {}  # ref -> monotonic time past which the run is timed out
+        timeout_s = self.spec.executor.run_timeout_s
         last_beat = time.monotonic()
         try:
             while queue or in_flight:
@@ -389,18 +432,47 @@ class _Driver:
                         self.cell_fn, self.planned[run_id].config.to_dict(), str(run_dir), str(self.eval_cache)
                     )
                     in_flight[ref] = run_id
+                    deadlines[ref] = time.monotonic() + timeout_s if timeout_s else float("inf")
                     self.display.update(running=len(in_flight))
-                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=self.beat_s)
+                wait_s = max(0.05, min([self.beat_s] + [d - time.monotonic() for d in deadlines.values()]))
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=wait_s)
                 if time.monotonic() - last_beat >= self.beat_s:
-                    for run_id in in_flight.values():
-                        self.ledger.heartbeat(run_id, self.host)
+                    self._heartbeat(in_flight, deadlines)
                     last_beat = time.monotonic()
                 for ref in ready:
+                    deadlines.pop(ref, None)
                     self._collect(ref, in_flight.pop(ref), queue)
+                self._time_out(in_flight, deadlines)
                 self.display.update(running=len(in_flight))
         except BaseException:
             self._abandon(in_flight)
             raise
+
+    def _heartbeat(self, in_flight: dict[Any, str], deadlines: dict[Any, float]) -> None:
+        """Renew the leases of the runs in flight; a run whose lease was lost (taken over by
+        another driver after a long stall) is cancelled here, and its result left to the taker."""
+        import ray
+
+        for ref, run_id in list(in_flight.items()):
+            if not self.ledger.heartbeat(run_id, self.host):
+                ray.cancel(ref, force=True)
+                del in_flight[ref]
+                deadlines.pop(ref, None)
+                self.display.note(f"{self.planned[run_id].name}: lease lost to another driver; stopped here")
+
+    def _time_out(self, in_flight: dict[Any, str], deadlines: dict[Any, float]) -> None:
+        """Cancel the runs past executor.run_timeout_s and record them failed, without retry."""
+        import ray
+
+        now = time.monotonic()
+        for ref in [ref for ref, deadline in deadlines.items() if deadline <= now]:
+            run_id = in_flight.pop(ref)
+            del deadlines[ref]
+            ray.cancel(ref, force=True)
+            error = f"TimeoutError: the run exceeded executor.run_timeout_s ({self.spec.executor.run_timeout_s:g} s)"
+            self.ledger.fail(run_id, error, self.host)
+            self.summary.failed_attempts += 1
+            self.display.failed(self.planned[run_id].name, error, self.tries[run_id], retry=False)
 
     def _collect(self, ref: Any, run_id: str, queue: deque[str]) -> None:
         """Record one finished task: its result, or its failure (re-queued while retries last)."""
@@ -409,9 +481,6 @@ class _Driver:
         planned = self.planned[run_id]
         try:
             result = ray.get(ref)
-            if not self.ledger.finish(run_id, result):  # done meanwhile by another driver
-                self.display.note(f"{planned.name}: already done by another driver")
-                return
         except Exception as err:  # the run's failure, not the driver's: record it and go on
             error = describe_error(err)
             self.ledger.fail(run_id, error, self.host)
@@ -421,9 +490,54 @@ class _Driver:
                 queue.append(run_id)
             self.display.failed(planned.name, error, self.tries[run_id], retry)
             return
+        try:
+            recorded = self._record_result(run_id, result)
+        except ExecutorError:  # the database stays down: the driver stops, the result is kept
+            raise
+        except (ValueError, TypeError) as err:  # a result the ledger cannot hold: retraining gives it again
+            error = f"the run finished but its result cannot be stored: {describe_error(err)}"
+            self.ledger.fail(run_id, error, self.host)
+            self.summary.failed_attempts += 1
+            self.display.failed(planned.name, error, self.tries[run_id], retry=False)
+            return
+        if not recorded:  # done meanwhile by another driver
+            self.display.note(f"{planned.name}: already done by another driver")
+            return
         self._log_child(run_id, result, set_ledger=True)
         self.summary.finished += 1
         self.display.done(planned.name, result, self.spec.metric)
+
+    # -- a finished result is never trained twice ----------------------------------------------
+
+    def _kept_result_path(self, run_id: str) -> Path:
+        return self.run_root / run_id / KEPT_RESULT
+
+    def _record_result(self, run_id: str, result: dict[str, Any]) -> bool:
+        """Keep the result on disk, then write it to the ledger, retrying transient database
+        errors; the file goes once the ledger holds the result. If the database stays down the
+        driver stops with a sentence about the database, and the next invocation records the
+        kept result instead of training the run again."""
+        path = self._kept_result_path(run_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, default=_plain))
+        os.replace(tmp, path)
+        recorded = retry_transient(lambda: self.ledger.finish(run_id, result), f"record {self.planned[run_id].name}",
+                                   kept=path)
+        path.unlink(missing_ok=True)
+        return recorded
+
+    def _record_kept_results(self) -> None:
+        """Results kept on disk by a driver whose ledger write failed are recorded now."""
+        rows = self._plan_rows()
+        for run_id, row in rows.items():
+            path = self._kept_result_path(run_id)
+            if row["status"] != DONE and path.is_file():
+                result = json.loads(path.read_text())
+                retry_transient(lambda: self.ledger.finish(run_id, result), f"record {self.planned[run_id].name}",
+                                kept=path)
+                path.unlink(missing_ok=True)
+                self.display_note_later.append(f"{self.planned[run_id].name}: recorded its kept result (not retrained)")
 
     def _log_child(self, run_id: str, result: dict[str, Any], set_ledger: bool) -> None:
         planned = self.planned[run_id]
