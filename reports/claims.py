@@ -188,6 +188,14 @@ def claim_sentence(row, percent: bool) -> str:
         )
     if row.kind == "step":
         return f"Path gain {term}: {value} {ci}, at that point of the path only ({_p(row)})."
+    if row.kind == "transfer":  # term: "<statistic> <term> (<high setting> - <low setting>)"
+        statistic, rest = row.term.split(" ", 1)
+        name, pair = rest.rsplit(" (", 1)
+        label = {"main": "main effect of", "shapley": "Shapley value of", "interaction": "interaction"}.get(statistic, statistic)
+        return (
+            f"The {label} {short_term(name)} differs between settings (technique x setting interaction, {_p(row)}); "
+            f"largest gap {pair.rstrip(')')} = {value} {ci}."
+        )
     return f"{row.kind} {term}: {value} {ci} ({_p(row)})."
 
 

@@ -148,3 +148,31 @@ def curves_plot(curves: pd.DataFrame, factors: list[str], metric: str, percent: 
     axis.set_title("Learning curves per cell (mean over seeds)")
     axis.legend(fontsize=7, title="factors", title_fontsize=7, ncol=2)
     return figure_png(figure)
+
+
+def forest_plot(transfer: pd.DataFrame, statistic: str, metric: str, percent: bool, confidence: float) -> bytes | None:
+    """Forest plot: each term's estimate with its CI in every setting (one row per term, one
+    marker per setting, offset vertically), and the verdict beside the term."""
+    rows = transfer[transfer["statistic"] == statistic]
+    if rows.empty or rows["estimate"].isna().all():
+        return None
+    scale, unit = _scale(percent)
+    terms = list(dict.fromkeys(rows["term"]))
+    settings = list(dict.fromkeys(rows["setting"]))
+    figure, axis = plt.subplots(figsize=(7.5, 0.55 * len(terms) * max(len(settings), 2) / 2 + 1.6))
+    step = 0.7 / max(len(settings), 1)
+    for s, setting in enumerate(settings):
+        part = rows[rows["setting"] == setting].set_index("term").reindex(terms)
+        y = np.arange(len(terms)) + (s - (len(settings) - 1) / 2) * step
+        center = part["estimate"].to_numpy(float) * scale
+        bars = _error_bars(center, part["ci_low"].to_numpy(float) * scale, part["ci_high"].to_numpy(float) * scale)
+        axis.errorbar(center, y, xerr=bars, fmt="o", capsize=3, markersize=4, label=setting)
+    verdicts = rows.drop_duplicates("term").set_index("term")["verdict"].reindex(terms)
+    labels = [f"{':'.join(factor_label(f) for f in t.split(':'))}\n({v})" for t, v in zip(terms, verdicts)]
+    axis.set_yticks(np.arange(len(terms)), labels, fontsize=8)
+    axis.invert_yaxis()
+    axis.axvline(0, color="black", linewidth=0.8)
+    axis.set_xlabel(f"{statistic} of {metric}{unit}")
+    axis.set_title(f"{statistic} per setting, {confidence:.0%} CIs")
+    axis.legend(fontsize=8, loc="best")
+    return figure_png(figure)

@@ -209,12 +209,20 @@ def write_report(
     its SE, df and method) with csv; figures shapley.png, gain_by_position.png, interactions.png
     and learning_curves.png (when ``curves`` is given and the data support them); report.md;
     report.html. ``design``: any | full | fraction-V | fraction (see ``design.require_design``);
-    ``adjust`` and ``per_effect_tests``: see ``analysis.analyze``. Raises ReportInputError before
+    ``adjust`` and ``per_effect_tests``: see ``analysis.analyze``. A ``setting`` column naming two
+    or more settings makes it a transfer study (``transfer_report.write_transfer_report``). Raises ReportInputError before
     writing anything when the input cannot be used. ``echo`` (e.g. ``print``) receives the
     plain-language summary.
     """
     chosen = _check_options(formats, confidence)
     factors = list(factors)
+    if "setting" in results.columns and results["setting"].astype(str).nunique(dropna=False) > 1:
+        from .transfer_report import write_transfer_report  # a transfer study: one block per setting
+
+        return write_transfer_report(
+            results, factors, Path(out_dir), chosen, metric=metric, orderings=orderings, confidence=confidence,
+            design=design, adjust=adjust, per_effect_tests=per_effect_tests, echo=echo,
+        )  # fmt: skip
     if curves is not None:
         curves = validate_curves(curves, factors, metric)
     analysis = analyze(

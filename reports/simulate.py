@@ -71,3 +71,22 @@ def simulate_results(
     # by seed label, for coverage checks; a tuple, since pandas compares attrs with == when concatenating
     table.attrs["seed_effects"] = tuple(float(e) for e in seed_effect)
     return table
+
+
+def simulate_settings(
+    factors: list[str],
+    baseline: float,
+    planted_by_setting: dict[str, dict[tuple[str, ...], float]],
+    rng: np.random.Generator | int = 0,
+    **options,
+) -> pd.DataFrame:
+    """A transfer study: ``simulate_results`` once per setting (its own planted effects, its own
+    seed effects), stacked with a ``setting`` column. ``options`` go to ``simulate_results``."""
+    rng = np.random.default_rng(rng)
+    parts = []
+    for name, planted in planted_by_setting.items():
+        table = simulate_results(factors, baseline, planted, rng=rng, **options)
+        table.insert(0, "setting", name)
+        table.attrs = {}
+        parts.append(table)
+    return pd.concat(parts, ignore_index=True)

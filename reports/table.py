@@ -191,12 +191,14 @@ def _check_metric(results: pd.DataFrame, factors: list[str], metric: str) -> Non
 
 
 def _check_duplicates(results: pd.DataFrame, factors: list[str]) -> None:
-    duplicated = results.duplicated([*factors, SEED_COLUMN])
+    within = ["setting"] if "setting" in results.columns else []  # a transfer study: per setting
+    duplicated = results.duplicated([*within, *factors, SEED_COLUMN])
     if duplicated.any():
         first = results.index[duplicated.to_numpy()][0]
+        where = f" in setting '{results.at[first, 'setting']}'" if within else ""
         raise ReportInputError(
             f"cell {_row_cell(results, factors, first)} has more than one row for seed "
-            f"{results.at[first, SEED_COLUMN]}; keep one run per cell and seed"
+            f"{results.at[first, SEED_COLUMN]}{where}; keep one run per cell and seed"
         )
 
 

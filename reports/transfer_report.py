@@ -1,0 +1,229 @@
+"""``write_transfer_report``: a results table with a ``setting`` column -> every single-setting
+table with a ``setting`` column (one CSV each), ``transfer.csv``, ``rank_agreement.csv``, the
+forest plot ``transfer.png``, and report.md / report.html whose transfer sentences render from
+the ``transfer`` rows of claims.csv."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from . import plots
+from .claims import CLAIM_COLUMNS, amount, claim_sentence, interval, short_term
+from .export import display_frame, to_html, to_markdown, write_table
+from .report import CSS, TABLES, _captions, _cumulative_display
+from .summary import ADJUSTMENT_NAMES, EMPTY_SUPPORTED, design_line, summary_sections
+from .inference import LENTH, NONE
+from .transfer import SETTING_COLUMN, TransferAnalysis, analyze_transfer
+
+STATISTIC_LABELS = {"main": "main effect", "shapley": "Shapley value", "interaction": "interaction"}
+
+
+def _stacked(transfer: TransferAnalysis, table_of: Callable) -> pd.DataFrame:
+    """One table with a leading ``setting`` column, the settings' blocks in order."""
+    parts = []
+    for name in transfer.settings:
+        table = table_of(transfer.analyses[name]).copy()
+        table.insert(0, SETTING_COLUMN, name)
+        parts.append(table)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def claims_frame(transfer: TransferAnalysis) -> pd.DataFrame:
+    """claims.csv: each setting's own claims (setting = its name), then the transfer claims
+    (setting = ``all``)."""
+    own = _stacked(transfer, lambda a: a.claims[CLAIM_COLUMNS])
+    across = transfer.claims.copy()
+    across.insert(0, SETTING_COLUMN, "all")
+    return pd.concat([own, across], ignore_index=True)[[SETTING_COLUMN, *CLAIM_COLUMNS]]
+
+
+def _attribution(transfer: TransferAnalysis) -> str:
+    """The statistic the verdict lines lead with: Shapley where every setting has it."""
+    shapley = transfer.transfer[transfer.transfer["statistic"] == "shapley"]
+    return "shapley" if len(shapley) and shapley["estimate"].notna().all() else "main"
+
+
+def _verdict_lines(transfer: TransferAnalysis) -> list[str]:
+    percent, lines = transfer.percent, []
+    table = transfer.transfer
+    for statistic in dict.fromkeys([_attribution(transfer), "interaction"]):
+        for term, rows in table[table["statistic"] == statistic].groupby("term", sort=False):
+            each = "; ".join(
+                f"{r.setting} {amount(r.estimate, percent)} {interval(r.ci_low, r.ci_high, percent)}"
+                for r in rows.itertuples(index=False)
+            )
+            head = rows.iloc[0]
+            tests = (
+                f"interaction adjusted p = {head.p_adjusted:.2g}, Q = {head.q:.3g}, I^2 = {100 * head.i2:.0f}%"
+                if np.isfinite(head.p_adjusted)
+                else "no test"
+            )
+            lines.append(f"{short_term(term)} ({STATISTIC_LABELS[statistic]}): {head.verdict}. {each} ({tests}).")
+    return lines
+
+
+def _rank_lines(transfer: TransferAnalysis) -> list[str]:
+    lines = []
+    for r in transfer.ranks.itertuples(index=False):
+        if np.isnan(r.kendall_tau):
+            lines.append(f"Rank agreement {r.setting_a} vs {r.setting_b}: no Shapley values in both, not computed.")
+        else:
+            lines.append(
+                f"Rank agreement of the {r.n_factors} techniques' Shapley values, {r.setting_a} vs {r.setting_b}: "
+                f"Kendall's tau {r.kendall_tau:+.2f} (p = {r.p_value:.2g}, unadjusted; with {r.n_factors} techniques "
+                "only a large tau can be told from chance)."
+            )
+    return lines
+
+
+def _not_supported(transfer: TransferAnalysis) -> list[str]:
+    table = transfer.transfer.drop_duplicates(["statistic", "term"])
+    alpha, lines = transfer.options.alpha, []
+    quiet = table[table["p_adjusted"] >= alpha]
+    if len(quiet):
+        lines.append(
+            f"{len(quiet)} of {len(table)} terms show no detectable technique x setting interaction after adjustment; "
+            "that bounds the differences by their intervals, it does not prove the effects equal."
+        )
+    unknown = table[table["verdict"] == "not enough data"]
+    if len(unknown):
+        names = ", ".join(f"{STATISTIC_LABELS[r.statistic]} {short_term(r.term)}" for r in unknown.itertuples(index=False))
+        lines.append(f"Not enough data to judge transfer for: {names}.")
+    lines.append(
+        "A difference between settings is attributed to the settings as wholes: when two settings differ in more "
+        "than one override, this design cannot tell which override causes it."
+    )
+    lines.append(
+        "Each setting's own claims (claims.csv, setting = its name) hold their error rate within that setting; "
+        "the transfer claims (setting = all) hold theirs within the transfer family."
+    )
+    return lines
+
+
+def _method_lines(transfer: TransferAnalysis) -> list[str]:
+    options, n_terms = transfer.options, transfer.transfer.drop_duplicates(["statistic", "term"]).shape[0]
+    noise = {
+        LENTH: f"one run per (setting, cell): noise from Lenth's pseudo standard error pooled over every setting's "
+        f"factorial effects ({transfer.df:.1f} df), which assumes most effects are zero",
+        NONE: "no residual df and no basis for Lenth's method: no intervals and no tests",
+    }.get(transfer.noise_method, f"residual variance pooled over the settings ({transfer.df:.0f} df)")
+    return [
+        "One cell-means model over all settings (cell = setting x technique combination, seeds as blocks within "
+        f"their setting); {noise}.",
+        "Technique x setting interaction: Wald F test that a term's value is equal in every setting; "
+        f"{ADJUSTMENT_NAMES[options.adjust]} adjustment over the family of {n_terms} terms (main effects, Shapley "
+        "values, two-factor interactions); heterogeneity at adjusted p < "
+        f"{options.alpha:.2g}.",
+        "Cochran's Q weighs each setting by 1/se^2 from its own residual variance (pooled where it has none); "
+        "I^2 = max(0, (Q - (S - 1)) / Q) is the share of the spread beyond chance.",
+        "Verdicts: flips sign = interaction significant and one setting's interval above zero while another's is "
+        "below; differs in size = significant otherwise; transfers = not significant; not enough data = no test, "
+        "or intervals on opposite sides of zero that the adjusted test cannot confirm.",
+    ]
+
+
+def transfer_sections(transfer: TransferAnalysis) -> dict[str, list[str]]:
+    """The transfer summary: settings, supported claims (one per transfer row of claims.csv),
+    not supported, verdicts and rank agreement (described), method."""
+    percent = transfer.percent
+    return {
+        "Settings": [f"{name}: {design_line(transfer.analyses[name])}" for name in transfer.settings],
+        "Supported by the data": [claim_sentence(r, percent) for r in transfer.claims.itertuples(index=False)],
+        "Not supported by the data": _not_supported(transfer),
+        "Transfer verdicts": _verdict_lines(transfer),
+        "Rank agreement": _rank_lines(transfer),
+        "Method": _method_lines(transfer),
+    }
+
+
+def _markdown(transfer: TransferAnalysis, figure: bool) -> str:
+    parts = [f"# Transfer report: {transfer.metric} across {len(transfer.settings)} settings\n"]
+    for heading, lines in transfer_sections(transfer).items():
+        body = "\n".join(f"- {line}" for line in lines) if lines else f"_{EMPTY_SUPPORTED}_"
+        parts.append(f"## {heading}\n\n{body}\n")
+    for title, table in (("Transfer table", transfer.transfer), ("Rank agreement", transfer.ranks)):
+        parts.append(f"## {title}\n\n" + to_markdown(table, display_frame(table, transfer.percent, [])))
+    if figure:
+        parts.append("![transfer.png](transfer.png)\n")
+    for name in transfer.settings:
+        parts.append(f"# Setting {name}\n")
+        for heading, lines in summary_sections(transfer.analyses[name]).items():
+            body = "\n".join(f"- {line}" for line in lines) if lines else f"_{EMPTY_SUPPORTED}_"
+            parts.append(f"## {heading}\n\n{body}\n")
+    parts.append("Every table per setting: cells.csv, effects.csv, shapley.csv, ... (column setting).\n")
+    return "\n".join(parts)
+
+
+def _html(transfer: TransferAnalysis, png: bytes | None) -> str:
+    esc, body = html.escape, [f"<h1>Transfer report: {html.escape(transfer.metric)}</h1>"]
+
+    def sections(items: dict[str, list[str]], level: str) -> None:
+        for heading, lines in items.items():
+            listed = "".join(f"<li>{esc(line)}</li>" for line in lines)
+            body.append(f"<{level}>{esc(heading)}</{level}>" + (f'<ul class="summary">{listed}</ul>' if lines else f"<p><em>{esc(EMPTY_SUPPORTED)}</em></p>"))
+
+    sections(transfer_sections(transfer), "h2")
+    for title, table in (("Transfer table", transfer.transfer), ("Rank agreement", transfer.ranks)):
+        body.append(f'<h2>{esc(title)}</h2><div class="scroll">{to_html(table, display_frame(table, transfer.percent, []))}</div>')
+    if png is not None:
+        body.append(f'<img alt="transfer.png" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">')
+    for name in transfer.settings:
+        body.append(f"<h2>Setting {esc(name)}</h2>")
+        sections(summary_sections(transfer.analyses[name]), "h3")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>Transfer report: {esc(transfer.metric)}</title><style>{CSS}</style></head>"
+        f"<body>{''.join(body)}</body></html>\n"
+    )
+
+
+def write_transfer_report(
+    results: pd.DataFrame, factors: list[str], out: Path, chosen: set[str], *, metric: str, orderings,
+    confidence: float, design: str | None, adjust: str, per_effect_tests: bool,
+    echo: Callable[[str], None] | None = None,
+) -> dict[str, Path]:  # fmt: skip
+    """Analyse every setting and the transfer between them; write the files (see module docstring).
+    Raises ReportInputError (naming the setting) before writing anything."""
+    transfer = analyze_transfer(
+        results, factors, metric, orderings, confidence, design, adjust=adjust, per_effect_tests=per_effect_tests
+    )
+    first = transfer.analyses[transfer.settings[0]]
+    out.mkdir(parents=True, exist_ok=True)
+    written = {"claims.csv": out / "claims.csv", "transfer.csv": out / "transfer.csv",
+               "rank_agreement.csv": out / "rank_agreement.csv"}  # fmt: skip
+    claims_frame(transfer).to_csv(written["claims.csv"], index=False)
+    transfer.transfer.to_csv(written["transfer.csv"], index=False)
+    transfer.ranks.to_csv(written["rank_agreement.csv"], index=False)
+    captions = _captions(first)
+    for name in TABLES:
+        table = _stacked(transfer, lambda a: getattr(a, name))
+        display = _stacked(transfer, _cumulative_display) if name == "cumulative" else None
+        caption = captions[name] + " One block of rows per setting (column setting)."
+        written |= write_table(name, table, out, chosen, caption, transfer.percent, list(factors), display)
+    if "csv" in chosen:
+        written["intervals.csv"] = out / "intervals.csv"
+        _stacked(transfer, lambda a: a.intervals).to_csv(written["intervals.csv"], index=False)
+    png = None
+    if chosen & {"png", "html"}:
+        png = plots.forest_plot(transfer.transfer, _attribution(transfer), transfer.metric, transfer.percent, confidence)
+    if "png" in chosen and png is not None:
+        written["transfer.png"] = out / "transfer.png"
+        written["transfer.png"].write_bytes(png)
+    if "md" in chosen:
+        written["report.md"] = out / "report.md"
+        written["report.md"].write_text(_markdown(transfer, "transfer.png" in written))
+    if "html" in chosen:
+        written["report.html"] = out / "report.html"
+        written["report.html"].write_text(_html(transfer, png))
+    if echo is not None:
+        for heading, lines in transfer_sections(transfer).items():
+            echo(f"{heading}:")
+            for line in lines or [EMPTY_SUPPORTED]:
+                echo(f"  - {line}")
+    return written
