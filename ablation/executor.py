@@ -31,9 +31,13 @@ import json
 import logging
 import os
 import re
+import signal
 import socket
+import threading
 import time
 from collections import Counter, deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -52,6 +56,7 @@ CELL_FN_ENV = "DAPO_ABLATE_CELL_FN"
 LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
 """A local Ray's object store: results are small dicts, so a small store keeps memory free."""
 INTERRUPTED_EXIT = 130
+TERMINATED_EXIT = 143  # 128 + SIGTERM, what schedulers and `kill` expect
 _ERROR_CHARS = 2000
 
 
@@ -73,6 +78,8 @@ class ExperimentSummary:
     already_done: int = 0
     """Runs that were done before this invocation started (skipped)."""
     interrupted: bool = False
+    terminated: bool = False
+    """The interruption was a SIGTERM (a scheduler's or `kill`'s stop), not Ctrl-C."""
     wall_s: float = 0.0
     failures: dict[str, str] = field(default_factory=dict)
     """Run name -> error text of runs that are failed at the end."""
@@ -81,7 +88,7 @@ class ExperimentSummary:
     def exit_code(self) -> int:
         """0 when every run of the plan is done; 130 after Ctrl-C; 1 otherwise."""
         if self.interrupted:
-            return INTERRUPTED_EXIT
+            return TERMINATED_EXIT if self.terminated else INTERRUPTED_EXIT
         return 0 if self.counts.get(DONE, 0) == sum(self.counts.values()) else 1
 
 
@@ -110,12 +117,38 @@ def run_experiment(
     try:
         driver = _Driver(spec, plan, fn, progress=progress, max_concurrent=max_concurrent, ledger=ledger,
                          local=not address)
-        return driver.run()
+        with sigterm_as_interrupt() as received:
+            summary = driver.run()
+        summary.terminated = bool(received)
+        return summary
     finally:
         if started_ray:
             import ray
 
             ray.shutdown()
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[list[int]]:
+    """Within the block, SIGTERM is a clean cancel exactly like Ctrl-C: it raises
+    KeyboardInterrupt in the main thread (runs in flight go back to pending, the summary is
+    printed, the MLflow parent is KILLED). Installed after Ray has started, so that Ray's own
+    handler (which aborts the process with a stack dump) is not the one that runs. Yields the
+    list of signals received."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # ---------------------------------------------------------------------------------- checks
