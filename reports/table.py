@@ -175,6 +175,11 @@ def _row_cell(results: pd.DataFrame, factors: list[str], row) -> str:
     return describe_cell(int(sum(int(results.at[row, f]) << i for i, f in enumerate(factors))), factors)
 
 
+def _in_setting(results: pd.DataFrame, row) -> str:
+    """`` in setting 'x'`` for a transfer study's row, else empty."""
+    return f" in setting '{results.at[row, 'setting']}'" if "setting" in results.columns else ""
+
+
 def _check_metric(results: pd.DataFrame, factors: list[str], metric: str) -> None:
     values = pd.to_numeric(results[metric], errors="coerce")
     for bad, what, fix in (
@@ -186,7 +191,7 @@ def _check_metric(results: pd.DataFrame, factors: list[str], metric: str) -> Non
             more = f" (and {int(bad.sum()) - 1} more rows)" if bad.sum() > 1 else ""
             raise ReportInputError(
                 f"metric column '{metric}' is {what} in cell {_row_cell(results, factors, first)}, "
-                f"seed {results.at[first, SEED_COLUMN]}{more}; {fix}"
+                f"seed {results.at[first, SEED_COLUMN]}{_in_setting(results, first)}{more}; {fix}"
             )
 
 
@@ -195,7 +200,7 @@ def _check_duplicates(results: pd.DataFrame, factors: list[str]) -> None:
     duplicated = results.duplicated([*within, *factors, SEED_COLUMN])
     if duplicated.any():
         first = results.index[duplicated.to_numpy()][0]
-        where = f" in setting '{results.at[first, 'setting']}'" if within else ""
+        where = _in_setting(results, first)
         raise ReportInputError(
             f"cell {_row_cell(results, factors, first)} has more than one row for seed "
             f"{results.at[first, SEED_COLUMN]}{where}; keep one run per cell and seed"
