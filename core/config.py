@@ -91,8 +91,15 @@ class DataConfig(_Frozen):
     """Training problems: `builtin`, or a .jsonl/.json/.parquet file (verl-style parquet as in DAPO-Math-17k)."""
     eval: str = BUILTIN
     """Held-out evaluation problems: `builtin`, or a file (AIME 2024 JSONL for real runs)."""
-    num_eval_problems: int | None = Field(64, ge=1)
-    """Evaluate on the first N held-out problems (None: all of them)."""
+    num_eval_problems: int | None = Field(None, ge=1)
+    """Evaluate on the first N held-out problems (None: all of them; the built-in task: 64). A file
+    with more problems is truncated with a warning (MATH-500 or AIME x 32 need all of them)."""
+    prompt_template: Literal["dapo", "chat", "none"] | None = None
+    """How a problem becomes the prompt, for training and evaluation alike: `dapo` wraps it in
+    DAPO's instruction asking for a final `Answer:` line (the `answer_line` verifier needs it; not
+    added twice to DAPO-Math-17k's prompts) as a chat user turn; `chat`: the bare problem as a chat
+    user turn; `none`: the text as given, no chat template. None: `dapo` for files, `none` for the
+    built-in task (its character tokenizer has neither)."""
     builtin_train_size: int = Field(20000, ge=1)
     """Number of generated training problems when `train` is builtin."""
     verifier: Literal["auto", "answer_line", "math_verify"] = "auto"
@@ -266,6 +273,11 @@ class TrainerConfig(_Frozen):
                 "which rounds small updates away; keep param_dtype float32 (master weights) and set "
                 f"model.dtype: {self.model.param_dtype} for the compute"
             )
+        if self.data.prompt_template not in (None, "none") and BUILTIN in (self.data.train, self.data.eval):
+            raise ValueError(
+                f"data.prompt_template {self.data.prompt_template} cannot be used with the built-in task, whose "
+                "character tokenizer has no instruction or chat template; leave prompt_template unset or `none`"
+            )
         if self.rollout.engine == "vllm" and self.rollout.tensor_parallel_size > 1:
             raise ValueError(
                 "rollout.tensor_parallel_size above 1 is not supported yet (weights are synced to one in-process "
@@ -287,6 +299,13 @@ class TrainerConfig(_Frozen):
         import torch
 
         return getattr(torch, self.model.dtype)
+
+    @property
+    def prompt_template(self) -> str:
+        """data.prompt_template resolved: `dapo` for files, `none` for the built-in task."""
+        if self.data.prompt_template is not None:
+            return self.data.prompt_template
+        return "none" if BUILTIN in (self.data.train, self.data.eval) else "dapo"
 
     @property
     def gen_prompts_per_round(self) -> int:

@@ -33,6 +33,15 @@ ANSWER_KEYS = ("answer", "ground_truth", "reward_model.ground_truth")
 ID_KEYS = ("id", "index", "extra_info.index")
 SUFFIXES = (".jsonl", ".json", ".parquet")
 
+DAPO_INSTRUCTION = (
+    "Solve the following math problem step by step. The last line of your response should be of the "
+    "form Answer: $Answer (without quotes) where $Answer is the answer to the problem."
+)
+DAPO_REMINDER = 'Remember to put your answer on its own line after "Answer:".'
+"""DAPO-Math-17k's prompt, around each problem: the `answer_line` verifier reads that last line."""
+
+PROMPT_TEMPLATES = ("dapo", "chat", "none")
+
 
 class DataError(ValueError):
     """A problem file that cannot be loaded; the message names the file, the record and the fix."""
@@ -117,6 +126,55 @@ def load_eval_set(
     if not held_out:
         raise DataError(f"{path}: every eval problem also appears in the training set; use a held-out file.")
     return held_out
+
+
+# --- prompts: templates and decontamination keys ---------------------------------------------
+
+
+def problem_text(prompt: str | list[dict]) -> str:
+    """The text of a prompt: itself, or a chat's message contents joined by blank lines."""
+    return prompt if isinstance(prompt, str) else "\n\n".join(m["content"] for m in prompt)
+
+
+def apply_prompt_template(prompt: str | list[dict], template: str) -> str | list[dict]:
+    """A problem's prompt as the policy will see it (`data.prompt_template`):
+
+    - `dapo`: DAPO's instruction before the problem and its reminder after (not added twice: the
+      DAPO-Math-17k prompts already carry them), as a chat user turn (the tokenizer's chat template
+      applies where it has one, as in verl);
+    - `chat`: the problem as a chat user turn, no instruction;
+    - `none`: the problem text as given (a chat's contents joined), no chat template.
+    A chat prompt with several turns (a system message, ...) is kept as it is under `dapo`/`chat`.
+    """
+    if template == "none":
+        return problem_text(prompt)
+    if not isinstance(prompt, str):
+        if template == "dapo" and len(prompt) == 1 and DAPO_INSTRUCTION not in prompt[0]["content"]:
+            return [{"role": prompt[0]["role"], "content": _dapo_wrap(prompt[0]["content"])}]
+        return prompt
+    return [{"role": "user", "content": _dapo_wrap(prompt) if template == "dapo" else prompt}]
+
+
+def _dapo_wrap(text: str) -> str:
+    return text if DAPO_INSTRUCTION in text else f"{DAPO_INSTRUCTION}\n\n{text}\n\n{DAPO_REMINDER}"
+
+
+def problem_key(prompt: str | list[dict]) -> str:
+    """The normalised problem text used for decontamination: DAPO's instruction and reminder
+    removed, whitespace collapsed, case folded (so a DAPO-Math-17k prompt matches the bare problem
+    of an AIME file)."""
+    text = problem_text(prompt).replace(DAPO_INSTRUCTION, " ").replace(DAPO_REMINDER, " ")
+    return " ".join(text.split()).casefold()
+
+
+def decontaminate(train: list[Problem], held_out: list[Problem]) -> tuple[list[Problem], int]:
+    """Training problems whose normalised text is not a held-out problem's, and how many were
+    removed. The held-out set stays whole (AIME keeps its 30 problems, comparable with the paper)."""
+    held = {problem_key(p.prompt) for p in held_out}
+    kept = [p for p in train if problem_key(p.prompt) not in held]
+    if not kept:
+        raise DataError("every training problem is also in the held-out set; use a disjoint eval file.")
+    return kept, len(train) - len(kept)
 
 
 # --- readers: yield (where, record) with where = "line N" or "row N" --------------------------

@@ -18,6 +18,11 @@ class RunResult:
     tokens_generated: response tokens sampled for training, including those discarded by dynamic
         sampling (evaluation tokens are counted apart, in eval_tokens).
     tokens_discarded: generated tokens of groups dynamic sampling dropped (filtered or surplus).
+    wall_s: seconds of the rollout steps and their evaluations; the one-off work shared by the
+        runs of an ablation is apart: setup_s (loading, or first building, the policy and the data)
+        and initial_eval_s (the step-0 evaluation, often read from the cross-run cache).
+    eval_problems: held-out problems evaluated; decontaminated: training problems removed because
+        their normalised text is a held-out problem's.
     """
 
     config: dict[str, Any]
@@ -28,6 +33,10 @@ class RunResult:
     tokens_trained: int = 0
     eval_tokens: int = 0
     wall_s: float = 0.0
+    setup_s: float = 0.0
+    initial_eval_s: float = 0.0
+    eval_problems: int = 0
+    decontaminated: int = 0
     peak_rss_mb: float = 0.0
     steps: int = 0
 

@@ -11,8 +11,15 @@ One rollout step:
   5. shuffled mini-batches of `mini_batch_size` responses, one AdamW update each, against the
      behaviour log-probs, with the clipped surrogate (eps_high only with `clip_higher`) averaged
      per token (`token_level_loss`) or per sample (GRPO).
-How this departs from the paper's verl recipe: nothing by default; the CPU quickstart only
-shrinks the scale (model, batch, ceiling, steps) and raises the learning rate.
+How this departs from verl's DAPO recipe by default (each is a documented knob or stated here):
+  - no dual clip (`algorithm.clip_ratio_c` None; verl's DAPO script sets 10.0);
+  - the `auto` verifier: DAPO's `Answer:` line, then math-verify equivalence and a \\boxed{}
+    fallback (verl's DAPO reward is the answer line alone: `data.verifier: answer_line`);
+  - a truncated response counts as wrong whatever it says (it has no final answer);
+  - mini-batches shuffle responses, not groups;
+  - Overlong Filtering on (the paper's table has it; verl's DAPO runs rely on the soft penalty);
+  - fp32 master weights with bf16 compute under autocast, as verl's FSDP mixed precision.
+The CPU quickstart also shrinks the scale (model, batch, ceiling, steps) and raises the learning rate.
 
 No global state: everything a run needs is built from the config, and every random draw comes
 from a generator seeded by the config, so the same config gives the same result, and a run
@@ -30,6 +37,8 @@ Points to know:
 from __future__ import annotations
 
 import copy
+import logging
+import math
 import os
 import random
 import resource
@@ -43,7 +52,7 @@ import torch
 from . import algorithms as alg
 from . import logprobs
 from .config import BUILTIN, TrainerConfig
-from .data import load_eval_set, load_problems
+from .data import Problem, apply_prompt_template, decontaminate, load_eval_set, load_problems
 from .evaluation import EvalSettings, cached_initial_eval, evaluate, initial_eval_key
 from .policy import Policy, load_policy
 from .result import RunResult
@@ -52,7 +61,9 @@ from .tasks import generate_problems
 from .verifier import Verifier
 
 BUILTIN_TRAIN_SEED = 0
-BUILTIN_EVAL_SEED = 1_000_003  # disjoint from the training stream
+BUILTIN_EVAL_SEED = 1_000_003  # another stream; problems it shares with training are removed from training
+BUILTIN_EVAL_SIZE = 64
+logger = logging.getLogger(__name__)
 
 SIGNALS = {
     "step": "rollout step (1-based)",
@@ -79,6 +90,10 @@ SIGNALS = {
     "time_rollout_s": "seconds generating",
     "time_reward_s": "seconds verifying and scoring",
     "time_update_s": "seconds in forward/backward/optimizer",
+    "rollout_logprob_diff": "mean |trainer - rollout engine| log-prob of the sampled tokens, before the update "
+                            "(all tokens when recomputed: vLLM, bf16; else the first mini-batch's). With top_p < 1 "
+                            "vLLM's values are renormalised over the nucleus, so the gap also holds log(nucleus mass)",
+    "rollout_logprob_diff_max": "largest such per-token gap this step",
 }
 """Every per-step signal, documented (also logged to MLflow under these names)."""
 
@@ -113,18 +128,42 @@ class PromptSampler:
         return {"epoch": self.epoch, "cursor": self.cursor, "order": self.order}
 
 
-def load_task(config: TrainerConfig) -> tuple[list[tuple[Any, str]], list[tuple[Any, str]]]:
-    """(train problems, held-out problems) as (prompt, answer) pairs."""
+@dataclass
+class Task:
+    """Training and held-out problems as (prompt after data.prompt_template, answer) pairs."""
+
+    train: list[tuple[Any, str]]
+    held_out: list[tuple[Any, str]]
+    decontaminated: int
+    """Training problems removed because their normalised text is a held-out problem's."""
+
+
+def load_task(config: TrainerConfig) -> Task:
+    """The held-out set first, then the training problems minus any whose normalised text is in it
+    (built-in task and files alike, so training and evaluation are disjoint by construction)."""
     data = config.data
-    if data.train == BUILTIN:
-        train = [(p.prompt, p.answer) for p in generate_problems(data.builtin_train_size, BUILTIN_TRAIN_SEED)]
-    else:
-        train = [(p.prompt, p.answer) for p in load_problems(data.train)]
     if data.eval == BUILTIN:
-        held_out = [(p.prompt, p.answer) for p in generate_problems(data.num_eval_problems or 64, BUILTIN_EVAL_SEED)]
+        held_out = [Problem(p.prompt, p.answer, f"builtin-eval:{i}") for i, p in
+                    enumerate(generate_problems(data.num_eval_problems or BUILTIN_EVAL_SIZE, BUILTIN_EVAL_SEED))]
     else:
-        held_out = [(p.prompt, p.answer) for p in load_eval_set(data.eval, limit=data.num_eval_problems)]
-    return train, held_out[: data.num_eval_problems or None]
+        held_out = load_eval_set(data.eval)
+        if data.num_eval_problems is not None and data.num_eval_problems < len(held_out):
+            logger.warning("data.num_eval_problems %d evaluates only the first %d of the %d problems in %s; "
+                           "leave it unset to evaluate all", data.num_eval_problems, data.num_eval_problems,
+                           len(held_out), data.eval)
+            held_out = held_out[: data.num_eval_problems]
+    if data.train == BUILTIN:
+        train = [Problem(p.prompt, p.answer, f"builtin:{i}") for i, p in
+                 enumerate(generate_problems(data.builtin_train_size, BUILTIN_TRAIN_SEED))]
+    else:
+        train = load_problems(data.train)
+    train, removed = decontaminate(train, held_out)
+    template = config.prompt_template
+    return Task(
+        train=[(apply_prompt_template(p.prompt, template), p.answer) for p in train],
+        held_out=[(apply_prompt_template(p.prompt, template), p.answer) for p in held_out],
+        decontaminated=removed,
+    )
 
 
 # ------------------------------------------------------------------------------------ the batch
@@ -311,8 +350,13 @@ def update_policy(
     pad_id: int,
     generator: torch.Generator,
 ) -> dict[str, float]:
-    """Advantages, loss mask, then one AdamW update per shuffled mini-batch."""
-    tech, algo = config.techniques, config.algorithm
+    """Advantages, loss mask, then one AdamW update per shuffled mini-batch.
+
+    The rollout-vs-trainer log-prob gap (`rollout_logprob_diff`, `_max`) is logged every step:
+    over all tokens when the behaviour log-probs are recomputed (vLLM, bf16), else over the first
+    mini-batch, whose forward runs before any update. Raises NonFiniteError on a NaN/inf loss or
+    gradient norm (nothing is stepped with it).
+    """
     rollout = batch.rollout
     assert rollout is not None
     advantages = compute_advantages(config, batch.rewards, rollout.truncated.view(batch.rewards.shape)).reshape(-1)
@@ -323,48 +367,64 @@ def update_policy(
         mismatch = recompute_behaviour_log_probs(config, model, rollout, micro, pad_id)
     advantages = importance_advantages(config, rollout, advantages)
     N, mb = len(advantages), config.batch.mini_batch_size
-    totals = {"clipfrac_low": 0.0, "clipfrac_high": 0.0, "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0}
+    totals = {"clipfrac_low": 0.0, "clipfrac_high": 0.0, "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0, "tokens": 0.0}
+    gaps: list[torch.Tensor] = []
     grad_norms: list[float] = []
-    token_count = 0.0
     model.train()
     for _ in range(config.batch.epochs):
         order = torch.randperm(N, generator=generator)
         for start in range(0, N, mb):
             mini = order[start : start + mb]
-            mini_tokens = float(mask[mini].sum())
-            mini_seqs = float((mask[mini].sum(-1) > 0).sum())
-            if mini_tokens == 0:
+            if float(mask[mini].sum()) == 0:
                 continue
             optimizer.zero_grad(set_to_none=True)
             for rows in logprobs.length_sorted_micro_batches(mini, rollout.lengths, micro):
-                m = mask[rows]
-                if m.sum() == 0:
-                    continue
-                logp, entropy = _log_probs_of(config, model, rollout, rows, pad_id)
-                loss, metrics = policy_loss(config, logp, rollout.log_probs[rows], advantages[rows], m)
-                if ref_model is not None and algo.kl_coef > 0:
-                    with torch.no_grad():
-                        ref_logp, _ = _log_probs_of(config, ref_model, rollout, rows, pad_id)
-                    kl = alg.aggregate_loss(alg.k3_kl(logp, ref_logp), m, tech.token_level_loss)
-                    loss = loss + algo.kl_coef * kl
-                    totals["kl"] += float(kl) * float(m.sum())
-                # weight each micro-batch so the sum equals the un-split mini-batch's average
-                weight = float(m.sum()) / mini_tokens if tech.token_level_loss else float((m.sum(-1) > 0).sum()) / mini_seqs
-                (loss * weight).backward()
-                n_tok = float(m.sum())
-                token_count += n_tok
-                for key in ("clipfrac_low", "clipfrac_high", "approx_kl"):
-                    totals[key] += metrics[key] * n_tok
-                totals["entropy"] += float((entropy * m).sum())
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)))
+                gap = _micro_step(config, model, ref_model, rollout, rows, mask, mini, advantages, pad_id, totals)
+                if not grad_norms and gap is not None:  # no update yet: the pure engine-vs-trainer gap
+                    gaps.append(gap)
+            norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip))
+            if not math.isfinite(norm):
+                raise NonFiniteError(f"the gradient norm is {norm} (lower optim.lr or use model.dtype float32)")
+            grad_norms.append(norm)
             optimizer.step()
-    out = {k: v / max(token_count, 1.0) for k, v in totals.items()}
-    out["grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
-    out["tokens_trained"] = float(mask.sum())
-    out["reward"] = float(batch.rewards.mean())
-    out["penalty"] = float(batch.penalty.mean())
-    out["updates"] = float(len(grad_norms))
+    count = max(totals.pop("tokens"), 1.0)
+    out = {k: v / count for k, v in totals.items()}
+    if not mismatch and gaps:
+        gap = torch.cat(gaps)
+        mismatch = {"rollout_logprob_diff": float(gap.mean()), "rollout_logprob_diff_max": float(gap.max())}
+    out.update(grad_norm=sum(grad_norms) / max(len(grad_norms), 1), tokens_trained=float(mask.sum()),
+               reward=float(batch.rewards.mean()), penalty=float(batch.penalty.mean()), updates=float(len(grad_norms)))
     return {**out, **mismatch}
+
+
+def _micro_step(config, model, ref_model, rollout, rows, mask, mini, advantages, pad_id, totals) -> torch.Tensor | None:
+    """Forward/backward of one micro-batch, weighted so the micro-batches sum to the mini-batch's
+    average; adds its metrics to `totals`. Returns |trainer - behaviour| log-prob per valid token."""
+    tech, algo = config.techniques, config.algorithm
+    m = mask[rows]
+    if m.sum() == 0:
+        return None
+    logp, entropy = _log_probs_of(config, model, rollout, rows, pad_id)
+    loss, metrics = policy_loss(config, logp, rollout.log_probs[rows], advantages[rows], m)
+    if ref_model is not None and algo.kl_coef > 0:
+        with torch.no_grad():
+            ref_logp, _ = _log_probs_of(config, ref_model, rollout, rows, pad_id)
+        kl = alg.aggregate_loss(alg.k3_kl(logp, ref_logp), m, tech.token_level_loss)
+        loss = loss + algo.kl_coef * kl
+        totals["kl"] += float(kl) * float(m.sum())
+    if not torch.isfinite(loss):
+        raise NonFiniteError(f"the loss is {float(loss.detach())} (lower optim.lr or use model.dtype float32)")
+    if tech.token_level_loss:
+        weight = float(m.sum()) / float(mask[mini].sum())
+    else:
+        weight = float((m.sum(-1) > 0).sum()) / float((mask[mini].sum(-1) > 0).sum())
+    (loss * weight).backward()
+    n_tok = float(m.sum())
+    totals["tokens"] += n_tok
+    for key in ("clipfrac_low", "clipfrac_high", "approx_kl"):
+        totals[key] += metrics[key] * n_tok
+    totals["entropy"] += float((entropy * m).sum())
+    return (logp.detach() - rollout.log_probs[rows]).abs()[rollout.mask[rows].bool()]
 
 
 @torch.no_grad()
@@ -391,6 +451,30 @@ def lr_at(config: TrainerConfig, step: int) -> float:
 
 
 # -------------------------------------------------------------------------------------- the loop
+class NonFiniteError(RuntimeError):
+    """The loss or the gradient became NaN or infinite: the run ends with this reason."""
+
+
+@dataclass
+class Run:
+    """Everything one training run holds between steps (built by `_setup`)."""
+
+    config: TrainerConfig
+    policy: Policy
+    model: torch.nn.Module
+    ref_model: torch.nn.Module | None
+    engine: RolloutEngine
+    verifier: Verifier
+    task: Task
+    eval_prompts: list[list[int]]
+    settings: EvalSettings
+    optimizer: torch.optim.Optimizer
+    sampler: PromptSampler
+    update_gen: torch.Generator
+    result: RunResult
+    encoded: dict[int, list[int]] = field(default_factory=dict)
+
+
 def train(
     config: TrainerConfig,
     out_dir: str | Path | None = None,
@@ -406,22 +490,52 @@ def train(
     resume: continue from out_dir/checkpoint.pt when it was written by the same config.
     eval_cache_dir: share step-0 evaluations between runs with the same policy and eval settings.
     engine_factory: build the rollout engine (default: HFRolloutEngine; vLLM for engine "vllm").
+
+    Compute columns are fair across the runs of an ablation: `wall_s` counts the rollout steps and
+    their evaluations only; the one-off shared work, loading (or first building) the policy and the
+    step-0 evaluation (cached across runs), is in `setup_s` and `initial_eval_s`.
+    Raises NonFiniteError when the loss or the gradient becomes NaN or infinite.
     """
-    started = time.time()
+    t_setup = time.perf_counter()
+    run = _setup(config, engine_factory)
+    run.result.setup_s = time.perf_counter() - t_setup
+    ckpt = Path(out_dir) / "checkpoint.pt" if out_dir is not None else None
+    if ckpt is not None and resume and ckpt.is_file():
+        _resume(run, ckpt)
+    if not run.result.eval:
+        t0 = time.perf_counter()
+        _evaluate(run, 0, callbacks, eval_cache_dir)
+        run.result.initial_eval_s = time.perf_counter() - t0
+    wall_before, started = run.result.wall_s, time.perf_counter()  # wall time before an interruption counts
+    every, schedule = config.schedule.eval_every, config.schedule
+    for step in range(run.result.steps + 1, schedule.total_steps + 1):
+        signals = _train_step(run, step)
+        for cb in callbacks:
+            cb("step", step, signals)
+        if (every and step % every == 0) or step == schedule.total_steps:
+            _evaluate(run, step, callbacks, eval_cache_dir)
+        run.result.wall_s = wall_before + time.perf_counter() - started
+        if ckpt is not None and schedule.checkpoint_every and step % schedule.checkpoint_every == 0:
+            _save_checkpoint(ckpt, run)
+    run.result.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if out_dir is not None:
+        run.result.save(Path(out_dir) / "result.json")
+    return run.result
+
+
+def _setup(config: TrainerConfig, engine_factory) -> Run:
+    """Policy, engine, verifier, task, optimizer and seeded state of a fresh run."""
     if config.model.threads > 0:
         torch.set_num_threads(config.model.threads)
     torch.manual_seed(config.schedule.seed)
-    out = Path(out_dir) if out_dir is not None else None
     policy = load_policy(config.model)
+    template = config.prompt_template
+    policy.use_chat_template = config.model.use_chat_template and template != "none"
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = policy.model.to(device)
-    ref_model = copy.deepcopy(model).eval() if config.algorithm.kl_coef > 0 else None
-    engine = (engine_factory or default_engine)(policy, config)
-    verifier = Verifier(method=config.data.verifier)
-    train_set, held_out = load_task(config)
-    encoded: dict[int, list[int]] = {}
-    eval_prompts = [policy.encode_prompt(p) for p, _ in held_out]
-    eval_answers = [a for _, a in held_out]
+    task = load_task(config)
+    eval_prompts = [policy.encode_prompt(p) for p, _ in task.held_out]
+    check_max_positions(config, model, eval_prompts + [policy.encode_prompt(p) for p, _ in task.train[:2048]])
     settings = EvalSettings(
         k=config.rollout.eval_k, temperature=config.rollout.eval_temperature, top_p=config.rollout.eval_top_p,
         max_new_tokens=config.rollout.max_response_len, seed=config.schedule.eval_seed,
@@ -429,71 +543,89 @@ def train(
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=lr_at(config, 1), betas=config.optim.betas, weight_decay=config.optim.weight_decay
     )
-    sampler = PromptSampler(size=len(train_set), seed=config.schedule.seed)
-    update_gen = torch.Generator().manual_seed(config.schedule.seed + 17)
-    result = RunResult(config=config.to_dict())
-    first_step = 1
-    ckpt = out / "checkpoint.pt" if out is not None else None
-    if ckpt is not None and resume and ckpt.is_file():
-        state = torch.load(ckpt, weights_only=True)  # never unpickle code from a shared output folder
-        if state["config_digest"] == config.digest():
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            sampler = PromptSampler(size=len(train_set), seed=config.schedule.seed, **state["sampler"])
-            update_gen.set_state(state["update_gen"])
-            result = RunResult.from_dict(state["result"])
-            first_step = result.steps + 1
-            started = time.time() - result.wall_s  # wall time before the interruption counts
-            engine.sync_weights(model)
+    result = RunResult(config=config.to_dict(), eval_problems=len(task.held_out), decontaminated=task.decontaminated)
+    return Run(
+        config=config, policy=policy, model=model,
+        ref_model=copy.deepcopy(model).eval() if config.algorithm.kl_coef > 0 else None,
+        engine=(engine_factory or default_engine)(policy, config), verifier=Verifier(method=config.data.verifier),
+        task=task, eval_prompts=eval_prompts, settings=settings, optimizer=optimizer,
+        sampler=PromptSampler(size=len(task.train), seed=config.schedule.seed),
+        update_gen=torch.Generator().manual_seed(config.schedule.seed + 17), result=result,
+    )
 
-    def run_eval(step: int) -> None:
-        t0 = time.perf_counter()
-        compute = lambda: evaluate(engine, eval_prompts, eval_answers, policy.decode, verifier, settings, step)  # noqa: E731
-        if step == 0:
-            key = initial_eval_key(_policy_identity(policy, config), held_out, settings, {"verifier": config.data.verifier})
-            metrics = cached_initial_eval(Path(eval_cache_dir) if eval_cache_dir else None, key, compute)
-        else:
-            metrics = compute()
-        metrics = {**metrics, "time_eval_s": time.perf_counter() - t0}
-        result.eval_tokens += int(metrics.pop("tokens", 0))
-        result.eval.append(metrics)
-        for cb in callbacks:
-            cb("eval", step, metrics)
 
-    if not result.eval:
-        run_eval(0)
-    every = config.schedule.eval_every
-    for step in range(first_step, config.schedule.total_steps + 1):
-        lr = lr_at(config, step)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        batch = collect_batch(config, engine, policy, verifier, train_set, encoded, sampler, step)
-        signals: dict[str, float] = {"step": step, "lr": lr, **batch.stats}
-        t0 = time.perf_counter()
-        if batch.rollout is not None:
-            signals.update(update_policy(config, model, ref_model, optimizer, batch, policy.pad_token_id, update_gen))
-            engine.sync_weights(model)
-        else:  # dynamic sampling found no mixed group within max_gen_rounds: nothing to train on
-            signals.update({"tokens_trained": 0.0, "updates": 0.0})
-        signals["time_update_s"] = time.perf_counter() - t0
-        result.signals.append(signals)
-        result.tokens_generated += int(batch.stats["tokens_generated"])
-        result.tokens_discarded += int(batch.stats["tokens_discarded"])
-        result.tokens_trained += int(signals["tokens_trained"])
-        result.steps = step
-        for cb in callbacks:
-            cb("step", step, signals)
-        if (every and step % every == 0) or step == config.schedule.total_steps:
-            run_eval(step)
-        if ckpt is not None and config.schedule.checkpoint_every and step % config.schedule.checkpoint_every == 0:
-            result.wall_s = time.time() - started
-            _save_checkpoint(ckpt, config, model, optimizer, sampler, update_gen, result)
+def check_max_positions(config: TrainerConfig, model: torch.nn.Module, prompts: list[list[int]]) -> None:
+    """Refuse, in one sentence, a prompt + ceiling that does not fit the model's positions."""
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    longest = max((len(p) for p in prompts), default=0)
+    if limit is not None and longest + config.rollout.max_response_len > limit:
+        from .config import ConfigError
 
-    result.wall_s = time.time() - started
-    result.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    if out is not None:
-        result.save(out / "result.json")
-    return result
+        raise ConfigError(
+            f"rollout.max_response_len {config.rollout.max_response_len} plus the longest prompt ({longest} tokens) "
+            f"exceeds the model's max_position_embeddings ({limit}); lower max_response_len to at most {limit - longest}"
+        )
+
+
+def _resume(run: Run, ckpt: Path) -> None:
+    """Continue from a step-boundary checkpoint written by the same config (else start afresh)."""
+    state = torch.load(ckpt, weights_only=True)  # never unpickle code from a shared output folder
+    if state["config_digest"] != run.config.digest():
+        return
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.sampler = PromptSampler(size=len(run.task.train), seed=run.config.schedule.seed, **state["sampler"])
+    run.update_gen.set_state(state["update_gen"])
+    setup_s = run.result.setup_s
+    run.result = RunResult.from_dict(state["result"])
+    run.result.setup_s += setup_s
+    run.engine.sync_weights(run.model)
+
+
+def _evaluate(run: Run, step: int, callbacks, eval_cache_dir) -> None:
+    """Held-out avg/pass/maj@k at `step`; the step-0 one is shared through the cache."""
+    t0 = time.perf_counter()
+    config, policy = run.config, run.policy
+    answers = [a for _, a in run.task.held_out]
+    compute = lambda: evaluate(run.engine, run.eval_prompts, answers, policy.decode, run.verifier, run.settings, step)  # noqa: E731
+    if step == 0:
+        extra = {"verifier": config.data.verifier, "prompt_template": config.prompt_template}
+        key = initial_eval_key(_policy_identity(policy, config), run.task.held_out, run.settings, extra)
+        metrics = cached_initial_eval(Path(eval_cache_dir) if eval_cache_dir else None, key, compute)
+    else:
+        metrics = compute()
+    metrics = {**metrics, "time_eval_s": time.perf_counter() - t0}
+    run.result.eval_tokens += int(metrics.pop("tokens", 0))
+    run.result.eval.append(metrics)
+    for cb in callbacks:
+        cb("eval", step, metrics)
+
+
+def _train_step(run: Run, step: int) -> dict[str, float]:
+    """Collect a batch, update the policy, sync the engine; returns the step's signals."""
+    config, result = run.config, run.result
+    lr = lr_at(config, step)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    batch = collect_batch(config, run.engine, run.policy, run.verifier, run.task.train, run.encoded, run.sampler, step)
+    signals: dict[str, float] = {"step": step, "lr": lr, **batch.stats}
+    t0 = time.perf_counter()
+    if batch.rollout is not None:
+        try:
+            signals.update(update_policy(config, run.model, run.ref_model, run.optimizer, batch,
+                                         run.policy.pad_token_id, run.update_gen))
+        except NonFiniteError as err:
+            raise NonFiniteError(f"training diverged at step {step}: {err}") from None
+        run.engine.sync_weights(run.model)
+    else:  # dynamic sampling found no mixed group within max_gen_rounds: nothing to train on
+        signals.update({"tokens_trained": 0.0, "updates": 0.0})
+    signals["time_update_s"] = time.perf_counter() - t0
+    result.signals.append(signals)
+    result.tokens_generated += int(batch.stats["tokens_generated"])
+    result.tokens_discarded += int(batch.stats["tokens_discarded"])
+    result.tokens_trained += int(signals["tokens_trained"])
+    result.steps = step
+    return signals
 
 
 def default_engine(policy: Policy, config: TrainerConfig) -> RolloutEngine:
@@ -509,20 +641,20 @@ def _policy_identity(policy: Policy, config: TrainerConfig) -> str:
     return f"{policy.source}|{config.model.dtype}|{config.model.use_chat_template}|{config.rollout.engine}|{device}"
 
 
-def _save_checkpoint(path: Path, config, model, optimizer, sampler, update_gen, result: RunResult) -> None:
-    """Write a step-boundary checkpoint atomically (a crash mid-write leaves the previous one)."""
+def _save_checkpoint(path: Path, run: Run) -> None:
+    """Write a step-boundary checkpoint atomically (a crash mid-write leaves the previous one).
+    Tensors and plain data only, so it loads with weights_only=True."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     torch.save(
         {
-            "config_digest": config.digest(),
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "sampler": sampler.state(),
-            "update_gen": update_gen.get_state(),
-            "result": result.to_dict(),
+            "config_digest": run.config.digest(),
+            "model": run.model.state_dict(),
+            "optimizer": run.optimizer.state_dict(),
+            "sampler": run.sampler.state(),
+            "update_gen": run.update_gen.get_state(),
+            "result": run.result.to_dict(),
         },
         tmp,
     )
     os.replace(tmp, path)
-

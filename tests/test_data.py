@@ -189,3 +189,67 @@ def test_eval_set_fully_contaminated_is_an_error(tmp_path):
     path = write_jsonl(tmp_path / "aime.jsonl", [{"problem": "q", "answer": 1}])
     with pytest.raises(DataError, match="held-out"):
         load_eval_set(path, exclude=[Problem("q", "1", "t")])
+
+
+# --- decontamination and prompt templates (issue "Real models") --------------------------------
+def test_builtin_held_out_set_is_disjoint_from_training_by_construction():
+    from dapo_ablate.core.config import TrainerConfig
+    from dapo_ablate.core.data import problem_key
+    from dapo_ablate.core.tasks import generate_problems
+    from dapo_ablate.core.trainer import BUILTIN_EVAL_SEED, BUILTIN_TRAIN_SEED, load_task
+
+    raw_eval = {problem_key(p.prompt) for p in generate_problems(64, BUILTIN_EVAL_SEED)}
+    raw_train = [problem_key(p.prompt) for p in generate_problems(20000, BUILTIN_TRAIN_SEED)]
+    assert len(raw_eval & set(raw_train)) > 0  # the two seeded streams do share problems
+    task = load_task(TrainerConfig())
+    held = {problem_key(p) for p, _ in task.held_out}
+    assert len(task.held_out) == 64 and held == raw_eval  # the held-out set stays whole
+    assert not held & {problem_key(p) for p, _ in task.train}  # overlap 0
+    assert task.decontaminated == sum(k in raw_eval for k in raw_train) > 0
+
+
+def test_a_user_training_file_sharing_eval_problems_is_decontaminated(tmp_path, caplog):
+    from dapo_ablate.core.config import TrainerConfig
+    from dapo_ablate.core.data import DAPO_INSTRUCTION, DAPO_REMINDER, problem_key
+    from dapo_ablate.core.trainer import load_task
+
+    aime = [{"problem": f"Find the value of x_{i} given  that  x = {i}.", "answer": i} for i in range(5)]
+    write_jsonl(tmp_path / "aime.jsonl", aime)
+    train = [{"prompt": f"Train problem {i}", "answer": i} for i in range(6)]
+    train += [  # the same problems, written differently: case and spacing, DAPO's wrapper, a chat
+        {"prompt": "FIND the value of x_0 given that x = 0.", "answer": 0},
+        {"prompt": [{"role": "user", "content": f"{DAPO_INSTRUCTION}\n\nFind the value of x_1 given that x = 1."
+                                                 f"\n\n{DAPO_REMINDER}"}], "answer": 1},
+        {"prompt": "Find the value of x_2 given that x = 2.", "answer": 2},
+    ]
+    write_jsonl(tmp_path / "train.jsonl", train)
+    config = TrainerConfig(data={"train": str(tmp_path / "train.jsonl"), "eval": str(tmp_path / "aime.jsonl")})
+    task = load_task(config)
+    assert task.decontaminated == 3 and len(task.train) == 6 and len(task.held_out) == 5
+    assert not {problem_key(p) for p, _ in task.held_out} & {problem_key(p) for p, _ in task.train}
+    # `dapo` (the default for files) asks for the final Answer: line, on train and eval prompts alike
+    for prompt, _ in task.train + task.held_out:
+        assert prompt[0]["role"] == "user" and prompt[0]["content"].count(DAPO_INSTRUCTION) == 1
+        assert prompt[0]["content"].endswith(DAPO_REMINDER)
+    # num_eval_problems truncates with a warning naming the field; unset, everything is evaluated
+    with caplog.at_level("WARNING"):
+        short = load_task(config.with_overrides({"data.num_eval_problems": 2}))
+    assert len(short.held_out) == 2 and "data.num_eval_problems 2" in caplog.text and "of the 5" in caplog.text
+
+
+def test_prompt_templates():
+    from dapo_ablate.core.data import DAPO_INSTRUCTION, apply_prompt_template
+
+    assert apply_prompt_template("1+1=", "none") == "1+1="
+    assert apply_prompt_template([{"role": "user", "content": "1+1="}], "none") == "1+1="
+    assert apply_prompt_template("1+1=", "chat") == [{"role": "user", "content": "1+1="}]
+    wrapped = apply_prompt_template("1+1=", "dapo")
+    assert wrapped[0]["content"].startswith(DAPO_INSTRUCTION) and "\n\n1+1=\n\n" in wrapped[0]["content"]
+    assert apply_prompt_template(wrapped, "dapo") == wrapped  # never wrapped twice
+
+
+def test_prompt_template_is_refused_for_the_builtin_task():
+    from dapo_ablate.core.config import ConfigError, build_trainer_config
+
+    with pytest.raises(ConfigError, match="data.prompt_template dapo cannot be used with the built-in task"):
+        build_trainer_config({"data": {"prompt_template": "dapo"}})

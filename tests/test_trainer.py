@@ -123,7 +123,7 @@ def test_builtin_policy_leaves_every_technique_something_to_act_on():
     torch.set_num_threads(1)
     policy = load_policy(config.model)
     engine = HFRolloutEngine(policy.model, policy.eos_token_id, policy.pad_token_id)
-    train_set, _ = load_task(config)
+    train_set = load_task(config).train
     batch = collect_batch(config, engine, policy, Verifier(), train_set, {}, PromptSampler(len(train_set), 0), 1)
     assert batch.stats["overlong_rate"] >= 0.05
     assert batch.stats["groups_mixed"] < 0.9  # some groups are all-correct or all-wrong
@@ -145,7 +145,7 @@ def test_micro_batches_give_the_same_update_as_the_whole_mini_batch():
                                                        "techniques.token_level_loss": token_level})
         policy = load_policy(config.model)
         engine = HFRolloutEngine(policy.model, policy.eos_token_ids, policy.pad_token_id)
-        train_set, _ = load_task(config)
+        train_set = load_task(config).train
         batch = collect_batch(config, engine, policy, Verifier(), train_set, {}, PromptSampler(len(train_set), 0), 1)
         models = []
         for micro in (None, 5):
@@ -192,7 +192,7 @@ def test_bf16_first_update_matches_fp32_to_bf16_precision():
     torch.set_num_threads(1)
     base = TrainerConfig(**TINY).with_overrides({"techniques.dynamic_sampling": False, "batch.mini_batch_size": 32})
     policy = load_policy(base.model)
-    train_set, _ = load_task(base)
+    train_set = load_task(base).train
     batch = collect_batch(base, default_engine(policy, base), policy, Verifier(), train_set, {},
                           PromptSampler(len(train_set), 0), 1)
     start = [p.detach().clone() for p in policy.model.parameters()]
@@ -209,3 +209,41 @@ def test_bf16_first_update_matches_fp32_to_bf16_precision():
     assert float((g16 - g32).norm() / g32.norm()) < 0.05
     a32, a16 = deltas["float32", "adamw"], deltas["bfloat16", "adamw"]
     assert float(((a16 - a32).abs() < 1e-8).float().mean()) > 0.97  # updates are +-1e-6: equal or sign-flipped
+
+
+class NaNLogProbEngine:
+    """A rollout engine whose behaviour log-probs are NaN (a broken sampler)."""
+
+    def __init__(self, policy, config):
+        from dapo_ablate.core.trainer import default_engine
+
+        self.inner = default_engine(policy, config)
+
+    def generate(self, *args, **kwargs):
+        rollout = self.inner.generate(*args, **kwargs)
+        rollout.log_probs = torch.full_like(rollout.log_probs, float("nan"))
+        return rollout
+
+    def sync_weights(self, model):
+        self.inner.sync_weights(model)
+
+
+def test_a_nan_loss_ends_the_run_with_that_reason(tmp_path):
+    from dapo_ablate.core.trainer import NonFiniteError
+
+    config = TrainerConfig(**{**TINY, "schedule": {"total_steps": 2, "eval_every": 0, "checkpoint_every": 1}})
+    with pytest.raises(NonFiniteError, match=r"training diverged at step 1: the loss is nan"):
+        train(config, tmp_path, engine_factory=NaNLogProbEngine)
+    assert not (tmp_path / "checkpoint.pt").exists()  # nothing was stepped or saved with it
+
+
+def test_compute_columns_leave_out_the_shared_one_off_work(tmp_path):
+    """wall_s counts the steps and their evaluations; loading the policy and the (cached) step-0
+    evaluation are recorded apart, so a run that found the cache warm is not cheaper on paper."""
+    config = TrainerConfig(**{**TINY, "schedule": {"total_steps": 1, "eval_every": 0}})
+    cold = train(config, eval_cache_dir=tmp_path)
+    warm = train(config, eval_cache_dir=tmp_path)
+    for r in (cold, warm):
+        assert r.setup_s > 0 and r.initial_eval_s > 0 and r.wall_s > 0
+    assert cold.eval[0] == {**warm.eval[0], "time_eval_s": cold.eval[0]["time_eval_s"]}
+    assert cold.eval_tokens == warm.eval_tokens and cold.eval_problems == 8
