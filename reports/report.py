@@ -111,6 +111,11 @@ FIGURE_AFTER = {
 }
 
 
+def _empty(name: str) -> str:
+    """What an empty table means: no claim passed, or the design does not give the table."""
+    return "No claims: no statistic passes its family's adjusted test." if name == "claims" else "Not computed."
+
+
 def report_markdown(analysis: Analysis, figures: list[str]) -> str:
     """report.md: summary, then each table (and its figure when written)."""
     captions = _captions(analysis)
@@ -122,7 +127,7 @@ def report_markdown(analysis: Analysis, figures: list[str]) -> str:
         shown = display_frame(table, analysis.percent, analysis.factors)
         parts.append(
             f"## {title}\n\n{captions[name]}\n\n"
-            + (to_markdown(table, shown) if len(table) else "_Not computed._\n")
+            + (to_markdown(table, shown) if len(table) else f"_{_empty(name)}_\n")
         )
         if name == "cumulative" and table["ordering"].nunique() < analysis.cumulative["ordering"].nunique():
             parts.append("Only the first orderings are shown; cumulative.csv has all of them.\n")
@@ -158,7 +163,7 @@ def report_html(analysis: Analysis, figures: dict[str, bytes]) -> str:
         body.append(
             f'<div class="scroll">{to_html(table, shown)}</div>'
             if len(table)
-            else "<p><em>Not computed.</em></p>"
+            else f"<p><em>{esc(_empty(name))}</em></p>"
         )
         for figure in FIGURE_AFTER.get(name, []):
             if figure in figures:
