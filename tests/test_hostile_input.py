@@ -71,3 +71,36 @@ def test_expanded_size_is_counted_without_expanding():
     assert expanded_nodes(data) > MAX_EXPANDED_NODES
     # root, keys a and b, the list and its 1 and 2, the inner mapping, its key c and 3
     assert expanded_nodes({"a": [1, 2], "b": {"c": 3}}) == 9
+
+
+# -- checks before anything is written: validate, run --dry-run and run itself ----------------
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+STORE_CASES = {
+    "output folder where no file can be created": (lambda tmp: {"output_dir": "/proc/dapo-x"}, "output_dir"),
+    "MLflow server that does not answer": (
+        lambda tmp: {"tracking": {"uri": f"http://127.0.0.1:{_free_port()}"}}, "MLflow tracking server"),
+    "ledger server that does not answer": (
+        lambda tmp: {"ledger": f"postgresql://postgres@127.0.0.1:{_free_port()}/test"}, "ledger database"),
+    "MLflow database server that does not answer": (
+        lambda tmp: {"tracking": {"uri": f"postgresql://postgres@127.0.0.1:{_free_port()}/test"}}, "tracking.uri"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("args", [["validate"], ["run", "--dry-run"], ["run", "--no-progress"]], ids=" ".join)
+@pytest.mark.parametrize("case", list(STORE_CASES))
+def test_unusable_stores_are_refused_before_anything_is_written(tmp_path, monkeypatch, case, args):
+    monkeypatch.chdir(tmp_path)
+    make, needle = STORE_CASES[case]
+    path = write(tmp_path, yaml.safe_dump(spec_data(tmp_path, **make(tmp_path))))
+    before = sorted(tmp_path.rglob("*"))
+    result = CliRunner().invoke(app, [args[0], str(path), *args[1:]])
+    assert result.exit_code == 2, result.output
+    assert needle in result.output and result.output.strip().count("\n") == 0, result.output
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written, not even a probe file
