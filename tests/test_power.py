@@ -1,18 +1,96 @@
-"""plan-seeds: the power formula against scipy and against simulated reports, and the command."""
+"""`dapo-ablate plan-seeds` and reports.power: seeds per cell for a wanted power, per claims family."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import typer
 from scipy import stats
 from typer.testing import CliRunner
 
-from dapo_ablate.cli.main import app
+from dapo_ablate.cli.plan_seeds_cmd import register
 from dapo_ablate.reports import PAPER_FACTORS, analyze
-from dapo_ablate.reports.power import half_fraction, plan_seeds, power_at
+from dapo_ablate.reports.power import half_fraction, pilot_sigma, plan_seeds, power_at
 from dapo_ablate.reports.simulate import simulate_results
 
 FACTORS = list(PAPER_FACTORS)
+
+
+@pytest.fixture()
+def app() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+
+    @app.command("noop", hidden=True)  # a second command keeps `plan-seeds` a named subcommand
+    def noop() -> None:
+        pass
+
+    return app
+
+
+def test_power_at_matches_the_normal_formula_for_large_df_and_a_simulation_for_small_df():
+    # Large df: power ~ Phi(delta - z) + Phi(-delta - z); delta = 2.8, z = 1.96 -> 0.80 (textbook).
+    assert power_at(2.8, 1.0, 10_000, 0.05) == pytest.approx(0.80, abs=0.005)
+    # Small df: a Monte Carlo of the t test itself (T = (effect + se Z) / (se s), s^2 ~ chi2(df)/df).
+    rng = np.random.default_rng(0)
+    df, effect, se, level = 4, 1.5, 0.5, 0.01
+    t_stat = (effect + se * rng.standard_normal(400_000)) / (se * np.sqrt(rng.chisquare(df, 400_000) / df))
+    simulated = np.mean(np.abs(t_stat) > stats.t.ppf(1 - level / 2, df))
+    assert power_at(effect, se, df, level) == pytest.approx(simulated, abs=0.004)
+
+
+def test_half_fraction_has_an_even_number_of_factors_on():
+    cells = half_fraction(5)
+    assert len(cells) == 16 and all(bin(m).count("1") % 2 == 0 for m in cells)
+
+
+def test_plan_is_monotone_in_effect_and_noise_and_reaches_the_power():
+    small = plan_seeds(FACTORS, sigma=0.02, effect=0.02)
+    large = plan_seeds(FACTORS, sigma=0.02, effect=0.05)
+    noisy = plan_seeds(FACTORS, sigma=0.04, effect=0.02)
+    assert set(small["family"]) == {"attribution", "interactions", "order"}
+    assert (small["power"] >= 0.8).all()
+    assert (large["seeds_per_cell"] <= small["seeds_per_cell"]).all()
+    assert (noisy["seeds_per_cell"] >= small["seeds_per_cell"]).all()
+    # one seed fewer would fall short of the wanted power (the smallest n is reported)
+    for row in small.itertuples():
+        m, n = row.cells, row.seeds_per_cell
+        if n > 2:
+            se = row.se_one_seed / np.sqrt(n - 1)
+            assert power_at(0.02, se, (m - 1) * (n - 2), row.level) < 0.8
+
+
+def test_pilot_sigma_recovers_the_run_noise_with_seed_blocks():
+    pilot = simulate_results(FACTORS, 0.3, {("dynamic_sampling",): 0.05}, seeds=4, noise_sd=0.02, seed_sd=0.05, rng=3)
+    sigma, source = pilot_sigma(pilot, FACTORS, "avg@32")
+    assert sigma == pytest.approx(0.02, rel=0.15)
+    assert "blocks" in source
+
+
+def test_cli_from_a_pilot_csv_and_from_a_stated_sd(app, tmp_path):
+    path = tmp_path / "pilot.csv"
+    simulate_results(FACTORS, 0.3, {}, seeds=2, noise_sd=0.02, rng=1).to_csv(path, index=False)
+    out = CliRunner().invoke(app, ["plan-seeds", "--results", str(path), "--effect", "0.03"])
+    assert out.exit_code == 0, out.output
+    assert "half fraction" in out.output and "interactions" in out.output and "residual" in out.output
+    out = CliRunner().invoke(app, ["plan-seeds", "--sd", "0.02", "--factors", ",".join(FACTORS), "--effect", "0.03"])
+    assert out.exit_code == 0, out.output and "--sd" in out.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sd", "0.02", "--effect", "0.02"], "--factors"),
+        (["--sd", "-1", "--factors", "a,b,c", "--effect", "0.02"], "--sd"),
+        (["--sd", "0.02", "--factors", "a,b,c", "--effect", "0"], "--effect"),
+        (["--sd", "0.02", "--factors", "a,b,c", "--effect", "0.02", "--adjust", "bonf"], "--adjust"),
+        (["--effect", "0.02"], "spec YAML"),
+    ],
+)
+def test_bad_input_is_one_sentence_and_exit_2(app, args, message):
+    out = CliRunner().invoke(app, ["plan-seeds", *args])
+    assert out.exit_code == 2
+    assert message in out.output and "Traceback" not in out.output
 
 
 @pytest.mark.parametrize("effect, se, df, level", [(0.02, 0.005, 31, 0.01), (0.02, 0.01, 10, 0.05), (0.01, 0.004, 62, 0.0017)])
@@ -49,18 +127,8 @@ def test_planned_seeds_give_the_planned_power_in_simulated_reports():
     assert abs(np.mean(hits) - planned) < 0.15, (np.mean(hits), planned)  # 80 experiments: sd ~ .045
 
 
-def test_plan_seeds_command(tmp_path):
-    pilot = tmp_path / "pilot.csv"
-    simulate_results(FACTORS, 0.30, {}, seeds=3, noise_sd=0.015, seed_sd=0.01, rng=0).to_csv(pilot, index=False)
-    result = CliRunner().invoke(app, ["plan-seeds", "--results", str(pilot), "--effect", "0.02"])
-    assert result.exit_code == 0, result.output
-    assert "pilot's residual (62 df, seeds as blocks)" in result.output and "half fraction 2^(5-1)" in result.output
-    stated = CliRunner().invoke(app, ["plan-seeds", "--sd", "0.015", "--factors", "a,b,c", "--effect", "0.02"])
-    assert stated.exit_code == 0 and "full 2^3" in stated.output and "resolution 3" in stated.output
-    for args, message in (
-        (["--sd", "0.015", "--factors", "a,b", "--effect", "-1"], "--effect -1.0 is out of range"),
-        (["--sd", "-2", "--factors", "a,b", "--effect", "0.02"], "--sd -2.0 is not a positive number"),
-        (["--effect", "0.02"], "give an experiment spec YAML, a pilot --results CSV, or --sd"),
-    ):
-        bad = CliRunner().invoke(app, ["plan-seeds", *args])
-        assert bad.exit_code == 2 and message in bad.output, bad.output
+def test_plan_seeds_is_a_command_of_the_app():
+    from dapo_ablate.cli.main import app as main_app
+
+    out = CliRunner().invoke(main_app, ["plan-seeds", "--sd", "0.015", "--factors", "a,b,c", "--effect", "0.02"])
+    assert out.exit_code == 0 and "full 2^3" in out.output and "resolution 3" in out.output, out.output
