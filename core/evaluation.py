@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 
-from .metrics import maj_at_k, pass_at_k
-from .rollout import RolloutEngine, derive_seed
+import torch
+
+from .metrics import avg_at_k, maj_at_k, mean_pass_at_k
+from .rollout import Rollout, RolloutEngine, derive_seed
 from .verifier import Verifier, extract_answer, normalize_answer
 
 
@@ -48,22 +50,26 @@ def evaluate(
         prompts, k, settings.temperature, settings.top_p, settings.max_new_tokens,
         seed=derive_seed(settings.seed, step),
     )
-    texts = [decode(rollout.responses[i, : int(rollout.lengths[i])].tolist()) for i in range(len(rollout.prompt_ids))]
-    # as in training, a truncated response has no final answer and counts as wrong
-    correct = [c and not t for c, t in zip(verifier(texts, [a for a in answers for _ in range(k)]),
-                                            rollout.truncated.tolist())]
-    correct_grid = [correct[i * k : (i + 1) * k] for i in range(len(prompts))]
+    texts, correct = score_rollout(rollout, [a for a in answers for _ in range(k)], decode, verifier)
+    correct_grid = correct.view(len(prompts), k).tolist()
     extracted = [[_normalized(texts[i * k + j]) for j in range(k)] for i in range(len(prompts))]
-    n_correct = [sum(row) for row in correct_grid]
     return {
         "step": step,
-        f"avg@{k}": float(sum(n_correct) / (len(prompts) * k)),
-        f"pass@{k}": float(sum(pass_at_k(k, c, k) for c in n_correct) / len(prompts)),
+        f"avg@{k}": avg_at_k(correct_grid),
+        f"pass@{k}": mean_pass_at_k(correct_grid, k),
         f"maj@{k}": float(maj_at_k(extracted, correct_grid)),
         "response_length": float(rollout.lengths.float().mean()),
         "truncation_rate": float(rollout.truncated.float().mean()),
         "tokens": int(rollout.num_tokens),
     }
+
+
+def score_rollout(rollout: Rollout, answers: list[str], decode, verifier: Verifier) -> tuple[list[str], torch.Tensor]:
+    """(decoded responses, verified correct [N] bool), one answer per row. Training and evaluation
+    share it: a truncated response has no final answer and counts as wrong whatever it says."""
+    texts = [decode(rollout.responses[i, : int(rollout.lengths[i])].tolist()) for i in range(len(rollout.prompt_ids))]
+    correct = torch.tensor(verifier(texts, answers), dtype=torch.bool) & ~rollout.truncated
+    return texts, correct
 
 
 def _normalized(text: str) -> str | None:

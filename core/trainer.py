@@ -51,7 +51,7 @@ import torch
 from . import algorithms as alg
 from .config import BUILTIN, TrainerConfig
 from .data import Problem, apply_prompt_template, decontaminate, load_eval_set, load_problems
-from .evaluation import EvalSettings, cached_initial_eval, evaluate, initial_eval_key
+from .evaluation import EvalSettings, cached_initial_eval, evaluate, initial_eval_key, score_rollout
 from .policy import Policy, load_policy
 from .result import RunResult
 from .rollout import HFRolloutEngine, Rollout, RolloutEngine, derive_seed
@@ -209,9 +209,7 @@ def collect_batch(
             seed=derive_seed(config.schedule.seed, step, rounds),
         )
         t1 = time.perf_counter()
-        texts = [policy.decode(rollout.responses[r, : int(rollout.lengths[r])].tolist()) for r in range(len(idx) * G)]
-        correct = torch.tensor(verifier(texts, [train[i][1] for i in idx for _ in range(G)]))
-        correct = correct & ~rollout.truncated  # a truncated response has no final answer
+        _, correct = score_rollout(rollout, [train[i][1] for i in idx for _ in range(G)], policy.decode, verifier)
         rewards, penalty = shape_rewards(config, correct, rollout.lengths)
         t_roll += t1 - t0
         t_reward += time.perf_counter() - t1
