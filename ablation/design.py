@@ -211,10 +211,12 @@ def package_version() -> str:
         return "0+unknown"
 
 
-def make_run_id(levels: dict[str, int], config: TrainerConfig, seed: int) -> str:
-    """First 16 hex chars of sha256 over the canonical JSON of everything that determines a run."""
+def make_run_id(levels: dict[str, int], config: TrainerConfig, seed: int, setting: str = "") -> str:
+    """First 16 hex chars of sha256 over the canonical JSON of everything that determines a run
+    (a transfer study's setting name too: two settings with equal configs stay two runs)."""
     blob = json.dumps(
-        {"factors": levels, "config": config.to_dict(), "seed": seed, "version": package_version()},
+        {"factors": levels, "config": config.to_dict(), "seed": seed, "version": package_version()}
+        | ({"setting": setting} if setting else {}),
         sort_keys=True,
         separators=(",", ":"),
     )
@@ -234,9 +236,12 @@ class PlannedRun:
     """Readable name for MLflow, e.g. "OF+CH+SP+TL+DS s0"."""
     factors: dict[str, int] = field(default_factory=dict)
     """Factor name -> level, in factor order."""
+    setting: str = ""
+    """Transfer study: the setting's name (its cell key in the ledger is ``setting/cell``)."""
 
     def to_run_spec(self) -> RunSpec:
-        return RunSpec(self.run_id, self.cell.key, dict(self.factors), self.seed, self.config.to_dict())
+        key = f"{self.setting}/{self.cell.key}" if self.setting else self.cell.key
+        return RunSpec(self.run_id, key, dict(self.factors), self.seed, self.config.to_dict())
 
 
 def cell_config(base: TrainerConfig, factors: Sequence[Factor], cell: Cell, seed: int) -> TrainerConfig:
@@ -331,6 +336,11 @@ class Plan:
         return list(self.spec.seeds)
 
     @property
+    def settings(self) -> list[str]:
+        """Transfer study: the settings' names in spec order (empty without settings)."""
+        return [setting.name for setting in self.spec.settings]
+
+    @property
     def paper_ordering(self) -> tuple[str, ...]:
         return paper_ordering(self.factors)
 
@@ -410,7 +420,12 @@ def expand(spec: ExperimentSpec) -> Plan:
         spec=spec,
         factors=factors,
         cells=cells,
-        runs=[_planned_run(spec.trainer, factors, cell, seed, baseline) for cell in cells for seed in spec.seeds],
+        runs=[
+            _planned_run(trainer, factors, cell, seed, baseline, setting)
+            for setting, trainer in spec.setting_trainers()
+            for cell in cells
+            for seed in spec.seeds
+        ],
         orderings=orderings,
         supports=[],
         aliases=fraction.alias_chains([f.short for f in factors]) if fraction else [],
@@ -430,11 +445,13 @@ def baseline_label(base: TrainerConfig, factors: Sequence[Factor]) -> str:
     return "baseline" if any(getattr(base.techniques, t) for t in TECHNIQUES if t not in names) else "GRPO"
 
 
-def _planned_run(base: TrainerConfig, factors: Sequence[Factor], cell: Cell, seed: int, baseline: str) -> PlannedRun:
+def _planned_run(
+    base: TrainerConfig, factors: Sequence[Factor], cell: Cell, seed: int, baseline: str, setting: str = ""
+) -> PlannedRun:
     config = cell_config(base, factors, cell, seed)
     levels = {f.name: level for f, level in zip(factors, cell.levels)}
-    name = f"{cell.label(factors, baseline)} s{seed}"
-    return PlannedRun(make_run_id(levels, config, seed), cell, seed, config, name, levels)
+    name = f"{setting + ' ' if setting else ''}{cell.label(factors, baseline)} s{seed}"
+    return PlannedRun(make_run_id(levels, config, seed, setting), cell, seed, config, name, levels, setting)
 
 
 def _covered_orderings(

@@ -45,7 +45,7 @@ def load_experiment_results(
 ) -> tuple[pd.DataFrame, list[str], pd.DataFrame | None, str, ParentRunLogger | None]:
     """``(results, factors, curves, design, mlflow_logger)`` of the experiment `spec_path` names.
 
-    results: one row per finished run: one 0/1 column per factor (named after it), ``seed``, the
+    results: one row per finished run: (a transfer study: ``setting`` first) one 0/1 column per factor (named after it), ``seed``, the
         metric columns (``avg@k``, ``pass@k``, ``maj@k``, then the rest of the final metrics),
         ``tokens_generated``, ``tokens_discarded``, ``wall_s`` and ``run_id``;
     curves: one row per (run, evaluation step): factor columns, ``seed``, ``step``, the
@@ -64,7 +64,13 @@ def load_experiment_results(
     records, parent_id = _finished_runs(spec, plan)
     factors = [factor.name for factor in plan.factors]
     logger = ParentRunLogger(spec.tracking.uri, parent_id) if parent_id else None
-    return results_frame(records, factors), factors, curves_frame(records, factors), plan.design, logger
+    results, curves = results_frame(records, factors), curves_frame(records, factors)
+    if plan.settings:  # a transfer study: the `setting` column, first
+        setting_of = {run.run_id: run.setting for run in plan.runs}
+        for frame in (results, curves):
+            if frame is not None:
+                frame.insert(0, "setting", frame["run_id"].map(setting_of))
+    return results, factors, curves, plan.design, logger
 
 
 def results_frame(records: list[dict[str, Any]], factors: list[str]) -> pd.DataFrame:

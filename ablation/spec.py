@@ -114,7 +114,9 @@ class ExecutorSpec(_Section):
     max_concurrent: int | None = Field(None, ge=1)
     """Most runs at a time; None: as many as the CPUs (or the cluster's resources) allow."""
     retries: int = Field(1, ge=0)
-    """A failed run is re-tried this many times within one invocation and re-queued on the next."""
+    """A failed run is re-tried until it has had retries + 1 attempts in all, counted across
+    invocations (a rerun does not reset them); `dapo-ablate run --retry-failed` gives failed runs a
+    fresh budget on purpose."""
     lease_s: float = Field(120.0, gt=0)
     """A running run whose driver stopped heartbeating this long ago may be taken over."""
     run_timeout_s: float | None = Field(259200.0, gt=0)
@@ -185,6 +187,35 @@ class TrainerBasedSpec(_Section):
         return hashlib.sha256(blob.encode()).hexdigest()
 
 
+class SettingSpec(_Section):
+    """One setting of a transfer study: a name and partial TrainerConfig overrides of the base."""
+
+    name: str = Field(min_length=1)
+    """Short name: the ``setting`` column of results, a prefix of MLflow child run names."""
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    """Sections or dotted keys over the base trainer, e.g. ``{rollout.max_response_len: 48}``."""
+
+
+def _merge(base: dict[str, Any], overrides: dict[str, Any], setting: str) -> dict[str, Any]:
+    """The base trainer dict with a setting's overrides (nested mappings merged, dotted keys set)."""
+    data = json.loads(json.dumps(base))
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = _merge(data[key], value, setting)
+            continue
+        try:
+            set_dotted(data, str(key), value)
+        except (KeyError, TypeError):
+            raise SpecProblem(
+                f"setting '{setting}' overrides unknown key '{key}'; use a TrainerConfig field such as rollout.max_response_len",
+                "settings",
+            ) from None
+    return data
+
+
+SETTING_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
 class ExperimentSpec(TrainerBasedSpec):
     """A factorial ablation: the base trainer, the factors, the design, the seeds, and the stores.
 
@@ -216,6 +247,8 @@ class ExperimentSpec(TrainerBasedSpec):
     """Ledger database URL (SQLAlchemy): SQLite by default, PostgreSQL for clusters."""
     output_dir: str = Field(DEFAULT_OUTPUT_DIR, min_length=1)
     """Folder for per-run outputs and the shared step-0 evaluation cache."""
+    settings: list[SettingSpec] = Field(default_factory=list)
+    """Transfer study: named partial trainer overrides; the design is expanded in every setting."""
 
     # ------------------------------------------------------------------------------ fields
     @field_validator("factors", mode="before")
@@ -326,7 +359,36 @@ class ExperimentSpec(TrainerBasedSpec):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _settings_build(self) -> "ExperimentSpec":
+        names = [setting.name for setting in self.settings]
+        for setting in self.settings:
+            if not SETTING_NAME.match(setting.name):
+                raise SpecProblem(
+                    f"setting name {setting.name!r} must start with a letter or digit and use only letters, digits, '_', '-' or '.'",
+                    "settings",
+                )
+            if names.count(setting.name) > 1:
+                raise SpecProblem(f"setting '{setting.name}' is listed twice; give each setting its own name", "settings")
+        if len(self.settings) == 1:
+            raise SpecProblem("a transfer study needs two or more settings; add one or remove settings", "settings")
+        self.setting_trainers()  # every setting builds, knobs included
+        return self
+
     # ------------------------------------------------------------------------------ helpers
+    def setting_trainers(self) -> list[tuple[str, TrainerConfig]]:
+        """(name, trainer) per setting, in spec order; ``[("", trainer)]`` without settings."""
+        if not self.settings:
+            return [("", self.trainer)]
+        out = []
+        for setting in self.settings:
+            data = _merge(self.trainer.to_dict(), setting.overrides, setting.name)
+            try:
+                out.append((setting.name, build_trainer_config(data, source=f"setting '{setting.name}'")))
+            except ConfigError as err:
+                raise SpecProblem(str(err), "settings") from None
+        return out
+
     @property
     def factor_names(self) -> list[str]:
         """Canonical factor names in spec order (technique names, knob leaf names)."""

@@ -134,6 +134,7 @@ class Tracker:
             **flatten(child.config),
             "seed": child.seed,
             "run_id": child.run_id,
+            **({"setting": child.tags["dapo.setting"]} if "dapo.setting" in child.tags else {}),
         }
         param_list = [Param(key, _param_value(value)) for key, value in params.items()]
         for batch_params, batch_metrics in _batches(param_list, list(result_metrics(child.result, end_ms))):
