@@ -114,6 +114,8 @@ def _method_lines(analysis: Analysis) -> list[str]:
         f"Intervals ({analysis.confidence:.0%}): {analysis.ci_method}.",
         f"Factorial effects: {analysis.effects_method}.",
         f"Shapley values, orderings and leave-one-out use {analysis.values_source}.",
+        "Not linear in the cell means, so shown without intervals (no bootstrap is used): the min, max and share of "
+        "orderings in which a factor helps, tokens_vs_baseline and gain_per_added_mtok.",
         adjustment,
     ] + (["Standard errors by statistic: " + ", ".join(sorted(methods)) + " (intervals.csv)."] if len(methods) > 1 else [])
 
