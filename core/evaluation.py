@@ -9,7 +9,6 @@ policy and evaluation settings is identical: `cached_initial_eval` computes it o
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .policy import file_lock
 from .metrics import avg_at_k, maj_at_k, mean_pass_at_k
 from .rollout import Rollout, RolloutEngine, derive_seed
 from .verifier import Verifier, extract_answer, normalize_answer
@@ -92,17 +92,13 @@ def cached_initial_eval(cache_dir: Path | None, key: str, compute) -> dict[str, 
         return compute()
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = cache_dir / f"initial-eval-{key}.json"
-    with open(cache_dir / f"initial-eval-{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if path.is_file():
-                with contextlib.suppress(json.JSONDecodeError):
-                    return json.loads(path.read_text())
-            metrics = compute()
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(metrics))
-            tmp.replace(path)
-            return metrics
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with file_lock(cache_dir / f"initial-eval-{key}.lock"):
+        if path.is_file():
+            with contextlib.suppress(json.JSONDecodeError):
+                return json.loads(path.read_text())
+        metrics = compute()
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(metrics))
+        tmp.replace(path)
+        return metrics
 

@@ -160,7 +160,7 @@ def builtin_checkpoint(recipe: BuiltinRecipe = BuiltinRecipe(), log=print) -> Pa
     if (final / "recipe.json").is_file():
         return final
     root.mkdir(parents=True, exist_ok=True)
-    with _file_lock(root / f"builtin-{recipe.digest()}.lock"):
+    with file_lock(root / f"builtin-{recipe.digest()}.lock"):
         if (final / "recipe.json").is_file():  # another process built it while we waited
             return final
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=".building-"))
@@ -173,7 +173,8 @@ def builtin_checkpoint(recipe: BuiltinRecipe = BuiltinRecipe(), log=print) -> Pa
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path):
+def file_lock(path: Path):
+    """Hold an exclusive lock on `path` (created if absent) across processes on this machine."""
     with open(path, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:

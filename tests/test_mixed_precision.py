@@ -44,6 +44,17 @@ def test_chunked_selective_log_probs_equal_the_naive_pass(sampled, chunk):
         logp, ent = response_log_probs(model, rollout.prompt_ids, rollout.responses, m, 0.7, policy.pad_token_id, chunk=chunk)
     torch.testing.assert_close(logp, ref_logp * m, atol=1e-5, rtol=0)
     torch.testing.assert_close(ent, ref_ent * m, atol=1e-5, rtol=0)
+    if chunk == 1:  # the same entropy as algorithms.token_entropy on the full logits
+        from dapo_ablate.core.algorithms import token_entropy
+
+        prompt, attn = left_pad(rollout.prompt_ids, policy.pad_token_id)
+        P = prompt.shape[1]
+        ids = torch.cat([prompt, rollout.responses], 1)
+        attn = torch.cat([attn, torch.ones_like(rollout.responses)], 1)
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).logits
+        ref = token_entropy(logits[:, P - 1 : P - 1 + rollout.responses.shape[1]] / 0.7)
+        torch.testing.assert_close(ent, ref * m, atol=1e-5, rtol=0)
 
 
 def test_gradients_through_checkpointed_chunks_equal_the_naive_pass(sampled):
