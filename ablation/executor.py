@@ -11,9 +11,12 @@
    for their lease, and log to MLflow any finished run it had not logged yet;
 4. claim and submit claimable runs as Ray tasks, at most ``max_concurrent`` at a time, each
    declaring ``cpus_per_run``/``gpus_per_run``; heartbeat their leases while they run; record
-   each result (ledger first, then its MLflow child run) or failure (its error text), retrying a
-   failed run up to ``executor.retries`` times within this invocation;
-5. on Ctrl-C, cancel the tasks in flight and put their runs back to pending (exit 130).
+   each result (kept on disk, then the ledger, then its MLflow child run) or failure (its error
+   text), retrying a failed run until it has had ``executor.retries + 1`` attempts in all,
+   counted across invocations (``run --retry-failed`` gives failed runs a fresh budget); a run
+   past ``executor.run_timeout_s`` is cancelled and failed;
+5. on Ctrl-C or SIGTERM, cancel the tasks in flight and put their runs back to pending (exit 130,
+   143).
 
 Only this driver process writes the ledger and MLflow; a task only trains and returns a dict.
 A task's body is a *cell function* (`cell.run_cell` by default). For tests and debugging the
@@ -101,6 +104,7 @@ def run_experiment(
     cell_fn: Callable[..., dict[str, Any]] | None = None,
     progress: bool = True,
     max_concurrent: int | None = None,
+    retry_failed: bool = False,
 ) -> ExperimentSummary:
     """Run every run of `plan` that is not done yet; see the module docstring for the steps.
 
@@ -117,7 +121,7 @@ def run_experiment(
     started_ray = connect_ray(address, spec)
     try:
         driver = _Driver(spec, plan, fn, progress=progress, max_concurrent=max_concurrent, ledger=ledger,
-                         local=not address)
+                         local=not address, retry_failed=retry_failed)
         with sigterm_as_interrupt() as received:
             summary = driver.run()
         summary.terminated = bool(received)
@@ -312,8 +316,17 @@ def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
 
 
 def this_host() -> str:
-    """The ledger's holder string of this driver: ``hostname:pid``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """The ledger's holder string of this driver: ``hostname/pidns-<id>:pid``. The PID namespace
+    keeps containers that share a hostname (and a PostgreSQL ledger) from judging each other's
+    pids: only a holder in this very namespace is checked for liveness."""
+    return f"{socket.gethostname()}/pidns-{_pid_namespace()}:{os.getpid()}"
+
+
+def _pid_namespace() -> str:
+    try:
+        return "".join(ch for ch in os.readlink("/proc/self/ns/pid") if ch.isdigit()) or "0"
+    except OSError:  # no procfs (macOS): pids are the machine's
+        return "0"
 
 
 def pid_alive(pid: int) -> bool:
@@ -392,8 +405,9 @@ class _Driver:
     """One invocation's state: the ledger, MLflow, the queue and the tasks in flight."""
 
     def __init__(self, spec: ExperimentSpec, plan: Plan, cell_fn, *, progress: bool, max_concurrent: int | None,
-                 ledger: Ledger | None, local: bool):
+                 ledger: Ledger | None, local: bool, retry_failed: bool = False):
         self.spec, self.plan, self.cell_fn, self.ledger, self.local = spec, plan, cell_fn, ledger, local
+        self.retry_failed = retry_failed
         self.name = spec.name
         self.host = this_host()
         self.planned: dict[str, PlannedRun] = {run.run_id: run for run in plan.runs}
@@ -437,8 +451,13 @@ class _Driver:
         rows = self._plan_rows()
         self.summary.already_done = sum(row["status"] == DONE for row in rows.values())
         self._log_unlogged_results(rows)
+        if self.retry_failed:
+            reset = self.ledger.reset_failed(self.name, list(rows))
+            self.display_note_later.append(f"{self.name}: --retry-failed gave {reset} failed runs a fresh budget")
+            rows = self._plan_rows()
+        self._fail_exhausted_leases(rows)
         queue = self._queue(rows)
-        budget = {run_id: rows[run_id]["attempts"] + self.retries + 1 for run_id in queue}
+        budget = {run_id: self.retries + 1 for run_id in queue}  # attempts in all, across invocations
         held = sum(row["status"] == RUNNING for run_id, row in rows.items() if run_id not in queue)
         self.display = RunDisplay(len(self.planned), self.summary.already_done, self.progress)
         self.display.note(
@@ -496,8 +515,17 @@ class _Driver:
                 self._log_child(result["run_id"], result, result["mlflow_run_id"] is None)
 
     def _queue(self, rows: dict[str, dict[str, Any]]) -> deque[str]:
-        claimable = self.ledger.claimable(self.name, lease_s=self.lease_s, max_attempts=2**31 - 1)
+        claimable = self.ledger.claimable(self.name, lease_s=self.lease_s, max_attempts=self.retries + 1)
         return deque(run_id for run_id in claimable if run_id in rows)
+
+    def _fail_exhausted_leases(self, rows: dict[str, dict[str, Any]]) -> None:
+        """A run whose lease expired after its last allowed attempt (its drivers kept dying with
+        it) is failed with that reason instead of being claimed forever."""
+        expired = self.ledger.expired_leases(self.name, lease_s=self.lease_s)
+        for run_id in expired:
+            if run_id in rows and rows[run_id]["attempts"] >= self.retries + 1:
+                self.ledger.fail(run_id, f"LeaseExpired: its driver stopped during attempt {rows[run_id]['attempts']} of "
+                                         f"{self.retries + 1} (executor.retries + 1); `run --retry-failed` tries again")
 
     # -- scheduling ----------------------------------------------------------------------------
 

@@ -310,6 +310,28 @@ class Ledger:
         )
         return self._transition(run_id, stmt)
 
+    def reset_failed(self, name: str, run_ids: list[str]) -> int:
+        """Give the failed runs among `run_ids` of `name` a fresh attempt budget (`run
+        --retry-failed`); how many."""
+        stmt = update(Run).where(Run.run_id.in_(run_ids), Run.status == FAILED).values(attempts=0)
+        with self._session(write=True) as session:
+            return session.execute(stmt).rowcount or 0
+
+    def expired_leases(self, name: str, *, lease_s: float = DEFAULT_LEASE_S) -> list[str]:
+        """Run ids of `name` left running with a lease older than `lease_s` seconds."""
+        with self._session() as session:
+            experiment_id = self._experiment_id(session, name)
+            query = (
+                select(Run.run_id)
+                .join(ExperimentRun, ExperimentRun.run_id == Run.run_id)
+                .where(
+                    ExperimentRun.experiment_id == experiment_id,
+                    Run.status == RUNNING,
+                    Run.heartbeat_at < _now() - timedelta(seconds=lease_s),
+                )
+            )
+            return list(session.scalars(query))
+
     def release(self, run_id: str, host: str | None = None) -> bool:
         """Put a running run back to pending and give its attempt back (used on Ctrl-C)."""
         stmt = (
@@ -480,7 +502,7 @@ def _claimable(now: datetime, lease_s: float, max_attempts: int) -> ColumnElemen
     return or_(
         Run.status == PENDING,
         and_(Run.status == FAILED, Run.attempts < max_attempts),
-        and_(Run.status == RUNNING, Run.heartbeat_at < now - timedelta(seconds=lease_s)),
+        and_(Run.status == RUNNING, Run.heartbeat_at < now - timedelta(seconds=lease_s), Run.attempts < max_attempts),
     )
 
 

@@ -45,6 +45,9 @@ def run(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and stop (same as validate)."),
     max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", min=1, help="Most runs at a time."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    retry_failed: bool = typer.Option(
+        False, "--retry-failed", help="Give runs that used up executor.retries + 1 attempts a fresh budget."
+    ),
 ) -> None:
     """Run every cell x seed of the spec that is not done yet, on Ray; log to the ledger and MLflow."""
     spec, plan = _plan(spec_path)
@@ -54,7 +57,9 @@ def run(
     from dapo_ablate.ablation.executor import run_experiment
 
     try:
-        summary = run_experiment(spec, plan, address=address, progress=progress, max_concurrent=max_concurrent)
+        summary = run_experiment(
+            spec, plan, address=address, progress=progress, max_concurrent=max_concurrent, retry_failed=retry_failed
+        )
     except USER_ERRORS as err:
         fail(str(err))
     counts = summary.counts

@@ -24,6 +24,7 @@ from dapo_ablate.ablation.executor import (
     describe_error,
     resolve_cell_fn,
     run_experiment,
+    this_host,
 )
 from dapo_ablate.ablation.ledger import Ledger
 from dapo_ablate.ablation.results import load_experiment_results, status_rows
@@ -150,7 +151,12 @@ def test_a_failing_run_is_recorded_and_only_it_is_retried_on_rerun(local_ray, tm
     assert summary.failures == {"CH s0": failed["error"]}
     assert failed["run_id"] not in mlflow_children(spec)
 
+    # attempts count across invocations: a plain rerun does not try the failed run again ...
     _, rerun = run(write_spec(tmp_path), counting_cell)
+    assert rerun.exit_code == 1 and rerun.finished == 0
+    assert calls(spec)[failed["run_id"]] == 2 and rows(spec)[failed["run_id"]]["attempts"] == 2
+    # ... `run --retry-failed` does, on purpose
+    _, rerun = run(write_spec(tmp_path), counting_cell, retry_failed=True)
     assert rerun.exit_code == 0 and rerun.finished == 1
     after = calls(spec)
     assert after.pop(failed["run_id"]) == 3 and set(after.values()) == {1}
@@ -178,13 +184,17 @@ def test_runs_held_by_a_dead_driver_on_this_host_are_taken_over_at_once(local_ra
     with Ledger(spec.ledger) as ledger:
         ledger.ensure_experiment(spec.name, spec.to_dict())
         ledger.add_runs(spec.name, plan.run_specs())
-        assert ledger.claim(held_dead, f"{socket.gethostname()}:{dead.pid}", lease_s=3600)
+        namespace = this_host().rpartition(":")[0]  # hostname and pid namespace of this driver
+        assert ledger.claim(held_dead, f"{namespace}:{dead.pid}", lease_s=3600)
         assert ledger.claim(held_live, "another-node:4711", lease_s=3600)  # alive, elsewhere
+        # a container with the same hostname but its own pid namespace: its pids mean nothing here
+        assert ledger.claim(plan.runs[2].run_id, f"{socket.gethostname()}/pidns-1:{dead.pid}", lease_s=3600)
     _, summary = run(spec_path, counting_cell)
     after = rows(spec)
     assert after[held_dead]["status"] == "done" and after[held_dead]["attempts"] == 1
     assert after[held_live]["status"] == "running" and after[held_live]["host"] == "another-node:4711"
-    assert summary.counts["done"] == 3 and summary.exit_code == 1
+    assert after[plan.runs[2].run_id]["status"] == "running"
+    assert summary.counts["done"] == 2 and summary.exit_code == 1
 
 
 def test_max_concurrent_bounds_the_runs_in_flight(local_ray, tmp_path: Path):
@@ -288,7 +298,7 @@ def test_a_cluster_setup_with_postgresql_ledger_and_mlflow(local_ray, tmp_path: 
     spec_path = write_spec(tmp_path, ledger=postgres_url, tracking={"uri": postgres_mlflow_url})
     spec, summary = run(spec_path, failing_cell)
     assert summary.counts == {"pending": 0, "running": 0, "done": 3, "failed": 1}
-    spec, summary = run(spec_path, counting_cell)
+    spec, summary = run(spec_path, counting_cell, retry_failed=True)
     assert summary.exit_code == 0 and summary.finished == 1
     assert all(len(runs) == 1 for runs in mlflow_children(spec).values()) and len(mlflow_children(spec)) == 4
     assert (tmp_path / "out" / "mlartifacts").is_dir()  # not ./mlruns wherever the driver started

@@ -249,7 +249,11 @@ def test_stale_lease_is_taken_over(ledger: Ledger) -> None:
     time.sleep(0.3)
     assert ledger.claimable("exp", lease_s=0.2) == [run_id]
     assert ledger.claimable("exp", lease_s=30) == []
-    assert ledger.claim(run_id, "b:2", lease_s=0.2, max_attempts=1)  # a crash is not a failure
+    # a crashed attempt still counts: its run is not claimable past max_attempts (it could be the
+    # run that kills its drivers), only within them
+    assert not ledger.claim(run_id, "b:2", lease_s=0.2, max_attempts=1)
+    assert ledger.expired_leases("exp", lease_s=0.2) == [run_id]
+    assert ledger.claim(run_id, "b:2", lease_s=0.2, max_attempts=2)
     row = ledger.runs_table("exp")[0]
     assert (row["status"], row["attempts"], row["host"]) == ("running", 2, "b:2")
     # The crashed holder has lost the run: its heartbeat, fail and release do nothing.

@@ -62,14 +62,14 @@ def write_spec(tmp_path: Path, **fields: Any) -> Path:
     return path
 
 
-def start(spec_path: Path, *, sleep_s: float, **env: str) -> subprocess.Popen:
+def start(spec_path: Path, *args: str, sleep_s: float, **env: str) -> subprocess.Popen:
     """`dapo-ablate run SPEC --no-progress` in its own session, with `sleepy_cell`."""
     environment = {
         **os.environ, CELL_FN_ENV: "test_run_cli:sleepy_cell", "CELL_SLEEP_S": str(sleep_s),
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]), **env,
     }
     return subprocess.Popen(
-        [COMMAND, "run", str(spec_path), "--no-progress"], cwd=spec_path.parent, env=environment,
+        [COMMAND, "run", str(spec_path), "--no-progress", *args], cwd=spec_path.parent, env=environment,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
 
@@ -179,7 +179,7 @@ def test_sigkill_then_rerun_finishes_every_run_exactly_once(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_a_failing_run_fails_the_command_and_the_rerun_retries_only_it(tmp_path: Path):
+def test_a_failing_run_fails_the_command_and_retry_failed_retries_only_it(tmp_path: Path):
     spec_path = write_spec(tmp_path)
     code, out, err = finish(start(spec_path, sleep_s=0.1, FAIL_CH_CELL="1"))
     assert code == 1
@@ -189,7 +189,11 @@ def test_a_failing_run_fails_the_command_and_the_rerun_retries_only_it(tmp_path:
     assert failed["error"].startswith("ValueError: the CH cell fails on purpose") and failed["attempts"] == 2
     assert sum(row["status"] == "done" for row in runs.values()) == 3
 
-    code, out, err = finish(start(spec_path, sleep_s=0.1))
+    code, out, err = finish(start(spec_path, sleep_s=0.1))  # attempts count across invocations
+    assert code == 1 and "failed CH s0" in err
+    assert calls(spec_path, failed["run_id"]) == 2
+
+    code, out, err = finish(start(spec_path, "--retry-failed", sleep_s=0.1))
     assert code == 0, err
     runs, _ = ledger_state(spec_path)
     assert all(row["status"] == "done" for row in runs.values())
@@ -200,7 +204,6 @@ def test_a_failing_run_fails_the_command_and_the_rerun_retries_only_it(tmp_path:
     assert all(len(found) == 1 for found in children.values()) and len(children) == 4
 
 
-@pytest.mark.slow
 def wait_started(spec_path: Path, process: subprocess.Popen, at_least: int) -> None:
     """Until `at_least` cell functions have started inside Ray (each writes its run's `calls`)."""
     while len(list((spec_path.parent / "out").glob("*/*/calls"))) < at_least:
@@ -209,6 +212,7 @@ def wait_started(spec_path: Path, process: subprocess.Popen, at_least: int) -> N
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_cancels_runs_in_flight_and_leaves_them_pending(tmp_path: Path, signum: int, code: int):
     """Ctrl-C (SIGINT to the session) and SIGTERM (to the driver, as a scheduler or `kill`
