@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from dapo_ablate.ablation.cell import run_cell
 from dapo_ablate.ablation.ledger import DONE, FAILED, PENDING, RUNNING, Ledger, LedgerError
 from dapo_ablate.ablation.progress import EventLines
+from dapo_ablate.ablation.reaper import start_reaper
 from dapo_ablate.ablation.tracking import ChildRun, Tracker, default_artifact_location, sqlite_path
 
 if TYPE_CHECKING:
@@ -307,6 +308,7 @@ def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
             f"executor.cpus_per_run ({executor.cpus_per_run:g}) exceeds this machine's {cpus} CPUs; lower it or join a cluster with --address"
         )
     ray.init(num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
+    start_reaper()  # the local Ray's processes die with this driver, even after a SIGKILL
     if executor.gpus_per_run > ray.cluster_resources().get("GPU", 0):
         ray.shutdown()
         raise ExecutorError(

@@ -178,6 +178,27 @@ def test_sigkill_then_rerun_finishes_every_run_exactly_once(tmp_path: Path):
     }
 
 
+def test_ray_processes_started_by_a_driver_die_with_it_after_sigkill(tmp_path: Path):
+    from dapo_ablate.ablation.reaper import _start_time, descendants
+
+    spec_path = write_spec(tmp_path)
+    driver = start(spec_path, sleep_s=600)
+    wait_for(spec_path, driver, "running", at_least=2)
+    wait_started(spec_path, driver, at_least=2)
+    started = [(pid, _start_time(pid)) for pid in descendants([driver.pid]) if pid != driver.pid]
+    assert len(started) >= 4  # GCS, raylet, agents, workers (and the watchdog)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    try:
+        deadline = time.time() + 300  # a safety net for a broken watchdog, not a time budget
+        while any(_start_time(pid) == start for pid, start in started) and time.time() < deadline:
+            time.sleep(0.2)
+        left = [pid for pid, start in started if _start_time(pid) == start]
+        assert not left, f"still alive after the driver died: {left}"
+    finally:
+        kill_session(driver.pid)
+
+
 @pytest.mark.slow
 def test_a_failing_run_fails_the_command_and_retry_failed_retries_only_it(tmp_path: Path):
     spec_path = write_spec(tmp_path)
