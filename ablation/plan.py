@@ -24,9 +24,12 @@ def format_plan(plan: Plan, seconds_per_run: float | None = None) -> str:
     spec = plan.spec
     lines = [_row("experiment", f"{spec.name}  (spec {spec.digest()[:12]})"), _row("design", _design(plan))]
     lines += _block("factors", _factor_lines(plan))
+    if plan.settings:
+        lines += _block("settings", _setting_lines(plan))
     seeds = plan.seeds
     lines.append(_row("seeds", f"{len(seeds)}: {_seed_text(seeds)}"))
-    lines.append(_row("runs", f"{len(plan.runs)} = {len(plan.cells)} unique cells x {len(seeds)} seed{'s' if len(seeds) != 1 else ''}"))
+    per_setting = f" x {len(plan.settings)} settings" if plan.settings else ""
+    lines.append(_row("runs", f"{len(plan.runs)} = {len(plan.cells)} unique cells{per_setting} x {len(seeds)} seed{'s' if len(seeds) != 1 else ''}"))
     lines.append(_row("metric", spec.metric))
     lines.append(_row("orderings", _orderings(plan)))
     lines += _block("supports", plan.supports)
@@ -80,6 +83,27 @@ def _factor_lines(plan: Plan) -> list[str]:
     ]
 
 
+def _setting_lines(plan: Plan) -> list[str]:
+    """``tight     rollout.max_response_len=16, algorithm.overlong_cache=4``: each setting of a
+    transfer study and its overrides of the base trainer (dotted keys)."""
+    width = max(len(name) for name in plan.settings)
+    return [
+        f"{setting.name:<{width}}  {', '.join(f'{k}={v}' for k, v in _dotted(setting.overrides)) or 'the base trainer'}"
+        for setting in plan.spec.settings
+    ]
+
+
+def _dotted(overrides: dict, prefix: str = "") -> list[tuple[str, object]]:
+    """Nested override mappings flattened to (dotted key, value) pairs, in spec order."""
+    out: list[tuple[str, object]] = []
+    for key, value in overrides.items():
+        if isinstance(value, dict) and value:
+            out += _dotted(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
 def _seed_text(seeds: list[int]) -> str:
     if seeds == list(range(len(seeds))) and len(seeds) > 3:
         return f"0..{len(seeds) - 1}"
@@ -115,7 +139,9 @@ def _resources(plan: Plan) -> str:
     ex = plan.spec.executor
     per_run = f"{ex.cpus_per_run:g} CPU" + (f" + {ex.gpus_per_run:g} GPU" if ex.gpus_per_run else "") + " per run"
     at_once = f"at most {ex.max_concurrent} at a time" if ex.max_concurrent else "as many at a time as resources allow"
-    return f"{per_run}, {at_once}, {ex.retries} retr{'y' if ex.retries == 1 else 'ies'} per invocation"
+    attempts = ex.retries + 1
+    return (f"{per_run}, {at_once}, {attempts} attempt{'s' if attempts != 1 else ''} per run in all "
+            f"(executor.retries {ex.retries})")
 
 
 def format_duration(seconds: float) -> str:

@@ -121,7 +121,8 @@ def _tokens_by_step(signals: list[dict[str, Any]] | None) -> dict[int, float]:
 
 def status_rows(spec: ExperimentSpec, plan: Plan) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The runs table of ``dapo-ablate status``: one dict per planned run, in plan order, with
-    label, seed, status (``new`` if the ledger has not recorded it), attempts, metric (the
+    label (a transfer study's prefixed with the setting: ``tight OF+CH``), setting ("" without
+    settings), seed, status (``new`` if the ledger has not recorded it), attempts, metric (the
     spec's, once done), wall_s, error, host and run_id; and the number of runs per status."""
     ledger = open_ledger(spec)
     known: dict[str, dict[str, Any]] = {}
@@ -134,7 +135,8 @@ def status_rows(spec: ExperimentSpec, plan: Plan) -> tuple[list[dict[str, Any]],
         row = known.get(run.run_id, {})
         metrics = row.get("metrics") or {}
         rows.append({
-            "label": plan.label(run.cell), "seed": run.seed, "status": row.get("status", NEW),
+            "label": f"{run.setting} {plan.label(run.cell)}" if run.setting else plan.label(run.cell),
+            "setting": run.setting, "seed": run.seed, "status": row.get("status", NEW),
             "attempts": row.get("attempts", 0), "metric": metrics.get(spec.metric), "wall_s": row.get("wall_s"),
             "error": row.get("error"), "host": row.get("host"), "run_id": run.run_id,
         })

@@ -1,0 +1,91 @@
+"""Transfer studies as a user meets them: the settings in `validate`'s plan and `status`'s table,
+and examples/transfer_paper.yaml accepted by `dapo-ablate validate` once its paths exist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from dapo_ablate.ablation.design import expand
+from dapo_ablate.ablation.plan import format_plan
+from dapo_ablate.ablation.results import status_rows
+from dapo_ablate.ablation.spec import load_spec
+from dapo_ablate.cli.main import app
+from test_run_cli import write_spec
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SETTINGS = [
+    {"name": "tight", "overrides": {"rollout.max_response_len": 16, "algorithm": {"overlong_cache": 4}}},
+    {"name": "low-lr", "overrides": {"optim.lr": 1.0e-4}},
+]
+
+
+def test_plan_lists_each_setting_with_its_overrides_and_the_attempts(tmp_path: Path):
+    spec = load_spec(write_spec(tmp_path, settings=SETTINGS))
+    text = format_plan(expand(spec))
+    assert "settings    tight   algorithm.overlong_cache=4, rollout.max_response_len=16" in text
+    assert "            low-lr  optim.lr=0.0001" in text
+    assert "runs        8 = 4 unique cells x 2 settings x 1 seed" in text
+    assert "2 attempts per run in all (executor.retries 1))" in text
+    (tmp_path / "plain").mkdir()
+    plain = format_plan(expand(load_spec(write_spec(tmp_path / "plain"))))
+    assert "settings" not in plain and "4 = 4 unique cells x 1 seed" in plain
+
+
+def test_status_labels_every_run_with_its_setting_grouped_in_spec_order(tmp_path: Path):
+    spec_path = write_spec(tmp_path, settings=SETTINGS)
+    spec = load_spec(spec_path)
+    rows, counts = status_rows(spec, expand(spec))
+    assert [row["setting"] for row in rows] == ["tight"] * 4 + ["low-lr"] * 4
+    assert rows[0]["label"] == "tight baseline" and rows[4]["label"] == "low-lr baseline"
+    assert all(row["label"].startswith(row["setting"] + " ") for row in rows)
+    assert counts["new"] == 8
+    result = CliRunner().invoke(app, ["status", str(spec_path)])
+    assert result.exit_code == 0, result.output
+    assert "tight OF+CH" in result.stdout and "low-lr OF+CH" in result.stdout and "new 8" in result.stdout
+
+
+def _paper_example_here(tmp_path: Path) -> Path:
+    """examples/transfer_paper.yaml with its machine-specific paths (checkpoints, data, ledger,
+    MLflow, Ray address) pointed at this machine; every other value as shipped."""
+    trainer = yaml.safe_load((EXAMPLES / "paper_qwen32b.yaml").read_text())
+    spec = yaml.safe_load((EXAMPLES / "transfer_paper.yaml").read_text())
+    assert spec["trainer"] == "paper_qwen32b.yaml"
+    for name in ("train.parquet", "aime.jsonl"):
+        (tmp_path / name).write_text("")
+    trainer["model"]["path"] = str(tmp_path / Path(trainer["model"]["path"]).name)
+    trainer["data"]["train"], trainer["data"]["eval"] = str(tmp_path / "train.parquet"), str(tmp_path / "aime.jsonl")
+    (tmp_path / "paper_qwen32b.yaml").write_text(yaml.safe_dump(trainer))
+    (tmp_path / "Qwen2.5-32B").mkdir()
+    for setting in spec["settings"]:
+        if "model.path" in setting["overrides"]:
+            model = tmp_path / Path(setting["overrides"]["model.path"]).name
+            model.mkdir()
+            setting["overrides"]["model.path"] = str(model)
+    spec["executor"]["address"] = None
+    spec["tracking"]["uri"] = f"sqlite:///{tmp_path}/runs/mlflow.db"
+    spec["ledger"] = f"sqlite:///{tmp_path}/runs/ledger.db"
+    spec["output_dir"] = str(tmp_path / "runs")
+    path = tmp_path / "transfer_paper.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def test_paper_transfer_example_validates_once_its_paths_exist(tmp_path: Path):
+    path = _paper_example_here(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "48 = 16 unique cells x 3 settings x 1 seed" in result.stdout
+    assert "resolution V" in result.stdout and "1 GPU per run" in result.stdout
+    assert "qwen7b-instruct  model.path=" in result.stdout
+    assert sorted(tmp_path.rglob("*")) == before  # validate writes nothing
+    trainers = dict(load_spec(path).setting_trainers())
+    assert list(trainers) == ["paper", "qwen7b-base", "qwen7b-instruct"]
+    assert [Path(t.model.path).name for t in trainers.values()] == ["Qwen2.5-32B", "Qwen2.5-7B", "Qwen2.5-7B-Instruct"]
+    for trainer in trainers.values():  # the paper's recipe in every setting: data, instruction, lengths, clip
+        assert trainer.data.prompt_template == "dapo" and trainer.data.verifier == "answer_line"
+        assert trainer.rollout.max_response_len == 20480 and trainer.eps_high_effective == 0.28
+        assert trainer.batch.prompts_per_step == 512 and trainer.rollout.engine == "vllm"
