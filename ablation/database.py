@@ -6,9 +6,15 @@ dapo-ablate installs) and how a SQLite engine behaves when several processes sha
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable
 
-from sqlalchemy import create_engine, event
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import URL, Engine
 
 PSYCOPG_DRIVER = "postgresql+psycopg"
@@ -63,3 +69,51 @@ def _sqlite_on_begin(connection: Any) -> None:
     # timeout does not help. Writers therefore take the write lock when they begin.
     immediate = connection.get_execution_options().get(WRITE_OPTION, False)
     connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+@contextmanager
+def experiment_lock(ledger_url: str, name: str, timeout_s: float = 600.0) -> Iterator[None]:
+    """Serialise the drivers of one experiment around work that is find-then-create: creating a
+    new MLflow store's schema, and finding or creating the experiment's parent run. Two drivers
+    share the ledger, so the lock lives there: an exclusive file lock beside a SQLite ledger, a
+    session advisory lock on a PostgreSQL one (both released if the driver dies)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(with_psycopg_driver(ledger_url))
+    key = int.from_bytes(hashlib.sha256(f"dapo-ablate:{name}".encode()).digest()[:8], "big", signed=True)
+    if url.get_backend_name() == "sqlite":
+        path = Path(url.database or ":memory:")
+        if url.database in (None, "", ":memory:"):
+            yield
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{path}.lock", "a+") as handle:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"another driver of {name!r} held its lock for {timeout_s:.0f} s") from None
+                    time.sleep(0.1)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        return
+    if url.get_backend_name() != "postgresql":
+        yield
+        return
+    engine = create_engine(url, connect_args={"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S})
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+                conn.commit()
+    finally:
+        engine.dispose()

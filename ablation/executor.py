@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from dapo_ablate.ablation.cell import run_cell
+from dapo_ablate.ablation.database import experiment_lock
 from dapo_ablate.ablation.ledger import DONE, FAILED, PENDING, RUNNING, Ledger, LedgerError
 from dapo_ablate.ablation.progress import EventLines
 from dapo_ablate.ablation.reaper import start_reaper
@@ -307,7 +308,9 @@ def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
         raise ExecutorError(
             f"executor.cpus_per_run ({executor.cpus_per_run:g}) exceeds this machine's {cpus} CPUs; lower it or join a cluster with --address"
         )
-    ray.init(num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
+    # address="local": always a new Ray of our own; a bare ray.init() would join whatever cluster
+    # Ray's current-cluster file names (a colleague's `ray start`, another driver's, a crashed one)
+    ray.init(address="local", num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
     start_reaper()  # the local Ray's processes die with this driver, even after a SIGKILL
     if executor.gpus_per_run > ray.cluster_resources().get("GPU", 0):
         ray.shutdown()
@@ -485,6 +488,10 @@ class _Driver:
     def _open_stores(self) -> None:
         """MLflow's store is created here, once, before any task starts (FINDINGS: processes
         creating a fresh SQLite store at once race on its schema)."""
+        with experiment_lock(self.spec.ledger, self.name):  # two drivers racing on a new store or parent
+            self._open_stores_locked()
+
+    def _open_stores_locked(self) -> None:
         tracking = self.spec.tracking
         location = tracking.artifact_location or default_artifact_location(tracking.uri, self.spec.output_dir)
         self.tracker = open_tracker(tracking.uri, location, self.name)

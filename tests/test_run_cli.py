@@ -178,6 +178,22 @@ def test_sigkill_then_rerun_finishes_every_run_exactly_once(tmp_path: Path):
     }
 
 
+@pytest.mark.slow
+def test_two_drivers_started_together_on_a_new_store_share_one_parent_and_train_each_run_once(tmp_path: Path):
+    spec_path = write_spec(tmp_path, seeds=2)  # 8 runs; the MLflow store and ledger do not exist yet
+    first, second = start(spec_path, sleep_s=0.5), start(spec_path, sleep_s=0.5)
+    results = [finish(first, timeout=600), finish(second, timeout=600)]  # safety nets, not budgets
+    # the driver that ends first may leave runs the other still trains ("not finished", exit 1)
+    assert sorted(code for code, _, _ in results) in ([0, 0], [0, 1]), [err[-1500:] for _, _, err in results]
+    assert not any("Traceback" in err or "error:" in err for _, _, err in results)
+    runs, _ = ledger_state(spec_path)
+    assert len(runs) == 8 and all(row["status"] == "done" for row in runs.values())
+    assert {run_id: calls(spec_path, run_id) for run_id in runs} == {run_id: 1 for run_id in runs}
+    parents, children = mlflow_runs(spec_path)
+    assert len(parents) == 1  # found-or-created under the experiment's lock, not searched then created twice
+    assert set(children) == set(runs) and all(len(found) == 1 for found in children.values())
+
+
 def test_ray_processes_started_by_a_driver_die_with_it_after_sigkill(tmp_path: Path):
     from dapo_ablate.ablation.reaper import _start_time, descendants
 
