@@ -50,6 +50,7 @@ from dapo_ablate.ablation.cell import run_cell
 from dapo_ablate.ablation.database import experiment_lock
 from dapo_ablate.ablation.ledger import DONE, FAILED, PENDING, RUNNING, Ledger, LedgerError
 from dapo_ablate.ablation.progress import EventLines
+from dapo_ablate.ablation.ray_connect import RayConnectError, join_cluster
 from dapo_ablate.ablation.reaper import start_reaper
 from dapo_ablate.ablation.tracking import ChildRun, Tracker, default_artifact_location, sqlite_path
 
@@ -296,11 +297,10 @@ def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
         return False
     quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
     if address:
-        try:
-            ray.init(address=address, **quiet)
-        except (ConnectionError, RuntimeError, TimeoutError) as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ExecutorError(f"cannot join the Ray cluster at {address} ({first}); check executor.address / --address") from None
+        try:  # with the cluster's token when it uses token authentication (ablation/ray_connect.py)
+            join_cluster(address, spec.executor.auth_token_file, **quiet)
+        except RayConnectError as err:
+            raise ExecutorError(str(err)) from None
         return True
     cpus = os.cpu_count() or 1
     executor = spec.executor

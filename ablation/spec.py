@@ -107,6 +107,10 @@ class ExecutorSpec(_Section):
 
     address: str | None = None
     """Ray cluster address to join (`ray://host:10001` or `auto`); None: start a local Ray."""
+    auth_token_file: str | None = None
+    """File holding the joined cluster's Ray authentication token (the head's ~/.ray/auth_token;
+    Ray 2.5x heads use token authentication when a token exists). None: RAY_AUTH_TOKEN,
+    RAY_AUTH_TOKEN_PATH, else ~/.ray/auth_token. Only read when the cluster asks for a token."""
     cpus_per_run: float = Field(1.0, ge=0)
     """CPUs each run declares to Ray (match the trainer's model.threads on CPU)."""
     gpus_per_run: float = Field(0.0, ge=0)

@@ -1,0 +1,172 @@
+"""Connecting to Ray: a local Ray that is really local, or a cluster joined with its token.
+
+Local (``executor.address`` null): ``ray.init(address="local")`` always starts this driver's own
+Ray, whatever else runs on the machine -- a colleague's ``ray start`` cluster, or the
+current-cluster file a crashed one left behind are never joined (a plain ``ray.init()`` would try
+both).
+
+Joining (``executor.address`` / ``--address``): Ray 2.5x+ heads started by ``ray start --head``
+turn token authentication on when a token exists on the head, and ``ray.init(address=...)`` sends
+no token unless ``RAY_AUTH_MODE=token`` is set. Before joining, the cluster's GCS is asked (a
+sub-second gRPC call) whether it wants a token; if it does, the token is taken from, in order:
+
+1. ``executor.auth_token_file`` in the spec (a file holding the token),
+2. ``RAY_AUTH_TOKEN`` (the token itself) or ``RAY_AUTH_TOKEN_PATH`` (a file) in the environment,
+3. ``~/.ray/auth_token`` (where ``ray start`` / ``ray get-auth-token --generate`` put it),
+
+token mode is switched on for this process (and so for Ray's job client, which reads the same
+settings), and the token is checked with a second call. A missing or refused token is one
+sentence naming where the token was looked for, instead of Ray's 20-second
+"Failed to connect" that reads like a wrong address.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+MODE_ENV = "RAY_AUTH_MODE"
+TOKEN_ENV = "RAY_AUTH_TOKEN"
+TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
+SPEC_FIELD = "executor.auth_token_file"
+QUIET: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
+_GCS_ADDRESS = re.compile(r"\[?([^\]\s/]+?)\]?:(\d+)")
+
+
+class RayConnectError(RuntimeError):
+    """A Ray address or token problem the user can fix; the message is one sentence."""
+
+
+def default_token_path() -> Path:
+    """Where ``ray start`` and ``ray get-auth-token --generate`` keep the token."""
+    return Path.home() / ".ray" / "auth_token"
+
+
+def token_source(token_file: str | None = None) -> str | None:
+    """Where the token would come from (for messages), or None when there is none anywhere."""
+    if token_file:
+        return f"{SPEC_FIELD} ({token_file})"
+    if os.environ.get(TOKEN_ENV):
+        return f"the {TOKEN_ENV} variable"
+    if os.environ.get(TOKEN_PATH_ENV):
+        return f"{TOKEN_PATH_ENV} ({os.environ[TOKEN_PATH_ENV]})"
+    path = default_token_path()
+    return str(path) if path.is_file() and path.read_text(errors="replace").strip() else None
+
+
+def enable_token(token_file: str | None = None) -> str:
+    """Switch this process (and Ray's clients in it) to token authentication with the token from
+    `token_file` or the environment; return where it came from. Raises RayConnectError when no
+    token is found or the spec's file cannot be read."""
+    if token_file:
+        path = Path(token_file).expanduser()
+        try:
+            text = path.read_text(errors="replace").strip()
+        except OSError as err:
+            raise RayConnectError(
+                f"{SPEC_FIELD} {token_file} cannot be read ({err.strerror or type(err).__name__}); "
+                "copy the head's ~/.ray/auth_token there or fix the path"
+            ) from None
+        if not text:
+            raise RayConnectError(f"{SPEC_FIELD} {token_file} is empty; copy the head's ~/.ray/auth_token (or `ray get-auth-token` output) into it")
+        os.environ[TOKEN_PATH_ENV] = str(path.resolve())
+        os.environ.pop(TOKEN_ENV, None)  # Ray prefers the variable over the file
+    source = token_source(token_file)
+    if source is None:
+        raise RayConnectError(missing_token_sentence())
+    os.environ[MODE_ENV] = "token"
+    _refresh_ray_auth()
+    return source
+
+
+def missing_token_sentence(address: str | None = None) -> str:
+    where = f"the Ray cluster at {address}" if address else "the Ray cluster"
+    return (
+        f"{where} uses token authentication and no token was found: set {SPEC_FIELD} to a file holding "
+        f"the head's token (its ~/.ray/auth_token, or `ray get-auth-token` there), or set {TOKEN_ENV} "
+        f"or {TOKEN_PATH_ENV}"
+    )
+
+
+def _refresh_ray_auth() -> None:
+    """Make Ray's cached config and token loader see the environment just changed."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+def gcs_address(address: str) -> str | None:
+    """``host:port`` of a GCS address; None for ``auto``, ``local`` and ``ray://`` (Ray Client)."""
+    address = address.strip()
+    if address in ("auto", "local") or address.startswith("ray://"):
+        return None
+    return address if _GCS_ADDRESS.fullmatch(address) else None
+
+
+def wants_token(gcs: str, timeout_s: float = 5.0) -> bool:
+    """True when the GCS at `gcs` refuses this process's current credentials (none, or a wrong
+    token). Other failures (unreachable, timeout) are left to ``ray.init`` to report."""
+    from ray._raylet import GcsClient
+    from ray.exceptions import AuthenticationError
+
+    try:
+        GcsClient(address=gcs).internal_kv_get(b"dapo-ablate-probe", namespace=None, timeout=timeout_s)
+    except AuthenticationError:
+        return True
+    except Exception:  # noqa: BLE001 - reachability is reported by ray.init / the preflight
+        return False
+    return False
+
+
+def prepare_auth(address: str, token_file: str | None = None) -> str | None:
+    """Set up token authentication for joining `address`; return the token's source or None when
+    the cluster needs none. Raises RayConnectError with one sentence when the token is missing
+    or refused."""
+    gcs = gcs_address(address)
+    if gcs is None:
+        # Ray Client / auto: no cheap probe; use a token when one was given explicitly.
+        if token_file or os.environ.get(TOKEN_ENV) or os.environ.get(TOKEN_PATH_ENV):
+            return enable_token(token_file)
+        return None
+    if os.environ.get(MODE_ENV, "").lower() != "token" and not wants_token(gcs):
+        return None
+    try:
+        source = enable_token(token_file)
+    except RayConnectError as err:
+        if token_file:
+            raise
+        raise RayConnectError(missing_token_sentence(address)) from err
+    if wants_token(gcs):
+        raise RayConnectError(
+            f"the Ray cluster at {address} refused the authentication token from {source}: "
+            "it is not the head's token; copy the head's ~/.ray/auth_token (or `ray get-auth-token` there) "
+            f"into {SPEC_FIELD} or {TOKEN_PATH_ENV}"
+        )
+    return source
+
+
+def join_cluster(address: str, token_file: str | None = None, **init_kwargs: Any) -> None:
+    """``ray.init`` joined to `address`, with its token when it uses token authentication."""
+    import ray
+    from ray.exceptions import AuthenticationError
+
+    prepare_auth(address, token_file)
+    try:
+        ray.init(address=address, **{**QUIET, **init_kwargs})
+    except AuthenticationError:
+        raise RayConnectError(missing_token_sentence(address)) from None
+    except (ConnectionError, RuntimeError, TimeoutError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RayConnectError(f"cannot join the Ray cluster at {address} ({first}); check executor.address / --address") from None
+
+
+def start_local(num_cpus: float, object_store_memory: int | None = None, **init_kwargs: Any) -> None:
+    """Start this driver's own Ray, never joining another cluster on the machine (``ray start``
+    or a stale current-cluster file; ``address="local"`` also wins over ``RAY_ADDRESS``)."""
+    import ray
+
+    ray.init(address="local", num_cpus=num_cpus, object_store_memory=object_store_memory, **{**QUIET, **init_kwargs})
