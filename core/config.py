@@ -102,6 +102,11 @@ class DataConfig(_Frozen):
     built-in task (its character tokenizer has neither)."""
     builtin_train_size: int = Field(20000, ge=1)
     """Number of generated training problems when `train` is builtin."""
+    builtin_min_terms: int = Field(2, ge=2, le=9)
+    """Built-in task's difficulty mix: fewest numbers per problem, for training and held-out problems
+    alike (the warm-start saw 2-6; e.g. 2-3 is an easy mix, 4-6 a hard one). Files ignore it."""
+    builtin_max_terms: int = Field(6, ge=2, le=9)
+    """Built-in task's difficulty mix: most numbers per problem (at least builtin_min_terms)."""
     verifier: Literal["auto", "answer_line", "math_verify"] = "auto"
     """`answer_line`: DAPO's exact match on the last `Answer:` line; `math_verify`: LaTeX equivalence; `auto`: both."""
 
@@ -278,6 +283,11 @@ class TrainerConfig(_Frozen):
             raise ValueError(
                 f"data.prompt_template {self.data.prompt_template} cannot be used with the built-in task, whose "
                 "character tokenizer has no instruction or chat template; leave prompt_template unset or `none`"
+            )
+        if self.data.builtin_min_terms > self.data.builtin_max_terms:
+            raise ValueError(
+                f"data.builtin_min_terms ({self.data.builtin_min_terms}) exceeds builtin_max_terms "
+                f"({self.data.builtin_max_terms}); set min_terms <= max_terms"
             )
         if self.rollout.engine == "vllm" and self.rollout.tensor_parallel_size > 1:
             raise ValueError(

@@ -67,7 +67,7 @@ from .update import (  # noqa: F401  (re-exported: the trainer's public names)
     shape_rewards,
     update_policy,
 )
-from .tasks import generate_problems
+from .tasks import TaskSpec, generate_problems
 from .verifier import Verifier
 
 BUILTIN_TRAIN_SEED = 0
@@ -152,9 +152,10 @@ def load_task(config: TrainerConfig) -> Task:
     """The held-out set first, then the training problems minus any whose normalised text is in it
     (built-in task and files alike, so training and evaluation are disjoint by construction)."""
     data = config.data
+    mix = TaskSpec(min_terms=data.builtin_min_terms, max_terms=data.builtin_max_terms)
     if data.eval == BUILTIN:
         held_out = [Problem(p.prompt, p.answer, f"builtin-eval:{i}") for i, p in
-                    enumerate(generate_problems(data.num_eval_problems or BUILTIN_EVAL_SIZE, BUILTIN_EVAL_SEED))]
+                    enumerate(generate_problems(data.num_eval_problems or BUILTIN_EVAL_SIZE, BUILTIN_EVAL_SEED, mix))]
     else:
         held_out = load_eval_set(data.eval)
         if data.num_eval_problems is not None and data.num_eval_problems < len(held_out):
@@ -164,7 +165,7 @@ def load_task(config: TrainerConfig) -> Task:
             held_out = held_out[: data.num_eval_problems]
     if data.train == BUILTIN:
         train = [Problem(p.prompt, p.answer, f"builtin:{i}") for i, p in
-                 enumerate(generate_problems(data.builtin_train_size, BUILTIN_TRAIN_SEED))]
+                 enumerate(generate_problems(data.builtin_train_size, BUILTIN_TRAIN_SEED, mix))]
     else:
         train = load_problems(data.train)
     train, removed = decontaminate(train, held_out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -89,3 +90,36 @@ def test_paper_transfer_example_validates_once_its_paths_exist(tmp_path: Path):
         assert trainer.data.prompt_template == "dapo" and trainer.data.verifier == "answer_line"
         assert trainer.rollout.max_response_len == 20480 and trainer.eps_high_effective == 0.28
         assert trainer.batch.prompts_per_step == 512 and trainer.rollout.engine == "vllm"
+
+
+# ------------------------------------------------------------------ built-in settings: difficulty
+def test_difficulty_mix_sets_the_number_of_terms_in_training_and_held_out_problems():
+    from dapo_ablate.core.config import TrainerConfig
+    from dapo_ablate.core.tasks import generate_problems
+    from dapo_ablate.core.trainer import BUILTIN_EVAL_SEED, load_task
+
+    def terms(prompt: str) -> int:
+        return prompt.count("+") + 1
+
+    default = load_task(TrainerConfig(data={"builtin_train_size": 500}))
+    assert [p for p, _ in default.held_out] == [p.prompt for p in generate_problems(64, BUILTIN_EVAL_SEED)]
+    assert {terms(p) for p, _ in default.train + default.held_out} == {2, 3, 4, 5, 6}
+    for low, high in ((2, 3), (4, 6)):
+        task = load_task(TrainerConfig(data={"builtin_train_size": 500, "builtin_min_terms": low, "builtin_max_terms": high}))
+        for problems in (task.train, task.held_out):
+            counts = {terms(p) for p, _ in problems}
+            assert counts == set(range(low, high + 1)), (low, high, counts)
+        assert all(int(a) == sum(map(int, p[:-1].split("+"))) for p, a in task.held_out)
+
+
+@pytest.mark.parametrize(("data", "words"), [
+    ({"builtin_min_terms": 5, "builtin_max_terms": 3}, "data.builtin_min_terms (5) exceeds builtin_max_terms (3)"),
+    ({"builtin_max_terms": 12}, "builtin_max_terms"),
+    ({"builtin_min_terms": 1}, "builtin_min_terms"),
+])
+def test_bad_difficulty_mix_is_one_sentence_naming_the_field(data, words):
+    from dapo_ablate.core.config import ConfigError, build_trainer_config
+
+    with pytest.raises(ConfigError) as err:
+        build_trainer_config({"data": data})
+    assert words in str(err.value) and "\n" not in str(err.value)
