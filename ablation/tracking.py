@@ -1,19 +1,27 @@
 """MLflow logging of an experiment: one MLflow experiment per spec, one parent run, one child
-run per finished cell x seed.
+run per cell x seed, live while it trains.
 
 Only the driver writes MLflow (Ray tasks never touch it). Creating a `Tracker` opens the store
 once, before any task starts: several processes creating a fresh SQLite store at once race on
 its schema (FINDINGS).
 
+Live: a child run is created RUNNING when its run starts (`start_child`), receives each
+training step's signals and each evaluation as they happen (`log_event`, fed by the driver from
+its workers' events), and ends FINISHED (`finish_child`), or FAILED / KILLED (`end_child`).
+
 Idempotence, so that a rerun never duplicates anything:
   - the parent run is found again by the id the ledger recorded, else by its ``dapo.role`` tag;
-  - a child run carries the ledger's run id as tag ``dapo.run_id`` from the moment it is created
-    and is marked FINISHED only after everything was logged. A FINISHED child is reused as it is;
-    an unfinished one (the driver died while logging it) is deleted and logged again.
+  - a child run carries the ledger's run id as tag ``dapo.run_id`` from the moment it is created:
+    there is one child per run id, and a resumed or retried run continues it; a (metric, step)
+    already in the store is never logged again. A FINISHED child is reused as it is.
 
-Names: MLflow metric names may not contain ``@``, so ``avg@32`` is logged as ``avg_at_32``
-(also ``eval/avg_at_32`` per evaluation step). Training signals are ``train/<signal>`` per
-rollout step (documented in `dapo_ablate.core.trainer.SIGNALS`).
+The experiment carries ``mlflow.experimentKind = custom_model_development`` (the UI opens on its
+training runs, not the GenAI views); every run carries the package version and source commit.
+Names follow verl's (`dapo_ablate.ablation.metric_names`; the README's "Metric names" table).
+
+Portable: a SQLite store's default artifact folder is ``mlartifacts/`` beside the database; a
+store opened from another folder (a copied ``dapo-runs/``) has its recorded artifact locations
+moved to its own folder first (`rebase_artifacts`), so it never writes into the original.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -28,11 +37,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dapo_ablate.ablation import metric_names as names
 from dapo_ablate.ablation.database import with_psycopg_driver
 
 ROLE_TAG = "dapo.role"
 RUN_ID_TAG = "dapo.run_id"
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own nesting tag
+NOTE_TAG = "mlflow.note.content"  # the run's description in the UI
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"
+"""MLflow 3's experiment kind of model training (its UI's ``CUSTOM_MODEL_DEVELOPMENT``)."""
+VERSION_TAG = "dapo.version"
+GIT_COMMIT_TAG = "mlflow.source.git.commit"
+ARTIFACTS_DIR = "mlartifacts"
 _PAGE = 1000
 _ENTITIES_PER_BATCH = 1000  # MLflow's log_batch limits
 _PARAMS_PER_BATCH = 100
@@ -41,7 +58,7 @@ _TAG_CHARS = 5000  # MLflow refuses tag values over 8000 characters (long orderi
 
 @dataclass(frozen=True)
 class ChildRun:
-    """Everything a child run shows: one finished cell x seed."""
+    """Everything a child run shows: one cell x seed (`result` is empty until it finished)."""
 
     run_id: str
     """The ledger's run id (content hash)."""
@@ -52,7 +69,7 @@ class ChildRun:
     seed: int
     config: dict[str, Any]
     """The fully resolved trainer config."""
-    result: dict[str, Any]
+    result: dict[str, Any] = field(default_factory=dict)
     """The ledger's result: metrics, eval_curve, signals, tokens_generated, tokens_discarded, wall_s."""
     tags: dict[str, str] = field(default_factory=dict)
     """Extra tags, e.g. design, cell key, orderings containing the cell."""
@@ -70,15 +87,24 @@ class Tracker:
         from mlflow import MlflowClient
 
         self.uri = normalize_tracking_uri(uri)
+        rebase_artifacts(self.uri)
         self.client = MlflowClient(tracking_uri=self.uri)
         self.experiment_id = self._ensure_experiment(experiment_name, artifact_location)
+        self.source_tags = source_tags()
+        self._logged: dict[str, set[tuple[str, int]]] = {}
+        """MLflow run id -> (metric, step) pairs already in the store (loaded on first touch)."""
+        self._source: dict[str, str] = {}
+        """MLflow run id -> verl's data source name of its evaluations."""
 
     # -- parent ---------------------------------------------------------------------------------
 
-    def parent_run(self, known_id: str | None, *, name: str, tags: dict[str, str]) -> str:
+    def parent_run(self, known_id: str | None, *, name: str, tags: dict[str, str],
+                   params: dict[str, Any] | None = None) -> str:
         """The experiment's parent run id, reused if it exists, else created; marked RUNNING.
 
-        `known_id`: the id recorded in the ledger (tried first). `tags` are (re)set every time.
+        `known_id`: the id recorded in the ledger (tried first). `tags` are (re)set every time;
+        `params` are logged where the parent has no value for them yet (MLflow params are
+        immutable: a rerun with a changed spec keeps the first values; its description is current).
         """
         parent = self._active_run(known_id) if known_id else None
         if parent is None:
@@ -87,9 +113,24 @@ class Tracker:
         if parent is None:
             parent = self.client.create_run(self.experiment_id, run_name=name, tags={ROLE_TAG: "parent"})
         parent_id = parent.info.run_id
-        self.client.log_batch(parent_id, tags=_tags(tags))
+        from mlflow.entities import Param
+
+        new = [Param(key, _param_value(value)) for key, value in (params or {}).items()
+               if key not in parent.data.params]
+        for batch in [new[i:i + _PARAMS_PER_BATCH] for i in range(0, len(new), _PARAMS_PER_BATCH)]:
+            self.client.log_batch(parent_id, params=batch)
+        self.client.log_batch(parent_id, tags=_tags({**self.source_tags, **tags}))
         self.client.update_run(parent_id, status="RUNNING")
         return parent_id
+
+    def log_parent_metrics(self, parent_id: str, metrics: dict[str, float], step: int = 0) -> None:
+        """Headline metrics on the parent (e.g. the full-vs-baseline gain and its interval)."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(names.mlflow_safe(k), float(v), now, step) for k, v in metrics.items() if _is_number(v)]
+        if batch:
+            self.client.log_batch(parent_id, metrics=batch)
 
     def end_parent(self, parent_id: str, status: str) -> None:
         """Mark the parent FINISHED, FAILED or KILLED at the end of an invocation."""
@@ -108,27 +149,65 @@ class Tracker:
         runs = self._search(f"tags.`{PARENT_TAG}` = '{parent_id}' and attributes.status = 'FINISHED'")
         return {run.data.tags[RUN_ID_TAG]: run.info.run_id for run in runs if RUN_ID_TAG in run.data.tags}
 
-    def log_child(self, parent_id: str, child: ChildRun) -> str:
-        """Log `child` under the parent unless a FINISHED child with its run id exists; its id."""
-        for run in self._search(f"tags.`{RUN_ID_TAG}` = '{child.run_id}'"):
-            if run.data.tags.get(PARENT_TAG) != parent_id:
-                continue
-            if run.info.status == "FINISHED":
-                return run.info.run_id
-            self.client.delete_run(run.info.run_id)  # half-logged by a driver that died
+    def start_child(self, parent_id: str, child: ChildRun) -> str:
+        """The child run of `child.run_id`, RUNNING: created with its params and tags, or the
+        existing one continued (a resumed or retried run). A FINISHED child is left as it is."""
+        existing = self._child(parent_id, child.run_id)
+        if existing is not None:
+            if existing.info.status != "FINISHED":
+                self.client.update_run(existing.info.run_id, status="RUNNING")
+            self._source[existing.info.run_id] = names.eval_source(child.config)
+            return existing.info.run_id
         return self._create_child(parent_id, child)
+
+    def log_event(self, mlflow_id: str, kind: str, step: int, data: dict[str, Any]) -> int:
+        """Log one training step's signals (`kind` "step") or one evaluation ("eval") live;
+        pairs (metric, step) already in the store are skipped. How many metrics were logged."""
+        source = self._source.get(mlflow_id, "builtin")
+        renamed = names.step_metrics(data) if kind == "step" else names.eval_metrics(data, source)
+        return self._log_new(mlflow_id, [(key, value, int(step)) for key, value in renamed.items()])
+
+    def finish_child(self, mlflow_id: str, child: ChildRun) -> None:
+        """Log what the live events did not (all of it for a run trained by a driver that died,
+        or by a cell function that streams nothing) and mark the child FINISHED."""
+        self._source.setdefault(mlflow_id, names.eval_source(child.config))
+        self._log_new(mlflow_id, list(result_points(child.result, self._source[mlflow_id])))
+        self.client.set_terminated(mlflow_id, status="FINISHED")
+
+    def end_child(self, mlflow_id: str, status: str) -> None:
+        """Mark a child FAILED (its attempt failed), KILLED (interrupted; it continues on the
+        next run) or SCHEDULED (waiting for a retry)."""
+        if status == "SCHEDULED":
+            self.client.update_run(mlflow_id, status=status)
+        else:
+            self.client.set_terminated(mlflow_id, status=status)
+
+    def log_child(self, parent_id: str, child: ChildRun) -> str:
+        """A finished run's child, logged completely: reused if FINISHED, else started or
+        continued and finished. Its MLflow run id."""
+        existing = self._child(parent_id, child.run_id)
+        if existing is not None and existing.info.status == "FINISHED":
+            return existing.info.run_id
+        mlflow_id = self.start_child(parent_id, child)
+        self.finish_child(mlflow_id, child)
+        return mlflow_id
+
+    def _child(self, parent_id: str, run_id: str) -> Any | None:
+        """The parent's child of ledger run `run_id` (stores of older versions may hold several:
+        a FINISHED one is preferred, the first created otherwise)."""
+        runs = [run for run in self._search(f"tags.`{RUN_ID_TAG}` = '{run_id}'") if run.data.tags.get(PARENT_TAG) == parent_id]
+        finished = [run for run in runs if run.info.status == "FINISHED"]
+        return (finished or runs or [None])[0]
 
     def _create_child(self, parent_id: str, child: ChildRun) -> str:
         from mlflow.entities import Param
 
-        wall_ms = int(1000 * float(child.result.get("wall_s") or 0.0))
-        end_ms = int(time.time() * 1000)
-        tags = {PARENT_TAG: parent_id, RUN_ID_TAG: child.run_id, ROLE_TAG: "child", **child.tags}
+        tags = {PARENT_TAG: parent_id, RUN_ID_TAG: child.run_id, ROLE_TAG: "child", **self.source_tags, **child.tags}
         tags = {key: str(value)[:_TAG_CHARS] for key, value in tags.items()}
-        run = self.client.create_run(
-            self.experiment_id, start_time=end_ms - wall_ms, tags=tags, run_name=child.name
-        )
+        run = self.client.create_run(self.experiment_id, tags=tags, run_name=child.name)
         run_id = run.info.run_id
+        self._logged[run_id] = set()
+        self._source[run_id] = names.eval_source(child.config)
         params = {
             **{f"factor.{name}": level for name, level in child.factors.items()},
             **flatten(child.config),
@@ -137,21 +216,46 @@ class Tracker:
             **({"setting": child.tags["dapo.setting"]} if "dapo.setting" in child.tags else {}),
         }
         param_list = [Param(key, _param_value(value)) for key, value in params.items()]
-        for batch_params, batch_metrics in _batches(param_list, list(result_metrics(child.result, end_ms))):
-            self.client.log_batch(run_id, metrics=batch_metrics, params=batch_params)
+        for batch_params, _ in _batches(param_list, []):
+            self.client.log_batch(run_id, params=batch_params)
         self.client.log_dict(run_id, child.config, "config.json")
-        self.client.set_terminated(run_id, status="FINISHED", end_time=end_ms)
         return run_id
+
+    def _log_new(self, mlflow_id: str, points: list[tuple[str, Any, int]]) -> int:
+        from mlflow.entities import Metric
+
+        logged = self._logged_pairs(mlflow_id)
+        now = int(time.time() * 1000)
+        batch = []
+        for key, value, step in points:
+            if _is_number(value) and (key, step) not in logged:
+                logged.add((key, step))
+                batch.append(Metric(key, float(value), now, step))
+        for _, batch_metrics in _batches([], batch):
+            self.client.log_batch(mlflow_id, metrics=batch_metrics)
+        return len(batch)
+
+    def _logged_pairs(self, mlflow_id: str) -> set[tuple[str, int]]:
+        if mlflow_id not in self._logged:
+            run = self.client.get_run(mlflow_id)
+            self._logged[mlflow_id] = {
+                (key, m.step) for key in run.data.metrics for m in self.client.get_metric_history(mlflow_id, key)
+            }
+        return self._logged[mlflow_id]
 
     # -- internals ------------------------------------------------------------------------------
 
     def _ensure_experiment(self, name: str, artifact_location: str | None) -> str:
         experiment = self.client.get_experiment_by_name(name)  # first touch creates the store
         if experiment is None:
-            return self.client.create_experiment(name, artifact_location=artifact_location)
-        if experiment.lifecycle_stage == "deleted":
-            self.client.restore_experiment(experiment.experiment_id)
-        return experiment.experiment_id
+            experiment_id = self.client.create_experiment(name, artifact_location=artifact_location)
+        else:
+            experiment_id = experiment.experiment_id
+            if experiment.lifecycle_stage == "deleted":
+                self.client.restore_experiment(experiment_id)
+        if experiment is None or experiment.tags.get(EXPERIMENT_KIND_TAG) != TRAINING_KIND:
+            self.client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
+        return experiment_id
 
     def _active_run(self, run_id: str) -> Any | None:
         from mlflow.exceptions import MlflowException
@@ -178,33 +282,78 @@ class Tracker:
                 return runs
 
 
-def result_metrics(result: dict[str, Any], timestamp_ms: int) -> Iterator[Any]:
-    """MLflow metrics of a ledger result: training signals and the eval curve per step, then
-    the final metrics and compute totals at the last step. Non-numeric values are skipped."""
-    from mlflow.entities import Metric
-
+def result_points(result: dict[str, Any], source: str) -> Iterator[tuple[str, Any, int]]:
+    """(MLflow name, value, step) of a ledger result, each signal once: training signals and
+    evaluations per step, then the final metrics that are not the last evaluation's and the
+    compute totals at the last step. Non-numeric values are skipped by the caller."""
     last_step = 0
     for row in result.get("signals") or []:
         step = int(row.get("step", 0))
         last_step = max(last_step, step)
-        for key, value in row.items():
-            if key != "step" and _is_number(value):
-                yield Metric(f"train/{metric_name(key)}", float(value), timestamp_ms, step)
+        yield from ((key, value, step) for key, value in names.step_metrics(row).items())
     for row in result.get("eval_curve") or []:
         step = int(row.get("step", 0))
         last_step = max(last_step, step)
-        for key, value in row.items():
-            if key != "step" and _is_number(value):
-                yield Metric(f"eval/{metric_name(key)}", float(value), timestamp_ms, step)
+        yield from ((key, value, step) for key, value in names.eval_metrics(row, source).items())
     totals = {key: result.get(key) for key in ("tokens_generated", "tokens_discarded", "wall_s")}
     for key, value in {**(result.get("metrics") or {}), **totals}.items():
-        if _is_number(value):
-            yield Metric(metric_name(key), float(value), timestamp_ms, last_step)
+        yield names.final_name(key, source), value, last_step
+
+
+def source_tags() -> dict[str, str]:
+    """Package version and, from a git checkout, the source commit (``mlflow.source.git.commit``)."""
+    import subprocess
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        tags = {VERSION_TAG: version("dapo-ablate")}
+    except PackageNotFoundError:
+        tags = {VERSION_TAG: "unknown"}
+    tags |= {"mlflow.source.name": "dapo-ablate", "mlflow.source.type": "LOCAL"}
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return tags
+    commit = out.stdout.strip()
+    if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", commit):
+        tags[GIT_COMMIT_TAG] = commit
+    return tags
+
+
+def rebase_artifacts(uri: str) -> int:
+    """A SQLite store opened from another folder than where it was written (a copied or moved
+    ``dapo-runs/``): the recorded default artifact locations (``<old folder>/mlartifacts``) point
+    into the original, so they are moved to ``mlartifacts/`` beside this database file. How many
+    rows changed (0: nothing to do, another kind of store, or no store yet)."""
+    import sqlite3
+
+    path = sqlite_path(uri)
+    if path is None or not path.is_file():
+        return 0
+    here = (path.resolve().parent / ARTIFACTS_DIR).as_uri()
+    changed = 0
+    with sqlite3.connect(str(path), timeout=30) as db:
+        try:
+            rows = db.execute("SELECT experiment_id, artifact_location FROM experiments").fetchall()
+        except sqlite3.OperationalError:  # not an MLflow store (yet)
+            return 0
+        for experiment_id, location in rows:
+            old = (location or "").rstrip("/")
+            if not old.startswith("file://") or not old.endswith("/" + ARTIFACTS_DIR) or old == here:
+                continue
+            db.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?", (here, experiment_id))
+            cursor = db.execute(
+                "UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) WHERE experiment_id = ? AND artifact_uri LIKE ? || '/%'",
+                (here, len(old) + 1, experiment_id, old),
+            )
+            changed += 1 + cursor.rowcount
+    return changed
 
 
 def metric_name(key: str) -> str:
-    """An MLflow-legal metric name: ``avg@32`` -> ``avg_at_32``."""
-    return key.replace("@", "_at_")
+    """An MLflow-legal metric name: ``avg@32`` -> ``avg_at_32`` (as verl's MLflow logger does)."""
+    return names.mlflow_safe(key)
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -234,13 +383,13 @@ def sqlite_path(uri: str) -> Path | None:
 def default_artifact_location(uri: str, output_dir: str | Path) -> str | None:
     """Where a new experiment's artifacts go when the spec names no place.
 
-    A SQLite store: ``mlartifacts/`` next to its database file; another database: ``mlartifacts/``
+    A SQLite store: ``mlartifacts/`` next to its database file (moved with it: `rebase_artifacts`); another database: ``mlartifacts/``
     in the output folder (MLflow's default would be ``./mlruns`` in whatever folder the driver
     was started from); an MLflow server: None, the server's own default.
     """
     path = sqlite_path(uri)
     if path is not None:
-        return (path.resolve().parent / "mlartifacts").as_uri()
+        return (path.resolve().parent / ARTIFACTS_DIR).as_uri()
     if uri.split(":", 1)[0].split("+", 1)[0] in ("postgresql", "postgres", "mysql", "mssql"):
         return (Path(output_dir).resolve() / "mlartifacts").as_uri()
     return None

@@ -129,7 +129,7 @@ def test_every_run_is_trained_once_and_logged_once(local_ray, tmp_path: Path):
     by_name = {runs[0].info.run_name: runs[0] for runs in children.values()}
     assert set(by_name) == {"baseline s0", "OF s0", "CH s0", "OF+CH s0"}
     ch = by_name["CH s0"]
-    assert ch.data.metrics["avg_at_32"] == 0.75 and ch.data.params["factor.clip_higher"] == "1"
+    assert ch.data.metrics["val-core/builtin/acc/mean_at_32"] == 0.75 and ch.data.params["factor.clip_higher"] == "1"
     assert ch.data.tags["dapo.design"] == "full" and ch.data.tags["dapo.cell"] == "01"
     ledger_rows = rows(spec)
     assert all(row["mlflow_run_id"] == children[run_id][0].info.run_id for run_id, row in ledger_rows.items())
@@ -275,8 +275,8 @@ def test_real_trainer_end_to_end_through_ray_ledger_and_mlflow(local_ray, tmp_pa
     assert len(list((Path(spec.output_dir) / "eval-cache").glob("*.json"))) == 1
     for run_id, children in mlflow_children(spec).items():
         (child,) = children
-        assert child.info.status == "FINISHED" and "avg_at_4" in child.data.metrics
-        assert "train/entropy" in child.data.metrics and child.data.params["rollout.eval_k"] == "4"
+        assert child.info.status == "FINISHED" and "val-core/builtin/acc/mean_at_4" in child.data.metrics
+        assert "actor/entropy" in child.data.metrics and child.data.params["rollout.eval_k"] == "4"
     assert all((Path(spec.output_dir) / spec.name / run.run_id / "result.json").is_file() for run in expand(spec).runs)
     # the report of the experiment, read from the ledger, with every file the reports promise
     from typer.testing import CliRunner

@@ -7,9 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from dapo_ablate.ablation.metric_names import eval_name, eval_source, step_name
 from dapo_ablate.ablation.tracking import (
+    EXPERIMENT_KIND_TAG,
+    GIT_COMMIT_TAG,
     PARENT_TAG,
     RUN_ID_TAG,
+    TRAINING_KIND,
+    VERSION_TAG,
     ChildRun,
     Tracker,
     default_artifact_location,
@@ -20,7 +25,8 @@ from dapo_ablate.ablation.tracking import (
 RESULT = {
     "metrics": {"avg@32": 0.5, "pass@32": 0.75, "maj@32": 0.625, "tokens_trained": 900},
     "eval_curve": [{"step": 0, "avg@32": 0.25, "pass@32": 0.5}, {"step": 2, "avg@32": 0.5, "pass@32": 0.75}],
-    "signals": [{"step": 1, "entropy": 1.5, "reward": -0.25}, {"step": 2, "entropy": 1.25, "reward": 0.0}],
+    "signals": [{"step": 1, "entropy": 1.5, "reward": -0.25, "clipfrac_low": 0.125, "clipfrac_high": 0.25},
+                {"step": 2, "entropy": 1.25, "reward": 0.0}],
     "tokens_generated": 1200,
     "tokens_discarded": 300,
     "wall_s": 4.5,
@@ -74,12 +80,16 @@ def test_child_run_shows_params_curves_metrics_tags_and_config(tracker: Tracker)
     assert params["algorithm.eps_high"] == "0.28" and params["techniques.clip_higher"] == "True"
     assert params["seed"] == "0" and params["run_id"] == "r1"
     metrics = run.data.metrics
-    assert metrics["avg_at_32"] == 0.5 and metrics["maj_at_32"] == 0.625
-    assert metrics["tokens_generated"] == 1200 and metrics["wall_s"] == 4.5
-    entropy = tracker.client.get_metric_history(run_id, "train/entropy")
+    assert metrics["val-core/builtin/acc/mean_at_32"] == 0.5 and metrics["val-core/builtin/acc/maj_at_32/mean"] == 0.625
+    assert metrics["val-core/builtin/acc/best_at_32/mean"] == 0.75
+    assert metrics["perf/tokens_generated"] == 1200 and metrics["perf/wall_s"] == 4.5
+    assert metrics["perf/tokens_trained"] == 900 and metrics["actor/pg_clipfrac"] == 0.375
+    entropy = tracker.client.get_metric_history(run_id, "actor/entropy")
     assert [(m.step, m.value) for m in entropy] == [(1, 1.5), (2, 1.25)]
-    curve = tracker.client.get_metric_history(run_id, "eval/avg_at_32")
-    assert sorted((m.step, m.value) for m in curve) == [(0, 0.25), (2, 0.5)]
+    curve = tracker.client.get_metric_history(run_id, "val-core/builtin/acc/mean_at_32")
+    assert sorted((m.step, m.value) for m in curve) == [(0, 0.25), (2, 0.5)]  # the final one is not logged twice
+    assert not any(key.startswith(("avg", "eval/", "train/entropy")) for key in metrics)
+    assert tags[VERSION_TAG] and tags["mlflow.source.name"] == "dapo-ablate"
     local = tracker.client.download_artifacts(run_id, "config.json")
     assert json.loads(Path(local).read_text()) == CONFIG
 
@@ -91,17 +101,77 @@ def test_logging_a_child_again_reuses_it(tracker: Tracker):
     assert tracker.finished_children(parent) == {"r1": first}
 
 
-def test_a_half_logged_child_is_replaced(tracker: Tracker):
+def test_a_half_logged_child_is_continued_without_duplicates(tracker: Tracker):
     parent = tracker.parent_run(None, name="exp", tags={})
-    # What a driver killed while logging leaves behind: a RUNNING child with the run id tag.
-    stale = tracker.client.create_run(
-        tracker.experiment_id, run_name="CH s0", tags={PARENT_TAG: parent, RUN_ID_TAG: "r1"}
-    ).info.run_id
+    # What a driver killed while its run trained leaves behind: a RUNNING child with some steps.
+    started = tracker.start_child(parent, ChildRun("r1", "CH s0", {"clip_higher": 1}, 0, CONFIG))
+    tracker.log_event(started, "step", 1, RESULT["signals"][0])
     assert tracker.finished_children(parent) == {}
-    logged = tracker.log_child(parent, child())
-    assert logged != stale
+    again = Tracker(tracker.uri, None, "exp")  # the next driver
+    logged = again.log_child(parent, child())
+    assert logged == started
     active = tracker.client.search_runs([tracker.experiment_id], f"tags.`{RUN_ID_TAG}` = 'r1'")
-    assert [run.info.run_id for run in active] == [logged]
+    assert [run.info.run_id for run in active] == [logged] and active[0].info.status == "FINISHED"
+    assert [m.step for m in tracker.client.get_metric_history(logged, "actor/entropy")] == [1, 2]
+
+
+def test_a_child_is_live_while_it_trains_and_ends_with_its_status(tracker: Tracker):
+    parent = tracker.parent_run(None, name="exp", tags={})
+    live = tracker.start_child(parent, ChildRun("r2", "GRPO s0", {"clip_higher": 0}, 0, CONFIG))
+    assert tracker.client.get_run(live).info.status == "RUNNING"
+    assert tracker.log_event(live, "eval", 0, {"step": 0, "avg@32": 0.25, "response_length": 30.0}) == 2
+    assert tracker.log_event(live, "step", 1, {"step": 1, "entropy": 1.5, "truncation_rate": 0.125}) == 2
+    assert tracker.log_event(live, "step", 1, {"step": 1, "entropy": 1.5}) == 0  # a resumed run re-sends it
+    metrics = tracker.client.get_run(live).data.metrics
+    assert metrics == {"val-core/builtin/acc/mean_at_32": 0.25, "val-aux/builtin/response_length/mean": 30.0,
+                       "actor/entropy": 1.5, "response_length/clip_ratio": 0.125}
+    tracker.end_child(live, "FAILED")
+    assert tracker.client.get_run(live).info.status == "FAILED"
+    assert tracker.start_child(parent, ChildRun("r2", "GRPO s0", {"clip_higher": 0}, 0, CONFIG)) == live  # retried
+    assert tracker.client.get_run(live).info.status == "RUNNING"
+    tracker.end_child(live, "KILLED")
+    assert tracker.client.get_run(live).info.status == "KILLED"
+
+
+def test_experiment_kind_and_source_tags(tracker: Tracker, mlflow_uri: str):
+    assert tracker.client.get_experiment(tracker.experiment_id).tags[EXPERIMENT_KIND_TAG] == TRAINING_KIND
+    parent = tracker.parent_run(None, name="exp", tags={"mlflow.note.content": "design full"},
+                                params={"design": "full", "seeds": "0,1"})
+    run = tracker.client.get_run(parent)
+    assert run.data.tags[VERSION_TAG] and run.data.tags["mlflow.note.content"] == "design full"
+    assert run.data.params == {"design": "full", "seeds": "0,1"}
+    if (Path(__file__).resolve().parents[1] / ".git").exists():
+        assert len(run.data.tags[GIT_COMMIT_TAG]) == 40
+    # A rerun with a changed spec: params are immutable in MLflow, so the first values stay.
+    assert tracker.parent_run(parent, name="exp", tags={}, params={"design": "half", "runs": 8}) == parent
+    assert tracker.client.get_run(parent).data.params == {"design": "full", "seeds": "0,1", "runs": "8"}
+
+
+def test_names_follow_verl():
+    assert step_name("truncation_rate") == "response_length/clip_ratio" and step_name("approx_kl") == "actor/ppo_kl"
+    assert step_name("time_rollout_s") == "timing_s/gen" and step_name("groups_kept") == "train/groups_kept"
+    assert eval_name("pass@16", "aime-2024") == "val-core/aime-2024/acc/best_at_16/mean"
+    assert eval_source({"data": {"eval": "/data/aime-2024.jsonl"}}) == "aime-2024"
+    assert eval_source({"data": {}}) == "builtin"
+
+
+def test_a_copied_store_writes_only_into_the_copy(tmp_path: Path):
+    original = tmp_path / "a" / "dapo-runs"
+    uri = f"sqlite:///{original}/mlflow.db"
+    first = Tracker(uri, default_artifact_location(uri, original), "exp")
+    parent = first.parent_run(None, name="exp", tags={})
+    first.log_child(parent, child())
+    import shutil
+
+    copy = tmp_path / "b" / "dapo-runs"
+    shutil.copytree(original, copy)
+    shutil.rmtree(original / "mlartifacts")
+    moved = Tracker(f"sqlite:///{copy}/mlflow.db", None, "exp")
+    moved.log_dict(parent, {"x": 1}, "report/x.json")
+    assert (copy / "mlartifacts").is_dir() and not (original / "mlartifacts").exists()
+    assert moved.client.get_run(parent).info.artifact_uri.startswith((copy / "mlartifacts").as_uri())
+    local = moved.client.download_artifacts(moved.log_child(parent, child()), "config.json")
+    assert Path(local).read_text() and str(copy) in moved.client.get_experiment(moved.experiment_id).artifact_location
 
 
 def test_children_of_another_parent_are_not_reused(tracker: Tracker, mlflow_uri: str, tmp_path: Path):
@@ -122,5 +192,5 @@ def test_a_long_run_is_logged_in_batches_within_mlflows_limits(tracker: Tracker)
     run_id = tracker.log_child(parent, long_run)
     run = tracker.client.get_run(run_id)
     assert run.data.params["section.knob_149"] == "149"
-    assert len(tracker.client.get_metric_history(run_id, "train/reward")) == 700
-    assert len(tracker.client.get_metric_history(run_id, "train/entropy")) == 700
+    assert len(tracker.client.get_metric_history(run_id, "critic/score/mean")) == 700
+    assert len(tracker.client.get_metric_history(run_id, "actor/entropy")) == 700
