@@ -62,7 +62,7 @@ def main() -> None:
         })
         plan = expand(spec)
         started = time.perf_counter()
-        ray.init(num_cpus=os.cpu_count(), object_store_memory=256 * 2**20, include_dashboard=False,
+        ray.init(address="local", num_cpus=os.cpu_count(), object_store_memory=256 * 2**20, include_dashboard=False,
                  log_to_driver=False, logging_level=logging.ERROR)
         ray_s = time.perf_counter() - started
         try:

@@ -27,7 +27,7 @@ def local_ray(request: pytest.FixtureRequest) -> Iterator[None]:
     import ray
 
     ray.cloudpickle.register_pickle_by_value(request.module)
-    ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
+    ray.init(address="local", num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
              log_to_driver=False, logging_level=logging.ERROR)
     yield
     ray.shutdown()

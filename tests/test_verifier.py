@@ -250,7 +250,7 @@ def test_verify_in_a_ray_worker():
     ray = pytest.importorskip("ray")
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         remote = ray.remote(lambda v, r, a: v(r, a))
         verdicts = ray.get(
