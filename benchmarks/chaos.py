@@ -61,6 +61,7 @@ class Campaign:
         self.spec = root / "spec.yaml"
         self.log: list[dict] = []
         self.kills, self.reruns, self.retry_failed_needed = 0, [], 0
+        self.plans: set[frozenset[str]] = set()
 
     def __enter__(self) -> "Campaign":
         with self.admin.connect() as connection:
@@ -105,6 +106,21 @@ class Campaign:
             return []
         finally:
             engine.dispose()
+
+    def planned(self) -> set[str]:
+        """Run ids the code in this checkout plans now (a fresh process: the drivers' code, which
+        other engineers may change under a running campaign; every distinct plan is kept)."""
+        code = ("import json, sys; from dapo_ablate.ablation.spec import load_spec; "
+                "from dapo_ablate.ablation.design import expand; "
+                "print(json.dumps([r.run_id for r in expand(load_spec(sys.argv[1])).runs]))")
+        done = subprocess.run([sys.executable, "-c", code, str(self.spec)], capture_output=True, text=True, check=True)
+        ids = set(json.loads(done.stdout))
+        self.plans.add(frozenset(ids))
+        return ids
+
+    def unfinished(self) -> int:
+        done = {run for (run,) in self.sql("SELECT run_id FROM runs WHERE status = 'done'")}
+        return len(self.planned() - done)
 
     def statuses(self) -> Counter:
         return Counter(dict(self.sql("SELECT status, count(*) FROM runs GROUP BY status")))
@@ -235,7 +251,7 @@ def faults(campaign: Campaign, rng: random.Random) -> None:
         events.insert(rng.randrange(1, len(events)), special)
     kills = 0
     for event in events:
-        if campaign.statuses().get("done", 0) >= campaign.expected:
+        if not campaign.unfinished():
             print(f"  the experiment finished before {event}: make it bigger (--seeds)", flush=True)
             break
         record = {"kill": kill_once, "drop": drop_connections, "disk": fill_disk}[event](campaign, rng)
@@ -250,7 +266,7 @@ def finish_up(campaign: Campaign) -> None:
     """Plain reruns until done; --retry-failed once if failed runs are all that is left."""
     for attempt in range(6):
         statuses = campaign.statuses()
-        if statuses.get("done", 0) >= campaign.expected:
+        if not campaign.unfinished():
             return
         extra = ("--retry-failed",) if attempt >= 2 and statuses.get("failed", 0) else ()
         if extra:
@@ -282,16 +298,18 @@ def calls_per_run(campaign: Campaign) -> tuple[Counter, Counter]:
 
 
 def tally(campaign: Campaign) -> dict:
-    done = {run for (run,) in campaign.sql("SELECT run_id FROM runs WHERE status = 'done'")}
+    planned = campaign.planned()
+    done = planned & {run for (run,) in campaign.sql("SELECT run_id FROM runs WHERE status = 'done'")}
     ledger_rows = Counter(run for (run,) in campaign.sql("SELECT run_id FROM runs"))
     results = Counter(run for (run,) in campaign.sql("SELECT run_id FROM results"))
     children = mlflow_children(campaign)
     starts, ends = calls_per_run(campaign)
-    extra_calls = sum(starts.values()) - len(starts)
+    extra_calls = sum(starts.values()) - len(set(starts) & planned)
     return {
-        "runs_planned": campaign.expected,
+        "runs_planned": len(planned),
+        "plans_seen": len(campaign.plans),
         "kills_survived": campaign.kills,
-        "runs_lost": campaign.expected - len(done & set(children)),
+        "runs_lost": len(planned - (done & set(children))),
         "runs_duplicated_ledger": sum(1 for n in (ledger_rows | results).values() if n > 1),
         "runs_duplicated_mlflow": sum(1 for n in children.values() if n > 1),
         "ledger_runs": len(ledger_rows), "ledger_done": len(done), "mlflow_finished_children": sum(children.values()),
