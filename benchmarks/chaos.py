@@ -44,6 +44,7 @@ COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
 ADMIN_URL = os.environ.get("DAPO_CHAOS_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 FACTORS = ("overlong_filter", "clip_higher", "soft_overlong", "token_level_loss", "dynamic_sampling")
 NAME = "chaos"
+PACKAGES = ("core", "ablation", "sweeps", "reports", "cli")
 
 
 # -- the stores -----------------------------------------------------------------------------------
@@ -75,7 +76,18 @@ class Campaign:
         else:
             self.tmpfs_note = "not root: cannot mount a small tmpfs"
         self.write_spec()
+        self.src = self.root / "src"
+        if self.args.code == "head":  # other engineers edit the checkout under a running campaign
+            (self.src / "dapo_ablate").mkdir(parents=True)
+            archive = subprocess.run(["git", "-C", str(BENCH.parent), "archive", "HEAD", *PACKAGES],
+                                     capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(self.src / "dapo_ablate")], input=archive, check=True)
         return self
+
+    def pythonpath(self) -> str:
+        """The drivers' (and their Ray workers') PYTHONPATH: the HEAD snapshot first, if any."""
+        return os.pathsep.join(p for p in [str(self.src) if self.args.code == "head" else "", str(BENCH),
+                                           os.environ.get("PYTHONPATH", "")] if p)
 
     def __exit__(self, *exc) -> None:
         if self.tmpfs:
@@ -113,7 +125,8 @@ class Campaign:
         code = ("import json, sys; from dapo_ablate.ablation.spec import load_spec; "
                 "from dapo_ablate.ablation.design import expand; "
                 "print(json.dumps([r.run_id for r in expand(load_spec(sys.argv[1])).runs]))")
-        done = subprocess.run([sys.executable, "-c", code, str(self.spec)], capture_output=True, text=True, check=True)
+        done = subprocess.run([sys.executable, "-c", code, str(self.spec)], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONPATH": self.pythonpath()}, cwd=self.root)
         ids = set(json.loads(done.stdout))
         self.plans.add(frozenset(ids))
         return ids
@@ -131,7 +144,7 @@ def start(campaign: Campaign, *extra: str) -> subprocess.Popen:
     env = {
         **os.environ, "DAPO_ABLATE_CELL_FN": "chaos_cell:sleepy_cell", "CHAOS_CALLS": str(campaign.calls),
         "CHAOS_SLEEP_S": str(campaign.args.sleep),
-        "PYTHONPATH": os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": campaign.pythonpath(),
     }
     log = open(campaign.root / "driver.log", "a")
     log.write(f"\n=== {time.strftime('%H:%M:%S')} run {' '.join(extra)}\n")
@@ -330,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--factors", type=int, default=4, choices=range(1, 6))
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--disk-mb", type=int, default=8)
+    parser.add_argument("--code", choices=("head", "worktree"), default="head",
+                        help="drivers run a snapshot of HEAD (default) or the live checkout")
     parser.add_argument("--keep", action="store_true", help="keep the campaign folder (driver.log, calls.log)")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
