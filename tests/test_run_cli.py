@@ -195,40 +195,6 @@ def test_two_drivers_started_together_on_a_new_store_share_one_parent_and_train_
     assert set(children) == set(runs) and all(len(found) == 1 for found in children.values())
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("other", ["a running `ray start` cluster", "a stale current-cluster file"])
-def test_a_local_run_starts_its_own_ray_beside_another_cluster(tmp_path: Path, other: str):
-    import shutil
-    import tempfile
-
-    ray_tmp = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # short: Ray's socket paths have a length limit
-    env = {"RAY_TMPDIR": str(ray_tmp)}
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    head = None
-    try:
-        if other.startswith("a running"):
-            head = subprocess.Popen(
-                [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", f"--port={port}",
-                 "--num-cpus=1", "--include-dashboard=false", "--disable-usage-stats"],
-                env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            )
-            while not (ray_tmp / "ray" / "ray_current_cluster").is_file():  # the head is up: an event
-                assert head.poll() is None, "ray start --head exited"
-                time.sleep(0.2)
-        else:
-            (ray_tmp / "ray").mkdir(parents=True)
-            (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}")  # nobody listens there
-        code, out, err = finish(start(write_spec(tmp_path), sleep_s=0.1, **env), timeout=600)
-        assert code == 0, err[-2000:]
-        assert "4/4 runs done" in out
-    finally:
-        if head is not None:
-            kill_session(head.pid)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-
-
 def test_ray_processes_started_by_a_driver_die_with_it_after_sigkill(tmp_path: Path):
     from dapo_ablate.ablation.reaper import _start_time, descendants
 
