@@ -222,6 +222,10 @@ class ScheduleConfig(_Frozen):
 class TrainerConfig(_Frozen):
     """Everything `train()` needs. Build it with `load_trainer_config` or `TrainerConfig(**dict)`."""
 
+    backend: Literal["builtin", "verl"] = "builtin"
+    """Which trainer runs a cell: `builtin` (this package's one-process trainer) or `verl` (a verl
+    DAPO job on a Ray cluster, its overrides translated by `dapo_ablate.ablation.backends.verl`).
+    The scheduler, ledger, MLflow layout and reports are the same either way."""
     techniques: Techniques = Techniques()
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
@@ -358,7 +362,9 @@ def knob_paths() -> dict[str, str]:
     """Every tunable knob: its leaf name -> its dotted path (leaf names are unique)."""
     paths: dict[str, str] = {}
     for section, field in TrainerConfig.model_fields.items():
-        for leaf in field.annotation.model_fields:  # type: ignore[union-attr]
+        if not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            continue  # `backend` is a choice of trainer, not a knob
+        for leaf in field.annotation.model_fields:
             paths[leaf] = f"{section}.{leaf}"
     return paths
 
