@@ -207,8 +207,18 @@ def test_run_names_labels_and_ledger_specs():
 
 
 def test_run_id_is_the_documented_hash():
+    from dapo_ablate.core.config import TrainerConfig
+
     run = plan_of().runs[5]
-    payload = {"factors": run.factors, "config": run.config.to_dict(), "seed": run.seed, "version": package_version()}
+    defaults = TrainerConfig().to_dict()
+    # the non-default values, section by section (every TrainerConfig section is one level deep)
+    delta = {
+        section: {key: value for key, value in values.items() if defaults[section].get(key) != value}
+        if isinstance(values, dict) else values
+        for section, values in run.config.to_dict().items()
+        if values != defaults[section]
+    }
+    payload = {"factors": run.factors, "config": delta, "seed": run.seed, "version": package_version()}
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     assert run.run_id == hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -315,3 +325,18 @@ def test_cells_are_deduplicated_and_keys_follow_factor_order():
         assert len(plan.cells) == len(set(plan.cells))
         assert len(plan.runs) == len(plan.cells) * len(plan.seeds)
     assert math.factorial(5) == plan_of().orderings_count
+
+
+def test_run_ids_hash_only_the_non_default_config_values():
+    from dapo_ablate.ablation.design import config_delta, make_run_id
+    from dapo_ablate.core.config import TrainerConfig
+
+    config = TrainerConfig(optim={"lr": 5e-4}, techniques={"dynamic_sampling": False})
+    assert config_delta(config) == {"optim": {"lr": 5e-4}, "techniques": {"dynamic_sampling": False}}
+    assert config_delta(TrainerConfig()) == {}
+    # a field given its default value explicitly is the same run; any other value is another run
+    same = TrainerConfig(optim={"lr": 5e-4, "warmup_steps": TrainerConfig().optim.warmup_steps},
+                         techniques={"dynamic_sampling": False})
+    assert make_run_id({"a": 1}, same, 0) == make_run_id({"a": 1}, config, 0)
+    other = TrainerConfig(optim={"lr": 4e-4}, techniques={"dynamic_sampling": False})
+    assert make_run_id({"a": 1}, other, 0) != make_run_id({"a": 1}, config, 0)
