@@ -4,7 +4,8 @@ A *cell function* has the signature ``cell_fn(config_dict, run_dir, eval_cache_d
 and returns the ledger's result dict (see `Ledger.finish`): ``metrics``, ``eval_curve``,
 ``signals``, ``tokens_generated``, ``tokens_discarded``, ``wall_s``. `run_cell` is the default;
 tests and debugging substitute cheap ones (see `executor.CELL_FN_ENV`). A cell function may also
-take ``on_eval=`` (as `run_cell` does); a sweep then sees its evaluations as they happen.
+take ``on_eval=`` (as `run_cell` does); a sweep then sees its evaluations as they happen; and
+``on_event=`` (kind "step" or "eval", step, data): the executor then logs them to MLflow live.
 
 It runs in a Ray worker, so it takes and returns plain data only, and it imports the trainer
 lazily: the driver never loads torch.
@@ -28,6 +29,7 @@ class CellFn(Protocol):
 def run_cell(
     config_dict: dict[str, Any], run_dir: str, eval_cache_dir: str | None,
     on_eval: Callable[[int, dict[str, Any]], None] | None = None,
+    on_event: Callable[[str, int, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Train one resolved configuration into `run_dir` and return its ledger result.
 
@@ -35,7 +37,8 @@ def run_cell(
     (written every ``schedule.checkpoint_every`` steps) instead of starting over.
     `eval_cache_dir` is shared by all runs so the step-0 evaluation is computed once.
     ``on_eval(step, metrics)``, if given, is called after each evaluation (a sweep streams them
-    to its pruner: `sweeps.tasks.run_streaming`).
+    to its pruner: `sweeps.tasks.run_streaming`). ``on_event(kind, step, data)``, if given, is
+    called after each training step ("step", its signals) and evaluation ("eval").
     """
     from dapo_ablate.core.config import build_trainer_config
     from dapo_ablate.core.trainer import train
@@ -45,7 +48,7 @@ def run_cell(
             on_eval(step, data)  # type: ignore[misc]  # only registered with an on_eval
 
     config = build_trainer_config(config_dict, source="run config")
-    callbacks = [eval_callback] if on_eval is not None else []
+    callbacks = ([eval_callback] if on_eval is not None else []) + ([on_event] if on_event is not None else [])
     result = train(config, Path(run_dir), callbacks=callbacks, resume=True, eval_cache_dir=eval_cache_dir)
     return ledger_result(result)
 

@@ -52,7 +52,7 @@ from dapo_ablate.ablation.ledger import DONE, FAILED, PENDING, RUNNING, Ledger, 
 from dapo_ablate.ablation.progress import EventLines
 from dapo_ablate.ablation.ray_connect import RayConnectError, join_cluster
 from dapo_ablate.ablation.reaper import start_reaper
-from dapo_ablate.ablation.tracking import ChildRun, Tracker, default_artifact_location, sqlite_path
+from dapo_ablate.ablation.tracking import ChildRun, Tracker, default_artifact_location, flatten, sqlite_path
 
 if TYPE_CHECKING:
     from dapo_ablate.ablation.design import Plan, PlannedRun
@@ -65,6 +65,9 @@ LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
 INTERRUPTED_EXIT = 130
 TERMINATED_EXIT = 143  # 128 + SIGTERM, what schedulers and `kill` expect
 _ERROR_CHARS = 2000
+LIVE_POLL_S = 1.0
+"""How often the driver logs its runs' live events to MLflow (at most this many seconds late)."""
+LIVE_QUEUE_SIZE = 100_000
 
 
 class ExecutorError(ValueError):
@@ -400,9 +403,26 @@ def retry_transient(write: Callable[[], Any], doing: str, kept: Path | None = No
             time.sleep(pause)
 
 
-def _execute(cell_fn: Callable[..., dict[str, Any]], config: dict[str, Any], run_dir: str, eval_cache_dir: str) -> dict[str, Any]:
-    """The Ray task: one run."""
-    return cell_fn(config, run_dir, eval_cache_dir)
+def _execute(cell_fn: Callable[..., dict[str, Any]], config: dict[str, Any], run_dir: str, eval_cache_dir: str,
+             events: Any = None, run_id: str = "") -> dict[str, Any]:
+    """The Ray task: one run. A cell function taking ``on_event`` sends its training steps and
+    evaluations to the driver through `events` (a Ray queue) while it trains (live MLflow)."""
+    import inspect
+
+    try:
+        live = events is not None and "on_event" in inspect.signature(cell_fn).parameters
+    except (TypeError, ValueError):
+        live = False
+    if not live:
+        return cell_fn(config, run_dir, eval_cache_dir)
+
+    def on_event(kind: str, step: int, data: dict[str, Any]) -> None:
+        try:
+            events.put_nowait((run_id, kind, int(step), dict(data)))
+        except Exception:  # noqa: BLE001 - a driver gone or a full queue never stops the training
+            pass
+
+    return cell_fn(config, run_dir, eval_cache_dir, on_event=on_event)
 
 
 # ---------------------------------------------------------------------------------- driver
@@ -429,6 +449,10 @@ class _Driver:
         """Attempts per run made by this invocation."""
         self.display_note_later: list[str] = []
         """Lines for the display, gathered before it starts."""
+        self.live: dict[str, str] = {}
+        """Ledger run id -> MLflow id of the child runs of the runs in flight."""
+        self.events: Any = None
+        """The Ray queue the runs in flight send their steps and evaluations to."""
 
     def run(self) -> ExperimentSummary:
         try:
@@ -503,9 +527,14 @@ class _Driver:
         record = self.ledger.get_experiment(self.name)
         tags = {"dapo.design": self.plan.design, "dapo.factors": ",".join(f.name for f in self.plan.factors),
                 "dapo.seeds": ",".join(map(str, self.plan.seeds)), "dapo.runs": str(len(self.plan.runs))}
-        if self.plan.settings:  # a transfer study: the parent's description lists the settings
-            tags |= {"dapo.settings": ",".join(self.plan.settings), "mlflow.note.content": settings_note(self.spec)}
-        self.parent_id = self.tracker.parent_run(record.mlflow_parent_run_id if record else None, name=self.name, tags=tags)
+        if self.plan.settings:
+            tags["dapo.settings"] = ",".join(self.plan.settings)
+        tags["mlflow.note.content"] = parent_note(self.spec, self.plan)
+        params = {"design": self.plan.design, "factors": ",".join(f.name for f in self.plan.factors),
+                  "seeds": ",".join(map(str, self.plan.seeds)), "metric": self.spec.metric,
+                  **{f"base.{k}": v for k, v in flatten(self.spec.trainer.to_dict()).items()}}
+        self.parent_id = self.tracker.parent_run(record.mlflow_parent_run_id if record else None, name=self.name,
+                                                 tags=tags, params=params)
         self.ledger.set_mlflow_parent(self.name, self.parent_id)
         self.tracker.log_dict(self.parent_id, self.spec.to_dict(), "spec.json")
 
@@ -549,6 +578,7 @@ class _Driver:
         limit = min(self.max_concurrent or fits, fits) if self.local else (self.max_concurrent or fits)
         in_flight: dict[Any, str] = {}
         deadlines: dict[Any, float] = {}  # ref -> monotonic time past which the run is timed out
+        self.events = live_queue()
         timeout_s = self.spec.executor.run_timeout_s
         last_beat = time.monotonic()
         try:
@@ -559,14 +589,17 @@ class _Driver:
                         continue  # another driver took it meanwhile
                     self.tries[run_id] += 1
                     run_dir = self.run_root / run_id
+                    self.live[run_id] = self.tracker.start_child(self.parent_id, self._child_run(run_id, {}))
                     ref = task.options(max_retries=0, **resources).remote(
-                        self.cell_fn, self.planned[run_id].config.to_dict(), str(run_dir), str(self.eval_cache)
+                        self.cell_fn, self.planned[run_id].config.to_dict(), str(run_dir), str(self.eval_cache),
+                        self.events, run_id,
                     )
                     in_flight[ref] = run_id
                     deadlines[ref] = time.monotonic() + timeout_s if timeout_s else float("inf")
                     self.display.update(running=len(in_flight))
-                wait_s = max(0.05, min([self.beat_s] + [d - time.monotonic() for d in deadlines.values()]))
+                wait_s = max(0.05, min([self.beat_s, LIVE_POLL_S] + [d - time.monotonic() for d in deadlines.values()]))
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=wait_s)
+                self._drain_events()
                 if time.monotonic() - last_beat >= self.beat_s:
                     self._heartbeat(in_flight, deadlines)
                     last_beat = time.monotonic()
@@ -602,6 +635,7 @@ class _Driver:
             ray.cancel(ref, force=True)
             error = f"TimeoutError: the run exceeded executor.run_timeout_s ({self.spec.executor.run_timeout_s:g} s)"
             self.ledger.fail(run_id, error, self.host)
+            self._end_child(run_id, "FAILED")
             self.summary.failed_attempts += 1
             self.display.failed(self.planned[run_id].name, error, self.tries[run_id], retry=False)
 
@@ -615,6 +649,7 @@ class _Driver:
         except Exception as err:  # the run's failure, not the driver's: record it and go on
             error = describe_error(err)
             self.ledger.fail(run_id, error, self.host)
+            self._end_child(run_id, "FAILED")
             self.summary.failed_attempts += 1
             retry = self.tries[run_id] <= self.retries
             if retry:
@@ -671,6 +706,32 @@ class _Driver:
                 self.display_note_later.append(f"{self.planned[run_id].name}: recorded its kept result (not retrained)")
 
     def _log_child(self, run_id: str, result: dict[str, Any], set_ledger: bool) -> None:
+        self.live.pop(run_id, None)
+        mlflow_id = self.tracker.log_child(self.parent_id, self._child_run(run_id, result))
+        if set_ledger:
+            self.ledger.set_mlflow_run(run_id, mlflow_id)
+
+    def _drain_events(self) -> None:
+        """Log the steps and evaluations the runs in flight sent since the last call."""
+        if self.events is None:
+            return
+        try:
+            waiting = self.events.qsize()
+            batch = self.events.get_nowait_batch(waiting) if waiting else []
+        except Exception:  # noqa: BLE001 - the queue's actor died with a crashed Ray: results still come
+            return
+        for run_id, kind, step, data in batch:
+            if run_id in self.live:
+                self.tracker.log_event(self.live[run_id], kind, step, data)
+
+    def _end_child(self, run_id: str, status: str) -> None:
+        """A run in flight stopped without a result: its child run shows FAILED or KILLED."""
+        mlflow_id = self.live.pop(run_id, None)
+        if mlflow_id is not None:
+            self._drain_events()
+            self.tracker.end_child(mlflow_id, status)
+
+    def _child_run(self, run_id: str, result: dict[str, Any]) -> ChildRun:
         planned = self.planned[run_id]
         tags = {
             "dapo.design": self.plan.design,
@@ -679,11 +740,7 @@ class _Driver:
             "dapo.orderings": ",".join(self.plan.orderings_through(planned.cell)),
             "dapo.experiment": self.name,
         } | ({"dapo.setting": planned.setting} if planned.setting else {})
-        child = ChildRun(run_id, planned.name, dict(planned.factors), planned.seed, planned.config.to_dict(),
-                         result, tags)
-        mlflow_id = self.tracker.log_child(self.parent_id, child)
-        if set_ledger:
-            self.ledger.set_mlflow_run(run_id, mlflow_id)
+        return ChildRun(run_id, planned.name, dict(planned.factors), planned.seed, planned.config.to_dict(), result, tags)
 
     def _abandon(self, in_flight: dict[Any, str]) -> None:
         """Ctrl-C (or a driver error): cancel the tasks in flight and give their runs back."""
@@ -691,12 +748,26 @@ class _Driver:
 
         for run_id in in_flight.values():
             self.ledger.release(run_id, self.host)
+            try:
+                self._end_child(run_id, "KILLED")  # continued by the next invocation
+            except Exception:  # noqa: BLE001 - the store may be what failed; the ledger is what counts
+                pass
         for ref in in_flight:
             try:
                 ray.cancel(ref, force=True)
             except Exception:  # noqa: BLE001 - a terminal's Ctrl-C may have stopped Ray itself
                 pass  # its runs are released above; nothing is left to cancel
         in_flight.clear()
+
+
+def live_queue() -> Any:
+    """The queue Ray workers send live events to (a zero-CPU actor; None if it cannot start)."""
+    from ray.util.queue import Queue
+
+    try:
+        return Queue(maxsize=LIVE_QUEUE_SIZE, actor_options={"num_cpus": 0})
+    except Exception:  # noqa: BLE001 - without it children are still logged when runs finish
+        return None
 
 
 def capacity(spec: ExperimentSpec, runs: int) -> int:
@@ -769,6 +840,19 @@ class RunDisplay(EventLines):
         if self.bar is not None:
             state = f"done {self.n_done}  running {self.running}  failed {self.n_failed}"
             self.bar.update(self.task, completed=self.n_done, state=state, eta=self.eta())
+
+
+def parent_note(spec: ExperimentSpec, plan: Plan) -> str:
+    """The MLflow parent's description: design, factors, seeds, runs, metric (and settings)."""
+    lines = [
+        f"Ablation `{spec.name}`: {plan.design} design over {len(plan.factors)} factors "
+        f"({', '.join(f.name for f in plan.factors)}), {len(plan.cells)} cells x seeds "
+        f"{', '.join(map(str, plan.seeds))} = {len(plan.runs)} runs; metric {spec.metric}.",
+    ]
+    lines += [f"- {line}" for line in plan.supports]
+    if plan.settings:
+        lines += ["", settings_note(spec)]
+    return "\n".join(lines)
 
 
 def settings_note(spec: ExperimentSpec) -> str:

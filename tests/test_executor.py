@@ -149,7 +149,8 @@ def test_a_failing_run_is_recorded_and_only_it_is_retried_on_rerun(local_ray, tm
     assert failed["error"].startswith("ValueError: no luck in this cell (at test_executor.py:")
     assert failed["attempts"] == 2  # retries: 1 within the invocation
     assert summary.failures == {"CH s0": failed["error"]}
-    assert failed["run_id"] not in mlflow_children(spec)
+    (failed_child,) = mlflow_children(spec)[failed["run_id"]]  # one child for both attempts, shown FAILED
+    assert failed_child.info.status == "FAILED"
 
     # attempts count across invocations: a plain rerun does not try the failed run again ...
     _, rerun = run(write_spec(tmp_path), counting_cell)
@@ -161,7 +162,8 @@ def test_a_failing_run_is_recorded_and_only_it_is_retried_on_rerun(local_ray, tm
     after = calls(spec)
     assert after.pop(failed["run_id"]) == 3 and set(after.values()) == {1}
     assert rows(spec)[failed["run_id"]]["error"] is None
-    assert failed["run_id"] in mlflow_children(spec)
+    (child,) = mlflow_children(spec)[failed["run_id"]]  # the failed child continued, now FINISHED
+    assert child.info.run_id == failed_child.info.run_id and child.info.status == "FINISHED"
 
 
 def test_adding_seeds_runs_only_the_new_runs(local_ray, tmp_path: Path):
