@@ -237,8 +237,9 @@ class TrainerConfig(_Frozen):
 
     @field_validator("model")
     @classmethod
-    def _model_path_exists(cls, model: ModelConfig) -> ModelConfig:
-        if model.path != BUILTIN and not Path(model.path).expanduser().is_dir():
+    def _model_path_exists(cls, model: ModelConfig, info: Any) -> ModelConfig:
+        # backend verl: the path is on the cluster (or a Hugging Face hub name), not checked here
+        if info.data.get("backend") != "verl" and model.path != BUILTIN and not Path(model.path).expanduser().is_dir():
             raise ValueError(
                 f"model.path {model.path!r} is not a folder; give a local Hugging Face checkpoint folder or `builtin`"
             )
@@ -246,10 +247,10 @@ class TrainerConfig(_Frozen):
 
     @field_validator("data")
     @classmethod
-    def _data_paths_exist(cls, data: DataConfig) -> DataConfig:
+    def _data_paths_exist(cls, data: DataConfig, info: Any) -> DataConfig:
         for name in ("train", "eval"):
             value = getattr(data, name)
-            if value != BUILTIN and not Path(value).expanduser().is_file():
+            if info.data.get("backend") != "verl" and value != BUILTIN and not Path(value).expanduser().is_file():
                 raise ValueError(f"data.{name} file {value!r} does not exist; give an existing file or `builtin`")
         return data
 
@@ -293,7 +294,7 @@ class TrainerConfig(_Frozen):
                 f"data.builtin_min_terms ({self.data.builtin_min_terms}) exceeds builtin_max_terms "
                 f"({self.data.builtin_max_terms}); set min_terms <= max_terms"
             )
-        if self.rollout.engine == "vllm" and self.rollout.tensor_parallel_size > 1:
+        if self.backend == "builtin" and self.rollout.engine == "vllm" and self.rollout.tensor_parallel_size > 1:
             raise ValueError(
                 "rollout.tensor_parallel_size above 1 is not supported yet (weights are synced to one in-process "
                 "vLLM worker); set it to 1 and pick a model that fits one GPU"
