@@ -239,18 +239,7 @@ class Ledger:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> list[str]:
         """Run ids of `name` that `claim` would accept now, in (cell_key, seed) order."""
-        with self._session() as session:
-            experiment_id = self._experiment_id(session, name)
-            query = (
-                select(Run.run_id)
-                .join(ExperimentRun, ExperimentRun.run_id == Run.run_id)
-                .where(
-                    ExperimentRun.experiment_id == experiment_id,
-                    _claimable(_now(), lease_s, max_attempts),
-                )
-                .order_by(Run.cell_key, Run.seed, Run.run_id)
-            )
-            return list(session.scalars(query))
+        return self._run_ids_where(name, _claimable(_now(), lease_s, max_attempts))
 
     def claim(
         self,
@@ -319,16 +308,17 @@ class Ledger:
 
     def expired_leases(self, name: str, *, lease_s: float = DEFAULT_LEASE_S) -> list[str]:
         """Run ids of `name` left running with a lease older than `lease_s` seconds."""
+        return self._run_ids_where(name, and_(Run.status == RUNNING, Run.heartbeat_at < _now() - timedelta(seconds=lease_s)))
+
+    def _run_ids_where(self, name: str, condition: ColumnElement[bool]) -> list[str]:
+        """Run ids of experiment `name` meeting `condition`, in (cell_key, seed) order."""
         with self._session() as session:
             experiment_id = self._experiment_id(session, name)
             query = (
                 select(Run.run_id)
                 .join(ExperimentRun, ExperimentRun.run_id == Run.run_id)
-                .where(
-                    ExperimentRun.experiment_id == experiment_id,
-                    Run.status == RUNNING,
-                    Run.heartbeat_at < _now() - timedelta(seconds=lease_s),
-                )
+                .where(ExperimentRun.experiment_id == experiment_id, condition)
+                .order_by(Run.cell_key, Run.seed, Run.run_id)
             )
             return list(session.scalars(query))
 
