@@ -157,6 +157,11 @@ class AlgorithmConfig(_Frozen):
     """Reward of a verified-correct response (paper: +1)."""
     reward_wrong: float = -1.0
     """Reward of any other response, truncated ones included (paper: -1)."""
+    reward_flip: float = Field(0.0, ge=0, lt=0.5)
+    """Noisy verifier (a reward environment for transfer studies): each training verdict is flipped
+    (correct <-> wrong) with this probability before rewards and dynamic sampling see it, seeded by
+    (schedule.seed, step, round); training signals count the flipped verdicts, held-out evaluation
+    always uses the true ones. 0: the exact verifier (paper)."""
     gen_prompts_per_round: int | None = Field(None, ge=1)
     """Dynamic sampling: prompts generated per round (None: 3 x prompts_per_step, verl recipe's 1536)."""
     max_gen_rounds: int = Field(10, ge=1, le=1000)

@@ -59,6 +59,7 @@ from .update import (  # noqa: F401  (re-exported: the trainer's public names)
     NonFiniteError,
     StepBatch,
     compute_advantages,
+    flip_verdicts,
     importance_advantages,
     loss_mask,
     policy_loss,
@@ -178,6 +179,57 @@ def load_task(config: TrainerConfig) -> Task:
 
 
 # ------------------------------------------------------------------------------------ the batch
+@dataclass
+class RoundTally:
+    """What the generation rounds of one step saw, for the step's signals."""
+
+    rounds: int = 0
+    groups_seen: int = 0
+    groups_mixed: int = 0
+    n_kept: int = 0
+    tokens_generated: int = 0
+    tokens_discarded: int = 0
+    n_samples: int = 0
+    n_correct: int = 0
+    n_truncated: int = 0
+    n_overlong: int = 0
+    lengths_sum: float = 0.0
+    length_max: int = 0
+    t_roll: float = 0.0
+    t_reward: float = 0.0
+
+    def add(self, rollout: Rollout, correct: torch.Tensor, mixed: torch.Tensor, kept_rows: torch.Tensor,
+            penalty_start: int) -> None:
+        self.tokens_generated += rollout.num_tokens
+        self.tokens_discarded += rollout.num_tokens - int(rollout.lengths[kept_rows].sum())
+        self.groups_seen += len(mixed)
+        self.groups_mixed += int(mixed.sum())
+        self.n_samples += len(correct)
+        self.n_correct += int(correct.sum())
+        self.n_truncated += int(rollout.truncated.sum())
+        self.n_overlong += int((rollout.lengths > penalty_start).sum())
+        self.lengths_sum += float(rollout.lengths.sum())
+        self.length_max = max(self.length_max, int(rollout.lengths.max()))
+
+    def stats(self, dynamic_sampling: bool, want: int) -> dict[str, float]:
+        n = self.n_samples
+        return {
+            "accuracy": self.n_correct / n,
+            "response_length": self.lengths_sum / n,
+            "response_length_max": float(self.length_max),
+            "truncation_rate": self.n_truncated / n,
+            "overlong_rate": self.n_overlong / n,
+            "groups_kept": self.n_kept / self.groups_seen,
+            "groups_mixed": self.groups_mixed / self.groups_seen,
+            "gen_rounds": float(self.rounds),
+            "ds_exhausted": float(dynamic_sampling and self.n_kept < want),
+            "tokens_generated": float(self.tokens_generated),
+            "tokens_discarded": float(self.tokens_discarded),
+            "time_rollout_s": self.t_roll,
+            "time_reward_s": self.t_reward,
+        }
+
+
 def collect_batch(
     config: TrainerConfig,
     engine: RolloutEngine,
@@ -192,14 +244,9 @@ def collect_batch(
     tech, algo, roll = config.techniques, config.algorithm, config.rollout
     G, want = algo.group_size, config.batch.prompts_per_step
     kept: list[tuple[Rollout, torch.Tensor, torch.Tensor, torch.Tensor]] = []
-    n_kept = rounds = groups_seen = groups_mixed = 0
-    tokens_generated = tokens_discarded = 0
-    n_samples = n_correct = n_truncated = n_overlong = 0
-    lengths_sum, length_max = 0.0, 0
-    t_roll = t_reward = 0.0
-    penalty_start = roll.max_response_len - algo.overlong_cache
+    tally = RoundTally()
     while True:
-        rounds += 1
+        tally.rounds += 1
         idx = sampler.draw(config.gen_prompts_per_round)
         for i in idx:
             if i not in encoded:
@@ -207,52 +254,27 @@ def collect_batch(
         t0 = time.perf_counter()
         rollout = engine.generate(
             [encoded[i] for i in idx], G, roll.temperature, roll.top_p, roll.max_response_len,
-            seed=derive_seed(config.schedule.seed, step, rounds),
+            seed=derive_seed(config.schedule.seed, step, tally.rounds),
         )
         t1 = time.perf_counter()
         _, correct = score_rollout(rollout, [train[i][1] for i in idx for _ in range(G)], policy.decode, verifier)
         rewards, penalty = shape_rewards(config, correct, rollout.lengths)
-        t_roll += t1 - t0
-        t_reward += time.perf_counter() - t1
+        tally.t_roll += t1 - t0
+        tally.t_reward += time.perf_counter() - t1
 
         correct_g = correct.view(len(idx), G)
         mixed = alg.keep_mixed_groups(correct_g)
         keep = mixed if tech.dynamic_sampling else torch.ones(len(idx), dtype=torch.bool)
-        keep_groups = keep.nonzero().squeeze(-1)[: want - n_kept]  # surplus kept groups are discarded
+        keep_groups = keep.nonzero().squeeze(-1)[: want - tally.n_kept]  # surplus kept groups are discarded
         rows = (keep_groups[:, None] * G + torch.arange(G)).reshape(-1)
         if len(keep_groups):
             kept.append((rollout.select(rows), rewards.view(-1, G)[keep_groups], correct_g[keep_groups],
                          penalty.view(-1, G)[keep_groups]))
-        n_kept += len(keep_groups)
-
-        tokens_generated += rollout.num_tokens
-        tokens_discarded += rollout.num_tokens - int(rollout.lengths[rows].sum())
-        groups_seen += len(idx)
-        groups_mixed += int(mixed.sum())
-        n_samples += len(correct)
-        n_correct += int(correct.sum())
-        n_truncated += int(rollout.truncated.sum())
-        n_overlong += int((rollout.lengths > penalty_start).sum())
-        lengths_sum += float(rollout.lengths.sum())
-        length_max = max(length_max, int(rollout.lengths.max()))
-        if n_kept >= want or not tech.dynamic_sampling or rounds >= algo.max_gen_rounds:
+        tally.n_kept += len(keep_groups)
+        tally.add(rollout, correct, mixed, rows, roll.max_response_len - algo.overlong_cache)
+        if tally.n_kept >= want or not tech.dynamic_sampling or tally.rounds >= algo.max_gen_rounds:
             break
-
-    stats = {
-        "accuracy": n_correct / n_samples,
-        "response_length": lengths_sum / n_samples,
-        "response_length_max": float(length_max),
-        "truncation_rate": n_truncated / n_samples,
-        "overlong_rate": n_overlong / n_samples,
-        "groups_kept": n_kept / groups_seen,
-        "groups_mixed": groups_mixed / groups_seen,
-        "gen_rounds": float(rounds),
-        "ds_exhausted": float(tech.dynamic_sampling and n_kept < want),
-        "tokens_generated": float(tokens_generated),
-        "tokens_discarded": float(tokens_discarded),
-        "time_rollout_s": t_roll,
-        "time_reward_s": t_reward,
-    }
+    stats = tally.stats(tech.dynamic_sampling, want)
     if not kept:
         empty = torch.zeros((0, G))
         return StepBatch(None, empty, empty.bool(), empty, stats)

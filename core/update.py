@@ -48,6 +48,15 @@ def shape_rewards(config: TrainerConfig, correct: torch.Tensor, lengths: torch.T
     return torch.where(correct, algo.reward_correct, algo.reward_wrong) + penalty, penalty
 
 
+def flip_verdicts(correct: torch.Tensor, share: float, seed: int) -> torch.Tensor:
+    """A noisy verifier: each verdict of `correct` [N] bool flipped independently with probability
+    `share`, from a generator seeded with `seed` (the same seed flips the same verdicts)."""
+    if share <= 0:
+        return correct
+    flips = torch.rand(len(correct), generator=torch.Generator().manual_seed(seed)) < share
+    return correct ^ flips
+
+
 def compute_advantages(config: TrainerConfig, rewards: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
     """Group-normalised advantages [groups, G]; with `overlong_filter` and filtered_in_group_stats
     off, truncated samples are left out of their group's mean and std."""

@@ -123,3 +123,35 @@ def test_bad_difficulty_mix_is_one_sentence_naming_the_field(data, words):
     with pytest.raises(ConfigError) as err:
         build_trainer_config({"data": data})
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------ built-in settings: noisy verifier
+def test_flip_verdicts_flips_the_stated_share_reproducibly():
+    import torch
+
+    from dapo_ablate.core.update import flip_verdicts
+
+    correct = torch.rand(200_000, generator=torch.Generator().manual_seed(0)) < 0.3
+    assert torch.equal(flip_verdicts(correct, 0.0, 1), correct)
+    noisy = flip_verdicts(correct, 0.2, 1)
+    assert abs((noisy ^ correct).float().mean().item() - 0.2) < 0.005
+    assert torch.equal(noisy, flip_verdicts(correct, 0.2, 1))
+    assert not torch.equal(noisy, flip_verdicts(correct, 0.2, 2))
+
+
+def test_a_noisy_verifier_changes_training_rewards_not_the_evaluation():
+    from dapo_ablate.core.config import build_trainer_config
+    from dapo_ablate.core.trainer import train
+    from tiny_configs import TINY_TRAINER
+
+    exact = build_trainer_config({**TINY_TRAINER, "schedule": {"total_steps": 2, "eval_every": 2}})
+    noisy = exact.with_overrides({"algorithm.reward_flip": 0.45})
+    a, b, again = train(exact), train(noisy), train(noisy)
+    def timeless(metrics: dict) -> dict:
+        return {k: v for k, v in metrics.items() if not k.startswith("time")}
+
+    assert timeless(a.eval[0]) == timeless(b.eval[0])  # step 0: the same policy, judged by the true verifier
+    assert [s["accuracy"] for s in a.signals] != [s["accuracy"] for s in b.signals]
+    assert [timeless(s) for s in b.signals] == [timeless(s) for s in again.signals]  # seeded
+    with pytest.raises(Exception, match="reward_flip"):
+        build_trainer_config({**TINY_TRAINER, "algorithm": {**TINY_TRAINER["algorithm"], "reward_flip": 0.5}})
