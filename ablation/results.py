@@ -156,9 +156,10 @@ class ParentRunLogger:
     def log_artifacts(self, local_dir: str, artifact_path: str | None = None) -> None:
         from mlflow import MlflowClient
 
-        from dapo_ablate.ablation.tracking import quiet_mlflow
+        from dapo_ablate.ablation.tracking import quiet_mlflow, rebase_artifacts
 
         quiet_mlflow()
+        rebase_artifacts(normalize_tracking_uri(self.tracking_uri))  # a copied store writes into the copy
         MlflowClient(tracking_uri=normalize_tracking_uri(self.tracking_uri)).log_artifacts(
             self.parent_run_id, local_dir, artifact_path
         )

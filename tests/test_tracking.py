@@ -194,3 +194,20 @@ def test_a_long_run_is_logged_in_batches_within_mlflows_limits(tracker: Tracker)
     assert run.data.params["section.knob_149"] == "149"
     assert len(tracker.client.get_metric_history(run_id, "critic/score/mean")) == 700
     assert len(tracker.client.get_metric_history(run_id, "actor/entropy")) == 700
+
+
+def test_report_on_a_copied_store_logs_into_the_copy(tmp_path: Path):
+    import shutil
+
+    from dapo_ablate.ablation.results import ParentRunLogger
+
+    original = tmp_path / "a" / "dapo-runs"
+    uri = f"sqlite:///{original}/mlflow.db"
+    parent = Tracker(uri, default_artifact_location(uri, original), "exp").parent_run(None, name="exp", tags={})
+    copy = tmp_path / "b" / "dapo-runs"
+    shutil.copytree(original, copy)
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "summary.md").write_text("# report\n")
+    ParentRunLogger(f"sqlite:///{copy}/mlflow.db", parent).log_artifacts(str(report), "report")
+    assert list((copy / "mlartifacts").rglob("summary.md")) and not list(original.rglob("summary.md"))
