@@ -215,7 +215,7 @@ def kill_once(campaign: Campaign, rng: random.Random) -> dict:
             os.kill(process.pid, signum)
     rc, left = reap(process)
     return {"event": "kill", "signal": signal.Signals(signum).name, "moment": "start-up" if early else "mid-run",
-            "delay_s": round(delay, 2), "killed": alive, "rc": rc, "leftover_processes": left}
+            "delay_s": round(delay, 2), "killed": alive and rc != 0, "signal_ignored": alive and rc == 0, "rc": rc, "leftover_processes": left}
 
 
 def drop_connections(campaign: Campaign, rng: random.Random) -> dict:
