@@ -1,0 +1,1 @@
+"""Trainers a cell can run on besides the built-in one (``TrainerConfig.backend``)."""
