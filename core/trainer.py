@@ -258,6 +258,8 @@ def collect_batch(
         )
         t1 = time.perf_counter()
         _, correct = score_rollout(rollout, [train[i][1] for i in idx for _ in range(G)], policy.decode, verifier)
+        # a noisy verifier (algorithm.reward_flip): rewards, the DS filter and `accuracy` see the flipped verdicts
+        correct = flip_verdicts(correct, algo.reward_flip, derive_seed(config.schedule.seed, step, tally.rounds, 1))
         rewards, penalty = shape_rewards(config, correct, rollout.lengths)
         tally.t_roll += t1 - t0
         tally.t_reward += time.perf_counter() - t1
