@@ -149,8 +149,12 @@ def start(campaign: Campaign, *extra: str) -> subprocess.Popen:
     log = open(campaign.root / "driver.log", "a")
     log.write(f"\n=== {time.strftime('%H:%M:%S')} run {' '.join(extra)}\n")
     log.flush()
+    # SIGINT back to its default in the driver: a campaign started in the background (`... &` in a
+    # non-interactive shell) inherits SIGINT ignored, and Python then keeps ignoring it, as a
+    # background job should; the campaign's Ctrl-C must reach the driver like a terminal's.
     return subprocess.Popen([COMMAND, "run", str(campaign.spec), "--no-progress", *extra], cwd=campaign.root,
-                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def session_pids(sid: int) -> list[int]:
