@@ -162,6 +162,10 @@ class AlgorithmConfig(_Frozen):
     (correct <-> wrong) with this probability before rewards and dynamic sampling see it, seeded by
     (schedule.seed, step, round); training signals count the flipped verdicts, held-out evaluation
     always uses the true ones. 0: the exact verifier (paper)."""
+    format_reward: float = Field(0.0, ge=0)
+    """Partial credit (a reward environment for transfer studies): a wrong but finished response whose
+    final answer line is well formed (`Answer: <something>`) gets reward_wrong + this; truncated
+    ones get none. Below reward_correct - reward_wrong. 0: binary reward (paper)."""
     gen_prompts_per_round: int | None = Field(None, ge=1)
     """Dynamic sampling: prompts generated per round (None: 3 x prompts_per_step, verl recipe's 1536)."""
     max_gen_rounds: int = Field(10, ge=1, le=1000)
@@ -266,6 +270,11 @@ class TrainerConfig(_Frozen):
             raise ValueError(
                 f"algorithm.eps_high ({alg.eps_high}) is below eps_low ({alg.eps_low}); "
                 "set eps_high >= eps_low (clip-higher only raises the upper bound)"
+            )
+        if alg.format_reward and alg.reward_wrong + alg.format_reward >= alg.reward_correct:
+            raise ValueError(
+                f"algorithm.format_reward ({alg.format_reward}) lifts a wrong answer to reward_correct "
+                f"({alg.reward_correct}) or above; keep it below reward_correct - reward_wrong"
             )
         if alg.overlong_cache >= roll.max_response_len:
             raise ValueError(

@@ -60,6 +60,7 @@ from .update import (  # noqa: F401  (re-exported: the trainer's public names)
     StepBatch,
     compute_advantages,
     flip_verdicts,
+    format_credit,
     importance_advantages,
     loss_mask,
     policy_loss,
@@ -257,10 +258,11 @@ def collect_batch(
             seed=derive_seed(config.schedule.seed, step, tally.rounds),
         )
         t1 = time.perf_counter()
-        _, correct = score_rollout(rollout, [train[i][1] for i in idx for _ in range(G)], policy.decode, verifier)
+        texts, correct = score_rollout(rollout, [train[i][1] for i in idx for _ in range(G)], policy.decode, verifier)
         # a noisy verifier (algorithm.reward_flip): rewards, the DS filter and `accuracy` see the flipped verdicts
         correct = flip_verdicts(correct, algo.reward_flip, derive_seed(config.schedule.seed, step, tally.rounds, 1))
         rewards, penalty = shape_rewards(config, correct, rollout.lengths)
+        rewards = rewards + format_credit(config, texts, correct, rollout.truncated)  # algorithm.format_reward
         tally.t_roll += t1 - t0
         tally.t_reward += time.perf_counter() - t1
 

@@ -57,6 +57,18 @@ def flip_verdicts(correct: torch.Tensor, share: float, seed: int) -> torch.Tenso
     return correct ^ flips
 
 
+def format_credit(config: TrainerConfig, texts: list[str], correct: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
+    """Partial credit [N]: algorithm.format_reward for each wrong, finished response whose final
+    answer line is well formed (verifier.extract_answer finds one), else 0."""
+    share = config.algorithm.format_reward
+    if share <= 0:
+        return torch.zeros(len(texts))
+    from .verifier import extract_answer
+
+    formed = torch.tensor([extract_answer(t) is not None for t in texts], dtype=torch.bool)
+    return torch.where(formed & ~correct & ~truncated, share, 0.0)
+
+
 def compute_advantages(config: TrainerConfig, rewards: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
     """Group-normalised advantages [groups, G]; with `overlong_filter` and filtered_in_group_stats
     off, truncated samples are left out of their group's mean and std."""

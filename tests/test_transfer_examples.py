@@ -155,3 +155,36 @@ def test_a_noisy_verifier_changes_training_rewards_not_the_evaluation():
     assert [timeless(s) for s in b.signals] == [timeless(s) for s in again.signals]  # seeded
     with pytest.raises(Exception, match="reward_flip"):
         build_trainer_config({**TINY_TRAINER, "algorithm": {**TINY_TRAINER["algorithm"], "reward_flip": 0.5}})
+
+
+# ------------------------------------------------------------ built-in settings: partial credit
+def test_format_credit_rewards_a_well_formed_wrong_answer_only():
+    import torch
+
+    from dapo_ablate.core.config import ConfigError, build_trainer_config
+    from dapo_ablate.core.update import format_credit, shape_rewards
+
+    texts = ["3,7\nAnswer: 7", "3,8\nAnswer: 8", "3,8\nno answer line", "3,8,9,10\nAnswer: 10"]
+    correct = torch.tensor([True, False, False, False])
+    truncated = torch.tensor([False, False, False, True])
+    binary = build_trainer_config({"algorithm": {"overlong_cache": 8}})
+    assert torch.equal(format_credit(binary, texts, correct, truncated), torch.zeros(4))
+    partial = binary.with_overrides({"algorithm.format_reward": 0.5})
+    credit = format_credit(partial, texts, correct, truncated)
+    assert credit.tolist() == [0.0, 0.5, 0.0, 0.0]
+    rewards, _ = shape_rewards(partial, correct, torch.tensor([4, 4, 4, 9]))
+    assert (rewards + credit).tolist() == [1.0, -0.5, -1.0, -1.0]
+    with pytest.raises(ConfigError, match="format_reward"):
+        build_trainer_config({"algorithm": {"format_reward": 2.0}})
+
+
+def test_partial_credit_reaches_the_training_rewards():
+    from dapo_ablate.core.config import build_trainer_config
+    from dapo_ablate.core.trainer import train
+    from tiny_configs import TINY_TRAINER
+
+    binary = build_trainer_config({**TINY_TRAINER, "schedule": {"total_steps": 1, "eval_every": 1}})
+    partial = binary.with_overrides({"algorithm.format_reward": 0.5})
+    a, b = train(binary), train(partial)
+    assert a.signals[0]["accuracy"] == b.signals[0]["accuracy"]  # the same samples, the same verdicts
+    assert b.signals[0]["reward"] > a.signals[0]["reward"]  # wrong but well-formed answers earn credit
