@@ -92,6 +92,10 @@ def _validate(spec, plan, address: str | None) -> None:
     except USER_ERRORS as err:
         fail(str(err))
     typer.echo(format_plan(plan))
+    from dapo_ablate.ablation.backends.verl_plan import format_verl_jobs, uses_verl
+
+    if uses_verl(plan):  # backend verl: every cell's verl command and a GPU-hour estimate
+        typer.echo(format_verl_jobs(spec, plan))
 
 
 def status(spec_path: Path = SPEC_ARG) -> None:

@@ -1,0 +1,96 @@
+"""What ``validate`` / ``run --dry-run`` print for a verl experiment: every cell's exact verl
+command and a GPU-hour estimate.
+
+The estimate is a FLOP count, not a measurement (no GPU here): per rollout step,
+
+- generation: 2 N FLOPs per generated token at `GENERATION_MFU` of the GPU's bf16 peak (decoding is
+  memory-bound), for ``data.gen_batch_size`` prompts x group_size responses (one round of dynamic
+  sampling; each extra round adds as much again);
+- training: 8 N FLOPs per trained token (6 N forward-backward + 2 N for the old log-probs) at
+  `TRAINING_MFU`, for prompts_per_step x group_size responses of `PROMPT_TOKENS` + their length;
+- evaluation: 2 N per token at `GENERATION_MFU`, eval_k samples of `EVAL_PROBLEMS` problems at the
+  start and every eval_every steps;
+
+with N parsed from the model path (``...-32B`` -> 32e9) and every response assumed to run to
+`MEAN_RESPONSE_SHARE` of max_response_len. Real runs vary by 2x either way; measure one cell.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from dapo_ablate.ablation.backends.verl import VerlTranslationError, job_env, verl_command, verl_overrides
+from dapo_ablate.core.config import TrainerConfig
+
+if TYPE_CHECKING:
+    from dapo_ablate.ablation.design import Plan
+    from dapo_ablate.ablation.spec import ExperimentSpec
+
+PEAK_FLOPS = 989e12  # H100 SXM dense bf16
+GENERATION_MFU = 0.05
+TRAINING_MFU = 0.35
+MEAN_RESPONSE_SHARE = 0.5
+PROMPT_TOKENS = 256
+EVAL_PROBLEMS = 30  # AIME 2024
+
+
+def model_params(path: str) -> float | None:
+    """Parameters from a model name such as Qwen2.5-32B or Qwen2.5-Math-1.5B-Instruct; None if absent."""
+    match = re.search(r"(\d+(?:\.\d+)?)\s*[bB](?![a-zA-Z])", path.rsplit("/", 1)[-1])
+    return float(match.group(1)) * 1e9 if match else None
+
+
+def gpu_hours(config: TrainerConfig) -> float | None:
+    """Estimated GPU-hours of one run (see the module docstring); None without a model size."""
+    n = model_params(config.model.path)
+    if n is None:
+        return None
+    algo, batch, s = config.algorithm, config.batch, config.schedule
+    length = MEAN_RESPONSE_SHARE * config.rollout.max_response_len
+    gen_prompts = (algo.gen_prompts_per_round or 3 * batch.prompts_per_step) if config.techniques.dynamic_sampling else batch.prompts_per_step
+    generated = gen_prompts * algo.group_size * length
+    trained = batch.prompts_per_step * algo.group_size * (PROMPT_TOKENS + length) * batch.epochs
+    evaluations = 1 + (s.total_steps // s.eval_every if s.eval_every else 1)
+    evaluated = evaluations * EVAL_PROBLEMS * config.rollout.eval_k * length
+    seconds = (2 * n * (generated * s.total_steps + evaluated) / (PEAK_FLOPS * GENERATION_MFU)
+               + 8 * n * trained * s.total_steps / (PEAK_FLOPS * TRAINING_MFU))
+    return seconds / 3600
+
+
+def uses_verl(plan: Plan) -> bool:
+    return any(run.config.backend == "verl" for run in plan.runs)
+
+
+def verl_jobs(spec: ExperimentSpec, plan: Plan) -> list[tuple[str, str]]:
+    """(run name, shell command) of every verl run; raises VerlTranslationError (one sentence)."""
+    gpus = spec.executor.gpus_per_run or 8
+    env = job_env(spec.tracking.uri)
+    return [
+        (run.name, verl_command(verl_overrides(run.config, gpus=gpus, project=spec.name, run_name=run.name), env))
+        for run in plan.runs if run.config.backend == "verl"
+    ]
+
+
+def format_verl_jobs(spec: ExperimentSpec, plan: Plan) -> str:
+    """The GPU-hour estimate and one verl command per run (MLFLOW_RUN_ID is the run's MLflow child
+    run, filled in when the job is submitted)."""
+    try:
+        jobs = verl_jobs(spec, plan)
+    except VerlTranslationError as err:
+        return f"verl: {err}"
+    verl_runs = [run for run in plan.runs if run.config.backend == "verl"]
+    hours = [gpu_hours(run.config) for run in verl_runs]
+    gpus = spec.executor.gpus_per_run or 8
+    if any(h is None for h in hours):
+        estimate = "GPU-hours: unknown (no model size such as -32B in model.path)"
+    else:
+        total = sum(hours)  # type: ignore[arg-type]
+        estimate = (
+            f"GPU-hours (FLOP estimate, H100 bf16, responses at {MEAN_RESPONSE_SHARE:.0%} of the ceiling): "
+            f"{total:,.0f} in all, {total / len(hours):,.0f} per run; {total / gpus:,.0f} h of wall time on "
+            f"{gpus:g} GPUs per run, one run at a time"
+        )
+    lines = [f"verl jobs ({len(jobs)}, one Ray job each; {estimate}):"]
+    lines += [f"  [{name}] {command}" for name, command in jobs]
+    return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""``dapo-ablate validate`` / ``run --dry-run`` on the paper's verl experiment: 32 verl commands and
+a GPU-hour estimate, nothing written and nothing submitted."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dapo_ablate.ablation.backends.verl import ENTRYPOINT, verl_overrides
+from dapo_ablate.ablation.backends.verl_plan import gpu_hours, model_params
+from dapo_ablate.ablation.design import expand
+from dapo_ablate.ablation.spec import load_spec
+from dapo_ablate.cli.main import app
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "paper_verl.yaml"
+
+
+@pytest.mark.parametrize("command", [["validate"], ["run", "--dry-run"]])
+def test_validate_and_dry_run_print_the_32_verl_commands_and_gpu_hours_and_write_nothing(command: list[str], tmp_path: Path, monkeypatch):
+    spec_path = tmp_path / "paper_verl.yaml"
+    shutil.copy(EXAMPLE, spec_path)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, [*command, str(spec_path)])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("  [")]
+    assert len(lines) == 32
+    hours = re.search(r"GPU-hours \(FLOP estimate[^)]*\): ([\d,]+) in all", result.output)
+    assert hours and int(hours.group(1).replace(",", "")) > 0
+    plan = expand(load_spec(spec_path))
+    by_name = {run.name: run for run in plan.runs}
+    for line in lines:
+        name, command_line = re.fullmatch(r"  \[(.+?)\] (.*)", line).groups()
+        words = shlex.split(command_line)
+        start = words.index(ENTRYPOINT.split()[0])
+        assert " ".join(words[start:start + 3]) == ENTRYPOINT
+        assert "VERL_USE_EXTERNAL_MODULES=dapo_ablate.ablation.backends.verl_loss" in words[:start]
+        assert words[start + 3:] == verl_overrides(by_name[name].config, gpus=128, project="dapo-paper-verl", run_name=name)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["paper_verl.yaml"]
+
+
+def test_gpu_hours_scale_with_the_model_and_the_techniques():
+    plan = expand(load_spec(EXAMPLE))
+    grpo = next(run for run in plan.runs if not any(run.factors.values()))
+    dapo = next(run for run in plan.runs if all(run.factors.values()))
+    assert model_params("/models/Qwen2.5-32B") == 32e9 and model_params("Qwen/Qwen2.5-Math-1.5B-Instruct") == 1.5e9
+    assert model_params("/models/my-policy") is None
+    assert gpu_hours(dapo.config) > gpu_hours(grpo.config)  # dynamic sampling generates 3x the prompts
