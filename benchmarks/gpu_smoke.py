@@ -144,7 +144,9 @@ def _engines_and_steps(config, cuda: bool, engine_name: str) -> dict:
     n, max_new = (8, 256) if cuda else (2, 16)
     hf = HFRolloutEngine(policy.model, policy.eos_token_ids, policy.pad_token_id, dtype=config.compute_dtype)
     hf_tps, tokens = time_engine(hf, prompts, n, max_new)
-    figures = {"engine": engine_name, "batch": f"{len(prompts)}x{n}x{max_new}", "hf_tok_s": round(hf_tps)}
+    # train() loads the policy the same way: these are its master weights' and compute dtypes
+    figures = {"engine": engine_name, "batch": f"{len(prompts)}x{n}x{max_new}", "hf_tok_s": round(hf_tps),
+               "masters": _short(next(policy.model.parameters()).dtype), "compute": _short(config.compute_dtype)}
     del hf
     engine = None
     if engine_name == "vllm":
@@ -169,13 +171,16 @@ def _engines_and_steps(config, cuda: bool, engine_name: str) -> dict:
         train_call_s=round(time.perf_counter() - t0, 1), tokens=result.tokens_generated,
         logprob_gap_max=f"{max(s.get('rollout_logprob_diff_max', 0.0) for s in steps):.2e}",
         grad_norm=f"{steps[-1].get('grad_norm', 0.0):.3g}", mean_length=round(steps[-1]["response_length"], 1),
-        compute="bf16", masters="fp32",
     )
     if cuda:
         figures["gpu_peak_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
     if engine is not None and hasattr(engine, "close"):
         engine.close()
     return figures
+
+
+def _short(dtype: torch.dtype) -> str:
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
 
 
 if __name__ == "__main__":
