@@ -64,6 +64,8 @@ def time_builtin(steps: int, threads: int, micro: int) -> tuple[list[float], lis
         cpu.append(time.process_time() - c0)
         print(f"built-in step {step}: {times[-1]:.2f} s, cpu {cpu[-1]:.2f} s (rollout {signals['time_rollout_s']:.2f}, "
               f"update {signals['time_update_s']:.2f}, mean length {signals['response_length']:.1f})")
+        if signals.get("updates") != 1.0:
+            raise SystemExit(f"built-in step {step} made {signals.get('updates')} optimizer updates, expected 1")
     return times, cpu
 
 
