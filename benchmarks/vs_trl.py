@@ -63,7 +63,8 @@ def time_builtin(steps: int, threads: int, micro: int) -> tuple[list[float], lis
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         print(f"built-in step {step}: {times[-1]:.2f} s, cpu {cpu[-1]:.2f} s (rollout {signals['time_rollout_s']:.2f}, "
-              f"update {signals['time_update_s']:.2f}, mean length {signals['response_length']:.1f})")
+              f"update {signals['time_update_s']:.2f}, mean length {signals['response_length']:.1f}, "
+              f"torch threads {torch.get_num_threads()})")
         if signals.get("updates") != 1.0:
             raise SystemExit(f"built-in step {step} made {signals.get('updates')} optimizer updates, expected 1")
     return times, cpu
@@ -108,7 +109,7 @@ def time_trl(steps: int, threads: int, micro: int, out_dir: str) -> tuple[list[f
         def on_step_end(self, *a, **k):
             times.append(time.perf_counter() - self.t0)
             cpu.append(time.process_time() - self.c0)
-            print(f"TRL step {len(times)}: {times[-1]:.2f} s, cpu {cpu[-1]:.2f} s")
+            print(f"TRL step {len(times)}: {times[-1]:.2f} s, cpu {cpu[-1]:.2f} s, torch threads {torch.get_num_threads()}")
 
     trainer = GRPOTrainer(
         model=model, processing_class=tokenizer, args=args, train_dataset=dataset,
