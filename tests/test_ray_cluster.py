@@ -44,18 +44,21 @@ def free_port() -> int:
 class Head:
     """A `ray start --head --block` in its own session; stopped by killing that session only."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, dashboard: bool = False, **env: str) -> None:
         self.root = root
         self.token_file = root / "head_token"
         self.token_file.write_text(secrets.token_hex(32))
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.env = {**os.environ, "RAY_TMPDIR": str(root), "RAY_AUTH_MODE": "token",
-                    "RAY_AUTH_TOKEN_PATH": str(self.token_file)}
+                    "RAY_AUTH_TOKEN_PATH": str(self.token_file), **env}
         self.env.pop("RAY_AUTH_TOKEN", None)
+        self.dashboard_port = free_port() if dashboard else None
+        board = ([f"--dashboard-port={self.dashboard_port}", "--dashboard-host=127.0.0.1"] if dashboard
+                 else ["--include-dashboard=false"])
         self.process = subprocess.Popen(
             [str(BIN / "ray"), "start", "--head", "--block", f"--port={self.port}", "--node-ip-address=127.0.0.1",
-             "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
+             "--num-cpus=2", *board, "--disable-usage-stats"],
             env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )
         self.wait_ready()
@@ -70,6 +73,8 @@ class Head:
             if address_file.is_file():
                 try:
                     socket.create_connection(("127.0.0.1", self.port), timeout=2).close()
+                    if self.dashboard_port:
+                        socket.create_connection(("127.0.0.1", self.dashboard_port), timeout=2).close()
                     return
                 except OSError:
                     pass
@@ -101,11 +106,11 @@ def head(short_root: Path) -> Iterator[Head]:
         cluster.stop()
 
 
-def write_spec(folder: Path, **executor: object) -> Path:
+def write_spec(folder: Path, trainer: dict | None = None, **executor: object) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "out"
     spec = {
-        "name": "ray-cluster", "trainer": TINY_TRAINER, "factors": ["clip_higher"], "seeds": 1,
+        "name": "ray-cluster", "trainer": trainer or TINY_TRAINER, "factors": ["clip_higher"], "seeds": 1,
         "output_dir": str(out), "ledger": f"sqlite:///{out}/ledger.db", "tracking": {"uri": f"sqlite:///{out}/mlflow.db"},
         "executor": {"max_concurrent": 2, "lease_s": 600, **executor},
     }

@@ -1,0 +1,182 @@
+"""A cell as a Ray job (Ray's Job Submission API): submitted, re-attached after a driver's death,
+its failure reported with its log tail.
+
+`job_cell` is a cell function (``DAPO_ABLATE_CELL_FN=dapo_ablate.ablation.jobs:job_cell``; the
+executor runs it in a Ray task of a driver joined to the cluster). It submits the cell as a Ray job
+whose entrypoint is the cell's trainer -- the built-in trainer (``python -m
+dapo_ablate.ablation.jobs``, its result printed as the last line of the job's log) or verl's
+``main_ppo`` with the cell's overrides -- with a runtime environment (the config, the loss module,
+MLflow) and the cell's CPUs and GPUs as the entrypoint's resources, then waits for it.
+
+A Ray job belongs to the cluster, not to the driver: when the driver is killed, the job keeps
+running. Its submission id is a pure function of the run (``dapo-ablate-<experiment>-<run id>-a<n>``),
+so a rerun that claims the run again finds the job and re-attaches to it (running: waits; finished:
+reads its result; failed while nobody watched: reports that failure) instead of starting it again.
+A failure is raised once with the tail of the job's log; the retry that follows submits attempt
+n + 1. The submission id is also written to ``job.json`` in the run's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RESULT_MARKER = "DAPO_ABLATE_RESULT "
+CONFIG_ENV = "DAPO_ABLATE_JOB_CONFIG"
+ADDRESS_ENV = "DAPO_ABLATE_JOBS_ADDRESS"
+GPUS_ENV = "DAPO_ABLATE_JOB_GPUS"
+CPUS_ENV = "DAPO_ABLATE_JOB_CPUS"
+LOG_TAIL_LINES = 20
+POLL_S = 1.0
+AGENT_WAIT_S = 120.0
+ACTIVE = ("PENDING", "RUNNING")
+
+
+class JobFailed(RuntimeError):
+    """A cell's Ray job ended FAILED or STOPPED; the message ends with its log tail."""
+
+
+def dashboard_address() -> str:
+    """The joined cluster's Job API address: $DAPO_ABLATE_JOBS_ADDRESS, else the dashboard URL the
+    head publishes in Ray's internal key-value store (read from inside a Ray worker)."""
+    if os.environ.get(ADDRESS_ENV):
+        return os.environ[ADDRESS_ENV]
+    from ray._private import ray_constants
+    from ray.experimental.internal_kv import _internal_kv_get
+
+    url = _internal_kv_get(ray_constants.DASHBOARD_ADDRESS, namespace=ray_constants.KV_NAMESPACE_DASHBOARD)
+    if not url:
+        raise RuntimeError(f"the Ray cluster has no dashboard (the Job API); start its head with the dashboard or set {ADDRESS_ENV}")
+    url = url.decode() if isinstance(url, bytes) else str(url)
+    return url if url.startswith("http") else f"http://{url}"
+
+
+def submission_ids(run_dir: str) -> tuple[str, Path]:
+    """(id prefix of the run's jobs, the run's job.json) from ``<output_dir>/<experiment>/<run id>``."""
+    folder = Path(run_dir)
+    return f"dapo-ablate-{folder.parent.name}-{folder.name}", folder / "job.json"
+
+
+def builtin_entrypoint(run_dir: str, eval_cache_dir: str | None) -> str:
+    return " ".join(shlex.quote(word) for word in (sys.executable, "-m", "dapo_ablate.ablation.jobs", run_dir, eval_cache_dir or ""))
+
+
+def verl_entrypoint(config: dict[str, Any], run_dir: str) -> tuple[str, dict[str, str]]:
+    """verl's command and environment; the MLflow child run comes from the driver
+    ($DAPO_ABLATE_MLFLOW_RUN_ID), so that verl logs into the cell's own run."""
+    from dapo_ablate.ablation.backends.verl import ENTRYPOINT, job_env, verl_overrides
+    from dapo_ablate.core.config import build_trainer_config
+
+    run_id = os.environ.get("DAPO_ABLATE_MLFLOW_RUN_ID")
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if not run_id or not uri:
+        raise RuntimeError(
+            "a verl cell needs the cell's MLflow child run (DAPO_ABLATE_MLFLOW_RUN_ID) and MLFLOW_TRACKING_URI in the job "
+            "environment; the executor does not pass them yet (see README, verl backend)"
+        )
+    gpus = float(os.environ.get(GPUS_ENV, "8"))
+    overrides = verl_overrides(build_trainer_config(config), gpus=gpus, run_name=Path(run_dir).name)
+    return " ".join([ENTRYPOINT, *(shlex.quote(o) for o in overrides)]), job_env(uri, run_id)
+
+
+def job_cell(config: dict[str, Any], run_dir: str, eval_cache_dir: str | None) -> dict[str, Any]:
+    """Run one cell as a Ray job (submitting it, or re-attaching to the one already submitted)."""
+    from ray.job_submission import JobSubmissionClient
+
+    address = dashboard_address()
+    client = JobSubmissionClient(address)
+    prefix, record = submission_ids(run_dir)
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    attempt = 1
+    while True:
+        sid = f"{prefix}-a{attempt}"
+        info = _job_info(client, sid)
+        reported = Path(run_dir) / f"{sid}.reported"
+        if info is not None and str(info.status) in ("FAILED", "STOPPED") and reported.exists():
+            attempt += 1  # that failure was reported; this call is the retry
+            continue
+        break
+    if info is None:
+        _submit(client, sid, config, run_dir, eval_cache_dir)
+    record.write_text(json.dumps({"submission_id": sid, "attempt": attempt, "address": address}))
+    status = _wait(client, sid)
+    logs = client.get_job_logs(sid)
+    if status != "SUCCEEDED":
+        reported.write_text(status)
+        tail = "\n".join(logs.strip().splitlines()[-LOG_TAIL_LINES:])
+        raise JobFailed(f"Ray job {sid} ended {status}; last lines of its log:\n{tail}")
+    if config.get("backend") == "verl":
+        from dapo_ablate.ablation.backends.verl_results import result_from_mlflow
+
+        return result_from_mlflow(os.environ["MLFLOW_TRACKING_URI"], os.environ["DAPO_ABLATE_MLFLOW_RUN_ID"])
+    return result_from_logs(logs, sid)
+
+
+def _job_info(client: Any, sid: str) -> Any:
+    try:
+        return client.get_job_info(sid)
+    except RuntimeError as err:  # the Job API answers 404 as RuntimeError("... does not exist")
+        if "does not exist" in str(err) or "404" in str(err):
+            return None
+        raise
+
+
+def _submit(client: Any, sid: str, config: dict[str, Any], run_dir: str, eval_cache_dir: str | None) -> None:
+    env = {CONFIG_ENV: json.dumps(config), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    if config.get("backend") == "verl":
+        entrypoint, verl_env = verl_entrypoint(config, run_dir)
+        env.update(verl_env)
+    else:
+        entrypoint = builtin_entrypoint(run_dir, eval_cache_dir)
+    deadline = time.monotonic() + AGENT_WAIT_S
+    while True:
+        try:
+            client.submit_job(
+                entrypoint=entrypoint, submission_id=sid, runtime_env={"env_vars": env},
+                entrypoint_num_cpus=float(os.environ.get(CPUS_ENV, "1")),
+                entrypoint_num_gpus=float(os.environ.get(GPUS_ENV, "0")),
+                metadata={"dapo_ablate_run_dir": run_dir},
+            )
+            return
+        except RuntimeError as err:  # a head just started has no job agent yet ("try again later")
+            if "try again later" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(POLL_S)
+
+
+def _wait(client: Any, sid: str) -> str:
+    while True:
+        status = str(client.get_job_status(sid))
+        status = status.rsplit(".", 1)[-1]  # JobStatus.RUNNING -> RUNNING
+        if status not in ACTIVE:
+            return status
+        time.sleep(POLL_S)
+
+
+def result_from_logs(logs: str, sid: str) -> dict[str, Any]:
+    for line in reversed(logs.splitlines()):
+        if line.startswith(RESULT_MARKER):
+            return json.loads(line[len(RESULT_MARKER):])
+    raise JobFailed(f"Ray job {sid} succeeded but printed no result line ({RESULT_MARKER.strip()}); last lines:\n"
+                    + "\n".join(logs.strip().splitlines()[-LOG_TAIL_LINES:]))
+
+
+def main(argv: list[str]) -> int:
+    """The built-in trainer as a job's entrypoint: the cell's config from $DAPO_ABLATE_JOB_CONFIG,
+    its result printed as one marked JSON line."""
+    from dapo_ablate.ablation.cell import run_cell
+
+    run_dir, cache = argv[0], argv[1] if len(argv) > 1 else ""
+    config = json.loads(os.environ[CONFIG_ENV])
+    result = run_cell(config, run_dir, cache or None)
+    print(RESULT_MARKER + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

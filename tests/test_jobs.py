@@ -1,0 +1,117 @@
+"""A cell as a Ray job on a real local cluster (``ray start --head`` with the dashboard's Job API
+and token authentication): the job path runs cells whose entrypoint is the built-in trainer; the
+driver is SIGKILLed while a job runs, and the rerun re-attaches to it instead of submitting it
+again, recording each cell once in the ledger and once in MLflow. No mock of Ray or MLflow."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dapo_ablate.ablation.backends.verl_results import result_from_history, score_name
+from dapo_ablate.ablation.jobs import RESULT_MARKER, JobFailed, result_from_logs, submission_ids
+from test_ray_cluster import Head, client_env, short_root  # noqa: F401 - fixture
+from test_ray_cluster import done_runs, write_spec
+from test_run_cli import kill_session
+from tiny_configs import TINY_TRAINER
+
+BIN = Path(sys.executable).parent
+LIST_JOBS = (
+    "import json, sys\n"
+    "from ray.job_submission import JobSubmissionClient\n"
+    "jobs = JobSubmissionClient(sys.argv[1]).list_jobs()\n"
+    "print(json.dumps([[j.submission_id, str(j.status).rsplit('.', 1)[-1]] for j in jobs if j.submission_id]))\n"
+)
+
+
+def list_jobs(head: Head) -> list[list[str]]:
+    result = subprocess.run([sys.executable, "-c", LIST_JOBS, f"http://127.0.0.1:{head.dashboard_port}"],
+                            env=head.env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def start_driver(spec: Path, head: Head) -> subprocess.Popen:
+    env = client_env(head, RAY_AUTH_TOKEN_PATH=str(head.token_file), DAPO_ABLATE_CELL_FN="dapo_ablate.ablation.jobs:job_cell")
+    return subprocess.Popen([str(BIN / "dapo-ablate"), "run", str(spec), "--no-progress", "--address", head.address],
+                            cwd=spec.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_driver_while_a_job_runs_then_rerun_reattaches_and_records_each_cell_once(short_root: Path, tmp_path: Path):
+    head = Head(short_root, dashboard=True)
+    try:
+        trainer = {**TINY_TRAINER, "schedule": {**TINY_TRAINER["schedule"], "total_steps": 16, "eval_every": 8}}
+        spec = write_spec(tmp_path, trainer, cpus_per_run=0)
+
+        driver = start_driver(spec, head)
+        deadline = time.time() + 300
+        while not any(status == "RUNNING" for _, status in list_jobs(head)):
+            assert driver.poll() is None, driver.communicate()
+            assert time.time() < deadline, "no Ray job started running"
+            time.sleep(0.5)
+        kill_session(driver.pid)  # SIGKILL of the driver and everything in its session
+        driver.wait(timeout=60)
+        assert driver.returncode == -signal.SIGKILL
+        assert any(status == "RUNNING" for _, status in list_jobs(head))  # the job outlives its driver
+
+        rerun = start_driver(spec, head)
+        out, err = rerun.communicate(timeout=900)
+        kill_session(rerun.pid)
+        assert rerun.returncode == 0, err[-3000:]
+
+        assert done_runs(spec) == 2
+        jobs = list_jobs(head)
+        assert len(jobs) == 2 and all(status == "SUCCEEDED" for _, status in jobs)
+        assert all(sid.endswith("-a1") for sid, _ in jobs)  # never submitted a second time
+        out_dir = tmp_path / "out" / "ray-cluster"
+        recorded = {json.loads((folder / "job.json").read_text())["submission_id"] for folder in out_dir.iterdir() if (folder / "job.json").is_file()}
+        assert recorded == {sid for sid, _ in jobs}
+
+        from mlflow import MlflowClient
+
+        from dapo_ablate.ablation.tracking import RUN_ID_TAG
+
+        client = MlflowClient(f"sqlite:///{tmp_path / 'out' / 'mlflow.db'}")
+        experiment = client.get_experiment_by_name("ray-cluster")
+        children: dict[str, int] = {}
+        for run in client.search_runs([experiment.experiment_id]):
+            if RUN_ID_TAG in run.data.tags:
+                children[run.data.tags[RUN_ID_TAG]] = children.get(run.data.tags[RUN_ID_TAG], 0) + 1
+        assert len(children) == 2 and set(children.values()) == {1}
+    finally:
+        head.stop()
+
+
+def test_submission_ids_and_result_lines():
+    prefix, record = submission_ids("/runs/out/my-exp/0123abcd")
+    assert prefix == "dapo-ablate-my-exp-0123abcd" and record == Path("/runs/out/my-exp/0123abcd/job.json")
+    result = {"metrics": {"avg@32": 0.5}, "eval_curve": [], "signals": [], "wall_s": 1.0}
+    assert result_from_logs(f"training...\n{RESULT_MARKER}{json.dumps(result)}\n", "sid") == result
+    with pytest.raises(JobFailed, match="printed no result line"):
+        result_from_logs("Traceback\nboom\n", "sid")
+
+
+def test_verl_metrics_read_back_into_the_ledger_shape():
+    assert score_name("val-core/math_dapo/acc/mean_at_32") == "avg@32"
+    assert score_name("val-core/aime/acc/best@32/mean") == "pass@32"
+    assert score_name("val-core/aime/acc/maj_at_32/mean") == "maj@32"
+    assert score_name("critic/score/mean") is None
+    history = {
+        "val-core/aime/acc/mean_at_32": [(0, 0.1), (5, 0.3)],
+        "val-core/aime/acc/best_at_32/mean": [(0, 0.4), (5, 0.6)],
+        "critic/score/mean": [(1, -0.5), (2, -0.2)],
+        "response_length/clip_ratio": [(1, 0.1)],
+    }
+    result = result_from_history(history, wall_s=12.0)
+    assert result["metrics"] == {"avg@32": 0.3, "pass@32": 0.6, "steps": 5}
+    assert result["eval_curve"] == [{"step": 0, "avg@32": 0.1, "pass@32": 0.4}, {"step": 5, "avg@32": 0.3, "pass@32": 0.6}]
+    assert result["signals"] == [{"step": 1, "reward": -0.5, "truncation_rate": 0.1}, {"step": 2, "reward": -0.2}]
