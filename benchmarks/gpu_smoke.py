@@ -76,7 +76,10 @@ def trainer_config(ckpt: Path, engine: str, cuda: bool):
                     "gpu_memory_utilization": 0.3},
         "algorithm": {"group_size": 8 if cuda else 2, "overlong_cache": 3 * ceiling // 4},
         "optim": {"lr": 1e-6, "warmup_steps": 0},
-        "batch": {"prompts_per_step": 32 if cuda else 2, "mini_batch_size": 256 if cuda else 4},
+        # GPU: 8 length-sorted micro-batches of 32; all 256 rows at once would keep ~115 GB of
+        # activations (0.5B shape, 24 layers, ~290 positions: a truncated response sets the width)
+        "batch": {"prompts_per_step": 32 if cuda else 2, "mini_batch_size": 256 if cuda else 4,
+                  "micro_batch_size": 32 if cuda else 2},
         "schedule": {"total_steps": 3, "eval_every": 0, "seed": 0},
     })
 
