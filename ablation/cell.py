@@ -40,6 +40,10 @@ def run_cell(
     to its pruner: `sweeps.tasks.run_streaming`). ``on_event(kind, step, data)``, if given, is
     called after each training step ("step", its signals) and evaluation ("eval").
     """
+    if config_dict.get("backend") == "verl":  # a verl job on the Ray cluster (ablation/jobs.py)
+        from dapo_ablate.ablation.jobs import job_cell
+
+        return job_cell(config_dict, run_dir, eval_cache_dir)
     from dapo_ablate.core.config import build_trainer_config
     from dapo_ablate.core.trainer import train
 

@@ -115,3 +115,14 @@ def test_verl_metrics_read_back_into_the_ledger_shape():
     assert result["metrics"] == {"avg@32": 0.3, "pass@32": 0.6, "steps": 5}
     assert result["eval_curve"] == [{"step": 0, "avg@32": 0.1, "pass@32": 0.4}, {"step": 5, "avg@32": 0.3, "pass@32": 0.6}]
     assert result["signals"] == [{"step": 1, "reward": -0.5, "truncation_rate": 0.1}, {"step": 2, "reward": -0.2}]
+
+
+def test_a_verl_cell_goes_to_the_job_path_not_the_builtin_trainer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from dapo_ablate.ablation.cell import run_cell
+    from dapo_ablate.ablation.design import expand
+    from dapo_ablate.ablation.spec import load_spec
+
+    config = expand(load_spec(Path(__file__).resolve().parents[1] / "examples" / "paper_verl.yaml")).runs[0].config
+    monkeypatch.setenv("DAPO_ABLATE_JOBS_ADDRESS", "http://127.0.0.1:1")  # no Job API there
+    with pytest.raises(ConnectionError, match="127.0.0.1:1"):
+        run_cell(config.to_dict(), str(tmp_path / "exp" / "run"), None)
