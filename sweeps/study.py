@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import os
-import socket
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -246,7 +245,9 @@ def fail_and_requeue(study: optuna.Study, trial_id: int, reason: str) -> bool:
 def recover_orphans(study: optuna.Study) -> list[int]:
     """Fail and queue again the running trials whose driver was a process on this host that is
     gone (killed, crashed); their numbers. Others' trials wait for the heartbeat's grace period."""
-    hostname, recovered = socket.gethostname(), []
+    from dapo_ablate.ablation.executor import this_host
+
+    hostname, recovered = this_host().rpartition(":")[0], []  # host and PID namespace, as drivers record them
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         holder, _, pid = str(trial.system_attrs.get(DRIVER_ATTR, "")).rpartition(":")
         if holder == hostname and pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):

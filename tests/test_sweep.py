@@ -360,7 +360,7 @@ def test_resume_after_the_driver_is_killed(tmp_path, ledger_url, shared_mlflow):
     assert len(done_before) >= 2 and running_before
 
     rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
     assert f"{spec.name}: 6/6 trials finished" in rerun.stdout
     after = {t.number: t for t in trials(spec)}
     assert studies.counted_trials(list(after.values())) == 6
