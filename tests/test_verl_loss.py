@@ -102,3 +102,50 @@ def test_registration_without_verl_is_a_no_op():
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
         assert register() is True and get_policy_loss_fn("dapo_overlong_filter") is verl_policy_loss
+
+
+# Runs in the verl environment with this environment's torch (and dapo_ablate) added after its own
+# packages: verl imports our module through VERL_USE_EXTERNAL_MODULES, and the registered loss
+# equals verl's own `vanilla` loss on the batch with the truncated rows masked.
+IN_VERL = r"""
+import site, sys
+site.addsitedir(sys.argv[1])
+import torch, verl
+from omegaconf import OmegaConf
+from verl.trainer.ppo.core_algos import get_policy_loss_fn
+from dapo_ablate.ablation.backends.verl_loss import truncated_rows, verl_policy_loss
+ours, vanilla = get_policy_loss_fn("dapo_overlong_filter"), get_policy_loss_fn("vanilla")
+assert ours is verl_policy_loss, ours
+g = torch.Generator().manual_seed(0)
+B, T = 12, 16
+lengths = torch.randint(1, T, (B,), generator=g); lengths[[1, 4, 7, 10]] = T
+mask = (torch.arange(T)[None] < lengths[:, None]).double()
+old = -torch.rand(B, T, generator=g, dtype=torch.float64) * 3
+new = old + torch.randn(B, T, generator=g, dtype=torch.float64) * 0.4
+adv = torch.randn(B, generator=g, dtype=torch.float64)[:, None].expand(B, T)
+keep = mask * (~truncated_rows(mask))[:, None]
+for mode in ("token-mean", "seq-mean-token-mean"):
+    cfg = OmegaConf.create({"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "clip_ratio_c": 3.0, "global_batch_info": {}})
+    a, _ = ours(old, new, adv, mask, mode, cfg)
+    b, _ = vanilla(old, new, adv, keep, mode, cfg)
+    assert abs(float(a) - float(b)) < 1e-6, (mode, float(a), float(b))
+    print(mode, float(a), float(b))
+"""
+
+
+def test_verl_imports_the_loss_module_and_its_registered_loss_equals_verls_vanilla_on_the_filtered_batch():
+    import os
+    import subprocess
+    import sysconfig
+    from pathlib import Path
+
+    python = os.environ.get("DAPO_VERL_PYTHON", "")
+    if not python or not Path(python).is_file():
+        if os.environ.get("DAPO_REQUIRE_VERL") == "1":
+            pytest.fail(f"DAPO_REQUIRE_VERL=1 but DAPO_VERL_PYTHON ({python!r}) is not a python with verl installed")
+        pytest.skip("no verl environment (set DAPO_VERL_PYTHON to its python; .ci/run builds one)")
+    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "dapo_ablate.ablation.backends.verl_loss"}
+    result = subprocess.run([python, "-c", IN_VERL, sysconfig.get_paths()["purelib"]], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "token-mean" in result.stdout and "seq-mean-token-mean" in result.stdout
