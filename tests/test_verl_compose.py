@@ -7,7 +7,8 @@ it). Its python is found through ``DAPO_VERL_PYTHON``; without it the test skips
 
 The overrides of all 32 cells of examples/paper_verl.yaml are composed with Hydra's compose API
 into ``verl/trainer/config/ppo_trainer.yaml`` in struct mode, so an override naming a key verl does
-not have fails; the composed values of the toggles are read back per cell.
+not have fails; the composed values of the toggles are read back per cell, and the algorithm, actor
+and rollout sections are built into verl's own config classes (whose checks run).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -34,9 +36,11 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "paper_verl.yaml"
 # Runs in the verl environment: reads [[override, ...], ...] on stdin, composes each list,
 # prints one JSON line per list: {"ok": true, "values": {...}} or {"ok": false, "error": "..."}.
 COMPOSE = r"""
-import importlib.util, json, os, sys
+import importlib.util, json, os, site, sys
+site.addsitedir(sys.argv[1])  # this environment's torch, after verl's own packages
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
+from verl.utils.config import omega_conf_to_dataclass
 config_dir = os.path.join(importlib.util.find_spec("verl").submodule_search_locations[0], "trainer", "config")
 read = ["actor_rollout_ref.actor.policy_loss.loss_mode", "actor_rollout_ref.actor.clip_ratio_high",
         "actor_rollout_ref.actor.loss_agg_mode", "algorithm.filter_groups.enable", "data.gen_batch_size",
@@ -47,6 +51,9 @@ with initialize_config_dir(config_dir=config_dir, version_base=None):
         try:
             cfg = compose(config_name="ppo_trainer", overrides=overrides)
             values = {key: OmegaConf.select(cfg, key) for key in read}
+            OmegaConf.resolve(cfg)
+            for node in (cfg.algorithm, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout):
+                omega_conf_to_dataclass(node)  # verl's own config classes and their checks
             print(json.dumps({"ok": True, "values": values}))
         except Exception as err:
             print(json.dumps({"ok": False, "error": f"{type(err).__name__}: {err}"}))
@@ -63,7 +70,9 @@ def verl_python() -> str:
 
 
 def compose(python: str, override_lists: list[list[str]]) -> list[dict]:
-    result = subprocess.run([python, "-c", COMPOSE], input=json.dumps(override_lists), capture_output=True, text=True, timeout=600)
+    site_packages = sysconfig.get_paths()["purelib"]
+    result = subprocess.run([python, "-c", COMPOSE, site_packages], input=json.dumps(override_lists), capture_output=True,
+                            text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == len(override_lists), result.stdout[-2000:] + result.stderr[-2000:]
@@ -79,9 +88,10 @@ def test_the_overrides_of_all_32_cells_compose_into_verls_config_and_a_wrong_key
     python = verl_python()
     cells = paper_cells()
     assert len(cells) == 32 and len({tuple(o) for _, o in cells}) == 32
-    wrong = [*cells[0][1], "actor_rollout_ref.actor.clip_ratio_hgih=0.28"]
-    results = compose(python, [overrides for _, overrides in cells] + [wrong])
-    for (config, _), result in zip(cells, results[:-1]):
+    wrong = [*cells[0][1], "actor_rollout_ref.actor.clip_ratio_hgih=0.28"]  # a key verl does not have
+    bad_value = [*cells[0][1], "actor_rollout_ref.actor.loss_agg_mode=token-meen"]  # refused by verl's ActorConfig
+    results = compose(python, [overrides for _, overrides in cells] + [wrong, bad_value])
+    for (config, _), result in zip(cells, results[:-2]):
         assert result["ok"], result["error"]
         values, t = result["values"], config.techniques
         assert values["actor_rollout_ref.actor.policy_loss.loss_mode"] == (OVERLONG_FILTER_LOSS if t.overlong_filter else "vanilla")
@@ -93,7 +103,8 @@ def test_the_overrides_of_all_32_cells_compose_into_verls_config_and_a_wrong_key
         assert values["reward.reward_manager.name"] == "dapo"
         assert values["actor_rollout_ref.rollout.val_kwargs.n"] == 32
         assert values["actor_rollout_ref.actor.ppo_mini_batch_size"] == 32  # 512 responses / 16 per prompt
-    assert not results[-1]["ok"] and "clip_ratio_hgih" in results[-1]["error"]
+    assert not results[-2]["ok"] and "clip_ratio_hgih" in results[-2]["error"]
+    assert not results[-1]["ok"] and "token-meen" in results[-1]["error"]
 
 
 def test_the_added_reward_keys_are_the_ones_verls_dapo_reward_manager_reads():
