@@ -56,6 +56,7 @@ def run(
         return
     from dapo_ablate.ablation.executor import run_experiment
 
+    _verl_checked(spec, plan)
     try:
         summary = run_experiment(
             spec, plan, address=address, progress=progress, max_concurrent=max_concurrent, retry_failed=retry_failed
@@ -92,10 +93,24 @@ def _validate(spec, plan, address: str | None) -> None:
     except USER_ERRORS as err:
         fail(str(err))
     typer.echo(format_plan(plan))
-    from dapo_ablate.ablation.backends.verl_plan import format_verl_jobs, uses_verl
+    if _verl_checked(spec, plan):  # backend verl: every cell's verl command and a GPU-hour estimate
+        from dapo_ablate.ablation.backends.verl_plan import format_verl_jobs
 
-    if uses_verl(plan):  # backend verl: every cell's verl command and a GPU-hour estimate
         typer.echo(format_verl_jobs(spec, plan))
+
+
+def _verl_checked(spec, plan) -> bool:
+    """True when cells run on verl, after checking that verl can run every one (exit 2 if not)."""
+    from dapo_ablate.ablation.backends.verl import VerlTranslationError
+    from dapo_ablate.ablation.backends.verl_plan import uses_verl, verl_jobs
+
+    if not uses_verl(plan):
+        return False
+    try:
+        verl_jobs(spec, plan)
+    except VerlTranslationError as err:
+        fail(str(err))
+    return True
 
 
 def status(spec_path: Path = SPEC_ARG) -> None:

@@ -50,3 +50,14 @@ def test_gpu_hours_scale_with_the_model_and_the_techniques():
     assert model_params("/models/Qwen2.5-32B") == 32e9 and model_params("Qwen/Qwen2.5-Math-1.5B-Instruct") == 1.5e9
     assert model_params("/models/my-policy") is None
     assert gpu_hours(dapo.config) > gpu_hours(grpo.config)  # dynamic sampling generates 3x the prompts
+
+
+@pytest.mark.parametrize("command", [["validate"], ["run", "--dry-run"], ["run"]])
+def test_a_cell_verl_cannot_run_exits_2_with_one_sentence_before_anything_is_written(command: list[str], tmp_path: Path, monkeypatch):
+    spec_path = tmp_path / "paper_verl.yaml"
+    spec_path.write_text(EXAMPLE.read_text().replace("    engine: vllm\n", "    engine: hf\n", 1))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, [*command, str(spec_path)])
+    assert result.exit_code == 2, result.output
+    assert "trainer.rollout.engine is hf, which is not a verl rollout on backend verl; set rollout.engine: vllm" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["paper_verl.yaml"]

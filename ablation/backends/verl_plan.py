@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from dapo_ablate.ablation.backends.verl import VerlTranslationError, job_env, verl_command, verl_overrides
+from dapo_ablate.ablation.backends.verl import job_env, verl_command, verl_overrides
 from dapo_ablate.core.config import TrainerConfig
 
 if TYPE_CHECKING:
@@ -75,10 +75,7 @@ def verl_jobs(spec: ExperimentSpec, plan: Plan) -> list[tuple[str, str]]:
 def format_verl_jobs(spec: ExperimentSpec, plan: Plan) -> str:
     """The GPU-hour estimate and one verl command per run (MLFLOW_RUN_ID is the run's MLflow child
     run, filled in when the job is submitted)."""
-    try:
-        jobs = verl_jobs(spec, plan)
-    except VerlTranslationError as err:
-        return f"verl: {err}"
+    jobs = verl_jobs(spec, plan)  # raises VerlTranslationError (one sentence)
     verl_runs = [run for run in plan.runs if run.config.backend == "verl"]
     hours = [gpu_hours(run.config) for run in verl_runs]
     gpus = spec.executor.gpus_per_run or 8
