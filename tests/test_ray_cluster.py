@@ -143,6 +143,7 @@ def done_runs(spec: Path) -> int:
         return sum(row["status"] == "done" for row in ledger.runs_table("ray-cluster"))
 
 
+@pytest.mark.slow
 def test_run_address_joins_a_token_cluster_with_the_token_and_exits_2_without_it(head: Head, tmp_path: Path):
     # no token anywhere (an empty HOME hides ~/.ray/auth_token): exit 2, a sentence about the token
     home = tmp_path / "home"
@@ -172,6 +173,7 @@ def test_run_address_joins_a_token_cluster_with_the_token_and_exits_2_without_it
     assert head.process.poll() is None  # joined, not replaced
 
 
+@pytest.mark.slow
 def test_local_run_starts_its_own_ray_beside_a_ray_start_cluster_and_a_stale_address_file(head: Head, tmp_path: Path):
     env = {**client_env(head), "DAPO_ABLATE_CELL_FN": "test_run_cli:sleepy_cell", "CELL_SLEEP_S": "0",
            "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
