@@ -6,7 +6,6 @@ again, recording each cell once in the ledger and once in MLflow. No mock of Ray
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
