@@ -313,7 +313,11 @@ def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
         )
     # address="local": always a new Ray of our own; a bare ray.init() would join whatever cluster
     # Ray's current-cluster file names (a colleague's `ray start`, another driver's, a crashed one)
-    ray.init(address="local", num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
+    try:
+        ray.init(address="local", num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
+    except BaseException:  # Ctrl-C or SIGTERM while Ray starts: stop what it has started so far
+        ray.shutdown()
+        raise
     start_reaper()  # the local Ray's processes die with this driver, even after a SIGKILL
     if executor.gpus_per_run > ray.cluster_resources().get("GPU", 0):
         ray.shutdown()
