@@ -60,7 +60,9 @@ def test_sigkill_of_the_driver_while_a_job_runs_then_rerun_reattaches_and_record
         kill_session(driver.pid)  # SIGKILL of the driver and everything in its session
         driver.wait(timeout=60)
         assert driver.returncode == -signal.SIGKILL
-        assert any(status == "RUNNING" for _, status in list_jobs(head))  # the job outlives its driver
+        # the job outlives its driver: still running, or (on a slow, busy machine) already finished
+        survivors = list_jobs(head)
+        assert survivors and all(status in ("PENDING", "RUNNING", "SUCCEEDED") for _, status in survivors), survivors
 
         rerun = start_driver(spec, head)
         out, err = rerun.communicate(timeout=900)
