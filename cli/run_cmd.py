@@ -93,10 +93,25 @@ def _validate(spec, plan, address: str | None) -> None:
     except USER_ERRORS as err:
         fail(str(err))
     typer.echo(format_plan(plan))
+    typer.echo(_ledger_line(spec, plan))
     if _verl_checked(spec, plan):  # backend verl: every cell's verl command and a GPU-hour estimate
         from dapo_ablate.ablation.backends.verl_plan import format_verl_jobs
 
         typer.echo(format_verl_jobs(spec, plan))
+
+
+def _ledger_line(spec, plan) -> str:
+    """Where the plan's runs stand in the ledger (read only: a missing ledger is not created)."""
+    from dapo_ablate.ablation.results import status_rows
+
+    try:
+        _, counts = status_rows(spec, plan)
+    except USER_ERRORS as err:
+        return f"ledger   not readable ({err}); all {len(plan.runs)} runs counted as to do"
+    done, total = counts.get("done", 0), len(plan.runs)
+    to_do = total - done
+    parts = ", ".join(f"{counts[key]} {key}" for key in ("done", "running", "failed", "pending", "new") if counts.get(key))
+    return f"ledger   {parts}: {to_do} of {total} runs still to do" if to_do else f"ledger   all {total} runs done: nothing to run"
 
 
 def _verl_checked(spec, plan) -> bool:

@@ -227,6 +227,9 @@ def test_a_failing_run_fails_the_command_and_retry_failed_retries_only_it(tmp_pa
     assert failed["error"].startswith("ValueError: the CH cell fails on purpose") and failed["attempts"] == 2
     assert sum(row["status"] == "done" for row in runs.values()) == 3
 
+    validated = CliRunner().invoke(app, ["validate", str(spec_path)])
+    assert "ledger   3 done, 1 failed: 1 of 4 runs still to do" in validated.output, validated.output
+
     code, out, err = finish(start(spec_path, sleep_s=0.1))  # attempts count across invocations
     assert code == 1 and "failed CH s0" in err
     assert calls(spec_path, failed["run_id"]) == 2
@@ -240,6 +243,8 @@ def test_a_failing_run_fails_the_command_and_retry_failed_retries_only_it(tmp_pa
     }
     _, children = mlflow_runs(spec_path)
     assert all(len(found) == 1 for found in children.values()) and len(children) == 4
+    validated = CliRunner().invoke(app, ["validate", str(spec_path)])
+    assert "ledger   all 4 runs done: nothing to run" in validated.output, validated.output
 
 
 def wait_started(spec_path: Path, process: subprocess.Popen, at_least: int) -> None:
