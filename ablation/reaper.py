@@ -42,6 +42,32 @@ def _children() -> dict[int, list[int]]:
     return tree
 
 
+def session_pids(sid: int) -> list[int]:
+    """Live (not zombie) processes of session `sid`, this process excluded, from /proc."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of session `sid` (a driver or `ray start --block` started in its own
+    session, and the Ray processes it started)."""
+    for pid in session_pids(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def descendants(roots: list[int]) -> list[int]:
     """Every process under `roots` (roots included), from /proc."""
     tree, found, stack = _children(), [], list(roots)

@@ -39,6 +39,8 @@ from pathlib import Path
 import yaml
 from sqlalchemy import create_engine, text
 
+from dapo_ablate.ablation.reaper import session_pids
+
 BENCH = Path(__file__).resolve().parent
 COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
 ADMIN_URL = os.environ.get("DAPO_CHAOS_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -157,16 +159,6 @@ def start(campaign: Campaign, *extra: str) -> subprocess.Popen:
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
-def session_pids(sid: int) -> list[int]:
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and int(stat.parent.name) != os.getpid() and fields[0] != "Z":
-            pids.append(int(stat.parent.name))
-    return pids
 
 
 def reap(process: subprocess.Popen, wait_s: float = 90) -> tuple[int | None, int]:

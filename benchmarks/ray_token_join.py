@@ -18,13 +18,14 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from dapo_ablate.ablation.reaper import kill_session
 
 BIN = Path(sys.executable).parent
 RAW = "import ray, sys\ntry:\n    ray.init(address=sys.argv[1], include_dashboard=False, log_to_driver=False); print('joined')\nexcept Exception as e:\n    print(type(e).__name__, str(e).splitlines()[0])\n"
@@ -41,18 +42,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def kill_session(sid: int) -> None:
-    """SIGKILL every process of the head's session (the head and the Ray processes it started)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid:
-            try:
-                os.kill(int(stat.parent.name), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def timed(code: str, args: list[str], env: dict[str, str]) -> tuple[float, str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from typer.testing import CliRunner
 
 from dapo_ablate.ablation.executor import CELL_FN_ENV
 from dapo_ablate.ablation.ledger import Ledger
+from dapo_ablate.ablation.reaper import kill_session
 from dapo_ablate.ablation.tracking import RUN_ID_TAG
 from dapo_ablate.cli import run_cmd
 from dapo_ablate.cli.main import app
@@ -83,19 +83,6 @@ def finish(process: subprocess.Popen, timeout: float = 240) -> tuple[int, str, s
     return process.returncode, out, err
 
 
-def kill_session(sid: int) -> None:
-    """SIGKILL what is left of a driver's session (its local Ray's processes)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(stat.parent.name)
-        if int(fields[3]) == sid and pid != os.getpid():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def status_counts(spec_path: Path) -> dict[str, int]:
