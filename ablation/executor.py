@@ -30,7 +30,6 @@ must be a path every node sees, e.g. a shared filesystem.
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import os
 import re
@@ -38,7 +37,6 @@ import signal
 import socket
 import threading
 import time
-from collections import Counter, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -46,9 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from dapo_ablate.ablation.cell import run_cell
-from dapo_ablate.ablation.database import experiment_lock
-from dapo_ablate.ablation.ledger import DONE, FAILED, PENDING, RUNNING, Ledger, LedgerError
-from dapo_ablate.ablation.progress import EventLines
+from dapo_ablate.ablation.ledger import DONE, RUNNING, Ledger, LedgerError
 from dapo_ablate.ablation.ray_connect import RayConnectError, join_cluster
 from dapo_ablate.ablation.preflight import (  # noqa: F401 - re-exported: executor's checks live there
     ExecutorError,
@@ -59,10 +55,10 @@ from dapo_ablate.ablation.preflight import (  # noqa: F401 - re-exported: execut
     preflight,
 )
 from dapo_ablate.ablation.reaper import start_reaper
-from dapo_ablate.ablation.tracking import ChildRun, Tracker, default_artifact_location, flatten, sqlite_path
+from dapo_ablate.ablation.tracking import Tracker, sqlite_path
 
 if TYPE_CHECKING:
-    from dapo_ablate.ablation.design import Plan, PlannedRun
+    from dapo_ablate.ablation.design import Plan
     from dapo_ablate.ablation.spec import ExperimentSpec
 
 CELL_FN_ENV = "DAPO_ABLATE_CELL_FN"
@@ -129,6 +125,8 @@ def run_experiment(
     ledger = None if sqlite_path(spec.ledger) else Ledger(spec.ledger)
     started_ray = connect_ray(address, spec)
     try:
+        from dapo_ablate.ablation.driver import _Driver  # the driver imports this module's helpers
+
         driver = _Driver(spec, plan, fn, progress=progress, max_concurrent=max_concurrent, ledger=ledger,
                          local=not address, retry_failed=retry_failed)
         with sigterm_as_interrupt() as received:
@@ -333,351 +331,6 @@ def _execute(cell_fn: Callable[..., dict[str, Any]], config: dict[str, Any], run
     return cell_fn(config, run_dir, eval_cache_dir, on_event=on_event)
 
 
-# ---------------------------------------------------------------------------------- driver
-class _Driver:
-    """One invocation's state: the ledger, MLflow, the queue and the tasks in flight."""
-
-    def __init__(self, spec: ExperimentSpec, plan: Plan, cell_fn, *, progress: bool, max_concurrent: int | None,
-                 ledger: Ledger | None, local: bool, retry_failed: bool = False):
-        self.spec, self.plan, self.cell_fn, self.ledger, self.local = spec, plan, cell_fn, ledger, local
-        self.retry_failed = retry_failed
-        self.name = spec.name
-        self.host = this_host()
-        self.planned: dict[str, PlannedRun] = {run.run_id: run for run in plan.runs}
-        executor = spec.executor
-        self.lease_s, self.retries = executor.lease_s, executor.retries
-        self.beat_s = min(executor.lease_s / 4, 30.0)
-        self.max_concurrent = max_concurrent or executor.max_concurrent
-        root = Path(spec.output_dir).expanduser().resolve()
-        self.run_root = root / re.sub(r"[^\w.-]+", "_", spec.name)
-        self.eval_cache = root / "eval-cache"
-        self.progress = progress
-        self.summary = ExperimentSummary(self.name, {})
-        self.tries: Counter[str] = Counter()
-        """Attempts per run made by this invocation."""
-        self.display_note_later: list[str] = []
-        """Lines for the display, gathered before it starts."""
-        self.live: dict[str, str] = {}
-        """Ledger run id -> MLflow id of the child runs of the runs in flight."""
-        self.events: Any = None
-        """The Ray queue the runs in flight send their steps and evaluations to."""
-
-    def run(self) -> ExperimentSummary:
-        try:
-            return self._run()
-        finally:
-            if self.ledger is not None:
-                self.ledger.close()
-
-    def _run(self) -> ExperimentSummary:
-        started = time.time()
-        self._open_stores()
-        status = "FAILED"
-        try:
-            self._execute_plan()
-        except KeyboardInterrupt:
-            self.summary.interrupted = True
-            status = "KILLED"
-        rows = self._plan_rows()
-        if not self.summary.interrupted and all(row["status"] == DONE for row in rows.values()):
-            status = "FINISHED"
-        self.tracker.end_parent(self.parent_id, status)
-        return self._summarise(rows, time.time() - started)
-
-    def _execute_plan(self) -> None:
-        rows = self._plan_rows()
-        self.summary.already_done = sum(row["status"] == DONE for row in rows.values())
-        self._log_unlogged_results(rows)
-        if self.retry_failed:
-            reset = self.ledger.reset_failed(self.name, list(rows))
-            self.display_note_later.append(f"{self.name}: --retry-failed gave {reset} failed runs a fresh budget")
-            rows = self._plan_rows()
-        self._fail_exhausted_leases(rows)
-        queue = self._queue(rows)
-        budget = {run_id: self.retries + 1 for run_id in queue}  # attempts in all, across invocations
-        held = sum(row["status"] == RUNNING for run_id, row in rows.items() if run_id not in queue)
-        self.display = RunDisplay(len(self.planned), self.summary.already_done, self.progress)
-        self.display.note(
-            f"{self.name}: {len(queue)} runs to do, {self.summary.already_done} done before"
-            + (f", {held} held by other drivers" if held else "")
-        )
-        for line in self.display_note_later:
-            self.display.note(line)
-        with self.display:
-            self._schedule(queue, budget)
-
-    def _summarise(self, rows: dict[str, dict[str, Any]], wall_s: float) -> ExperimentSummary:
-        found = Counter(row["status"] for row in rows.values())
-        self.summary.counts = {status: found.get(status, 0) for status in (PENDING, RUNNING, DONE, FAILED)}
-        self.summary.failures = {
-            self.planned[run_id].name: row["error"] or "" for run_id, row in rows.items() if row["status"] == FAILED
-        }
-        self.summary.wall_s = wall_s
-        return self.summary
-
-    # -- set-up --------------------------------------------------------------------------------
-
-    def _open_stores(self) -> None:
-        """MLflow's store is created here, once, before any task starts (FINDINGS: processes
-        creating a fresh SQLite store at once race on its schema)."""
-        with experiment_lock(self.spec.ledger, self.name):  # two drivers racing on a new store or parent
-            self._open_stores_locked()
-
-    def _open_stores_locked(self) -> None:
-        tracking = self.spec.tracking
-        location = tracking.artifact_location or default_artifact_location(tracking.uri, self.spec.output_dir)
-        self.tracker = open_tracker(tracking.uri, location, self.name)
-        self.ledger = self.ledger or Ledger(self.spec.ledger)
-        self.ledger.ensure_experiment(self.name, self.spec.to_dict())
-        self.ledger.add_runs(self.name, self.plan.run_specs())
-        release_orphans(self.ledger, self.name, self.host)
-        self._record_kept_results()
-        record = self.ledger.get_experiment(self.name)
-        tags = {"dapo.design": self.plan.design, "dapo.factors": ",".join(f.name for f in self.plan.factors),
-                "dapo.seeds": ",".join(map(str, self.plan.seeds)), "dapo.runs": str(len(self.plan.runs))}
-        if self.plan.settings:
-            tags["dapo.settings"] = ",".join(self.plan.settings)
-        tags["mlflow.note.content"] = parent_note(self.spec, self.plan)
-        params = {"design": self.plan.design, "factors": ",".join(f.name for f in self.plan.factors),
-                  "seeds": ",".join(map(str, self.plan.seeds)), "metric": self.spec.metric,
-                  **{f"base.{k}": v for k, v in flatten(self.spec.trainer.to_dict()).items()}}
-        self.parent_id = self.tracker.parent_run(record.mlflow_parent_run_id if record else None, name=self.name,
-                                                 tags=tags, params=params)
-        self.ledger.set_mlflow_parent(self.name, self.parent_id)
-        self.tracker.log_dict(self.parent_id, self.spec.to_dict(), "spec.json")
-
-    def _plan_rows(self) -> dict[str, dict[str, Any]]:
-        return {row["run_id"]: row for row in self.ledger.runs_table(self.name) if row["run_id"] in self.planned}
-
-    def _log_unlogged_results(self, rows: dict[str, dict[str, Any]]) -> None:
-        """Finished runs without a finished MLflow child (a driver died between the two writes,
-        or another experiment trained the shared run) are logged now."""
-        logged = self.tracker.finished_children(self.parent_id)
-        missing = {run_id for run_id, row in rows.items() if row["status"] == DONE and run_id not in logged}
-        if not missing:
-            return
-        for result in self.ledger.results(self.name):
-            if result["run_id"] in missing:
-                self._log_child(result["run_id"], result, result["mlflow_run_id"] is None)
-
-    def _queue(self, rows: dict[str, dict[str, Any]]) -> deque[str]:
-        claimable = self.ledger.claimable(self.name, lease_s=self.lease_s, max_attempts=self.retries + 1)
-        return deque(run_id for run_id in claimable if run_id in rows)
-
-    def _fail_exhausted_leases(self, rows: dict[str, dict[str, Any]]) -> None:
-        """A run whose lease expired after its last allowed attempt (its drivers kept dying with
-        it) is failed with that reason instead of being claimed forever."""
-        expired = self.ledger.expired_leases(self.name, lease_s=self.lease_s)
-        for run_id in expired:
-            if run_id in rows and rows[run_id]["attempts"] >= self.retries + 1:
-                self.ledger.fail(run_id, f"LeaseExpired: its driver stopped during attempt {rows[run_id]['attempts']} of "
-                                         f"{self.retries + 1} (executor.retries + 1); `run --retry-failed` tries again")
-
-    # -- scheduling ----------------------------------------------------------------------------
-
-    def _schedule(self, queue: deque[str], budget: dict[str, int]) -> None:
-        import ray
-
-        task = ray.remote(_execute)
-        resources = {"num_cpus": self.spec.executor.cpus_per_run, "num_gpus": self.spec.executor.gpus_per_run}
-        fits = capacity(self.spec, len(queue))
-        # A local Ray cannot run more than fits here; more would sit in Ray's queue while the
-        # ledger calls them running. A cluster may autoscale, so its limit is taken as given.
-        limit = min(self.max_concurrent or fits, fits) if self.local else (self.max_concurrent or fits)
-        in_flight: dict[Any, str] = {}
-        deadlines: dict[Any, float] = {}  # ref -> monotonic time past which the run is timed out
-        self.events = live_queue()
-        timeout_s = self.spec.executor.run_timeout_s
-        last_beat = time.monotonic()
-        try:
-            while queue or in_flight:
-                while queue and len(in_flight) < limit:
-                    run_id = queue.popleft()
-                    if not self.ledger.claim(run_id, self.host, lease_s=self.lease_s, max_attempts=budget[run_id]):
-                        continue  # another driver took it meanwhile
-                    self.tries[run_id] += 1
-                    run_dir = self.run_root / run_id
-                    self.live[run_id] = self.tracker.start_child(self.parent_id, self._child_run(run_id, {}))
-                    ref = task.options(max_retries=0, **resources).remote(
-                        self.cell_fn, self.planned[run_id].config.to_dict(), str(run_dir), str(self.eval_cache),
-                        self.events, run_id,
-                    )
-                    in_flight[ref] = run_id
-                    deadlines[ref] = time.monotonic() + timeout_s if timeout_s else float("inf")
-                    self.display.update(running=len(in_flight))
-                wait_s = max(0.05, min([self.beat_s, LIVE_POLL_S] + [d - time.monotonic() for d in deadlines.values()]))
-                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=wait_s)
-                self._drain_events()
-                if time.monotonic() - last_beat >= self.beat_s:
-                    self._heartbeat(in_flight, deadlines)
-                    last_beat = time.monotonic()
-                for ref in ready:
-                    deadlines.pop(ref, None)
-                    self._collect(ref, in_flight.pop(ref), queue)
-                self._time_out(in_flight, deadlines)
-                self.display.update(running=len(in_flight))
-        except BaseException:
-            self._abandon(in_flight)
-            raise
-
-    def _heartbeat(self, in_flight: dict[Any, str], deadlines: dict[Any, float]) -> None:
-        """Renew the leases of the runs in flight; a run whose lease was lost (taken over by
-        another driver after a long stall) is cancelled here, and its result left to the taker."""
-        import ray
-
-        for ref, run_id in list(in_flight.items()):
-            if not self.ledger.heartbeat(run_id, self.host):
-                ray.cancel(ref, force=True)
-                del in_flight[ref]
-                deadlines.pop(ref, None)
-                self.display.note(f"{self.planned[run_id].name}: lease lost to another driver; stopped here")
-
-    def _time_out(self, in_flight: dict[Any, str], deadlines: dict[Any, float]) -> None:
-        """Cancel the runs past executor.run_timeout_s and record them failed, without retry."""
-        import ray
-
-        now = time.monotonic()
-        for ref in [ref for ref, deadline in deadlines.items() if deadline <= now]:
-            run_id = in_flight.pop(ref)
-            del deadlines[ref]
-            ray.cancel(ref, force=True)
-            error = f"TimeoutError: the run exceeded executor.run_timeout_s ({self.spec.executor.run_timeout_s:g} s)"
-            self.ledger.fail(run_id, error, self.host)
-            self._end_child(run_id, "FAILED")
-            self.summary.failed_attempts += 1
-            self.display.failed(self.planned[run_id].name, error, self.tries[run_id], retry=False)
-
-    def _collect(self, ref: Any, run_id: str, queue: deque[str]) -> None:
-        """Record one finished task: its result, or its failure (re-queued while retries last)."""
-        import ray
-
-        planned = self.planned[run_id]
-        try:
-            result = ray.get(ref)
-        except Exception as err:  # the run's failure, not the driver's: record it and go on
-            error = describe_error(err)
-            self.ledger.fail(run_id, error, self.host)
-            self._end_child(run_id, "FAILED")
-            self.summary.failed_attempts += 1
-            retry = self.tries[run_id] <= self.retries
-            if retry:
-                queue.append(run_id)
-            self.display.failed(planned.name, error, self.tries[run_id], retry)
-            return
-        try:
-            recorded = self._record_result(run_id, result)
-        except ExecutorError:  # the database stays down: the driver stops, the result is kept
-            raise
-        except (ValueError, TypeError) as err:  # a result the ledger cannot hold: retraining gives it again
-            error = f"the run finished but its result cannot be stored: {describe_error(err)}"
-            self.ledger.fail(run_id, error, self.host)
-            self.summary.failed_attempts += 1
-            self.display.failed(planned.name, error, self.tries[run_id], retry=False)
-            return
-        if not recorded:  # done meanwhile by another driver
-            self.display.note(f"{planned.name}: already done by another driver")
-            return
-        self._log_child(run_id, result, set_ledger=True)
-        self.summary.finished += 1
-        self.display.done(planned.name, result, self.spec.metric)
-
-    # -- a finished result is never trained twice ----------------------------------------------
-
-    def _kept_result_path(self, run_id: str) -> Path:
-        return self.run_root / run_id / KEPT_RESULT
-
-    def _record_result(self, run_id: str, result: dict[str, Any]) -> bool:
-        """Keep the result on disk, then write it to the ledger, retrying transient database
-        errors; the file goes once the ledger holds the result. If the database stays down the
-        driver stops with a sentence about the database, and the next invocation records the
-        kept result instead of training the run again."""
-        path = self._kept_result_path(run_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(result, default=_plain))
-        os.replace(tmp, path)
-        recorded = retry_transient(lambda: self.ledger.finish(run_id, result), f"record {self.planned[run_id].name}",
-                                   kept=path)
-        path.unlink(missing_ok=True)
-        return recorded
-
-    def _record_kept_results(self) -> None:
-        """Results kept on disk by a driver whose ledger write failed are recorded now."""
-        rows = self._plan_rows()
-        for run_id, row in rows.items():
-            path = self._kept_result_path(run_id)
-            if row["status"] != DONE and path.is_file():
-                result = json.loads(path.read_text())
-                retry_transient(lambda: self.ledger.finish(run_id, result), f"record {self.planned[run_id].name}",
-                                kept=path)
-                path.unlink(missing_ok=True)
-                self.display_note_later.append(f"{self.planned[run_id].name}: recorded its kept result (not retrained)")
-
-    def _log_child(self, run_id: str, result: dict[str, Any], set_ledger: bool) -> None:
-        self.live.pop(run_id, None)
-        mlflow_id = self.tracker.log_child(self.parent_id, self._child_run(run_id, result))
-        if set_ledger:
-            self.ledger.set_mlflow_run(run_id, mlflow_id)
-
-    def _drain_events(self) -> None:
-        """Log the steps and evaluations the runs in flight sent since the last call."""
-        if self.events is None:
-            return
-        try:
-            waiting = self.events.qsize()
-            batch = self.events.get_nowait_batch(waiting) if waiting else []
-        except Exception:  # noqa: BLE001 - the queue's actor died with a crashed Ray: results still come
-            return
-        for run_id, kind, step, data in batch:
-            if run_id in self.live:
-                self.tracker.log_event(self.live[run_id], kind, step, data)
-
-    def _end_child(self, run_id: str, status: str) -> None:
-        """A run in flight stopped without a result: its child run shows FAILED or KILLED."""
-        mlflow_id = self.live.pop(run_id, None)
-        if mlflow_id is not None:
-            self._drain_events()
-            self.tracker.end_child(mlflow_id, status)
-
-    def _child_run(self, run_id: str, result: dict[str, Any]) -> ChildRun:
-        planned = self.planned[run_id]
-        tags = {
-            "dapo.design": self.plan.design,
-            "dapo.cell": planned.cell.key,
-            "dapo.cell_label": self.plan.label(planned.cell),
-            "dapo.orderings": ",".join(self.plan.orderings_through(planned.cell)),
-            "dapo.experiment": self.name,
-        } | ({"dapo.setting": planned.setting} if planned.setting else {})
-        return ChildRun(run_id, planned.name, dict(planned.factors), planned.seed, planned.config.to_dict(), result, tags)
-
-    def _abandon(self, in_flight: dict[Any, str]) -> None:
-        """Ctrl-C (or a driver error): cancel the tasks in flight and give their runs back."""
-        import ray
-
-        for run_id in in_flight.values():
-            self.ledger.release(run_id, self.host)
-            try:
-                self._end_child(run_id, "KILLED")  # continued by the next invocation
-            except Exception:  # noqa: BLE001 - the store may be what failed; the ledger is what counts
-                pass
-        for ref in in_flight:
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 - a terminal's Ctrl-C may have stopped Ray itself
-                pass  # its runs are released above; nothing is left to cancel
-        in_flight.clear()
-
-
-def live_queue() -> Any:
-    """The queue Ray workers send live events to (a zero-CPU actor; None if it cannot start)."""
-    from ray.util.queue import Queue
-
-    try:
-        return Queue(maxsize=LIVE_QUEUE_SIZE, actor_options={"num_cpus": 0})
-    except Exception:  # noqa: BLE001 - without it children are still logged when runs finish
-        return None
-
-
 def capacity(spec: ExperimentSpec, runs: int) -> int:
     """Runs that fit at once in the connected Ray cluster's CPUs and GPUs (at least 1; `runs`
     when a run declares no resources)."""
@@ -701,70 +354,3 @@ def open_tracker(uri: str, artifact_location: str | None, name: str) -> Tracker:
     except (MlflowException, SQLAlchemyError, OSError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ExecutorError(f"could not open the MLflow tracking store at {uri} ({first}); check tracking.uri") from None
-
-
-class RunDisplay(EventLines):
-    """What the user watches: a rich progress bar (done, running, failed, ETA) with one line
-    per finished or failed run above it, or just those lines (``enabled=False``)."""
-
-    def __init__(self, total: int, done: int, enabled: bool) -> None:
-        super().__init__(enabled)
-        self.total, self.n_done = total, done
-        self.running = self.n_failed = self.finished_now = 0
-        self.started = time.monotonic()
-
-    def __enter__(self) -> RunDisplay:
-        if self.enabled:
-            self._start_bar("runs", self.total, completed=self.n_done, eta=True)
-            self._refresh()
-        return self
-
-    def update(self, running: int) -> None:
-        self.running = running
-        self._refresh()
-
-    def done(self, name: str, result: dict[str, Any], metric: str) -> None:
-        self.n_done += 1
-        self.finished_now += 1
-        value = (result.get("metrics") or {}).get(metric)
-        shown = f"{metric} {value:.3f}" if isinstance(value, (int, float)) else "no metric"
-        self._line(f"done    {name:<28} {shown}  {float(result.get('wall_s') or 0):.1f} s")
-
-    def failed(self, name: str, error: str, attempt: int, retry: bool) -> None:
-        if not retry:
-            self.n_failed += 1
-        then = "retrying" if retry else "giving up for now"
-        self._line(f"failed  {name:<28} attempt {attempt}, {then}: {error}")
-
-    def eta(self) -> str:
-        """Remaining runs at this invocation's throughput so far."""
-        remaining = self.total - self.n_done - self.n_failed
-        if self.finished_now == 0 or remaining <= 0:
-            return "ETA -:--" if remaining > 0 else ""
-        seconds = int(remaining * (time.monotonic() - self.started) / self.finished_now)
-        return f"ETA {seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-    def _refresh(self) -> None:
-        if self.bar is not None:
-            state = f"done {self.n_done}  running {self.running}  failed {self.n_failed}"
-            self.bar.update(self.task, completed=self.n_done, state=state, eta=self.eta())
-
-
-def parent_note(spec: ExperimentSpec, plan: Plan) -> str:
-    """The MLflow parent's description: design, factors, seeds, runs, metric (and settings)."""
-    lines = [
-        f"Ablation `{spec.name}`: {plan.design} design over {len(plan.factors)} factors "
-        f"({', '.join(f.name for f in plan.factors)}), {len(plan.cells)} cells x seeds "
-        f"{', '.join(map(str, plan.seeds))} = {len(plan.runs)} runs; metric {spec.metric}.",
-    ]
-    lines += [f"- {line}" for line in plan.supports]
-    if plan.settings:
-        lines += ["", settings_note(spec)]
-    return "\n".join(lines)
-
-
-def settings_note(spec: ExperimentSpec) -> str:
-    """The MLflow parent's description of a transfer study: one line per setting and its overrides."""
-    lines = [f"Transfer study over {len(spec.settings)} settings (the design runs in each):"]
-    lines += [f"- {s.name}: {json.dumps(s.overrides, sort_keys=True)}" for s in spec.settings]
-    return "\n".join(lines)
