@@ -22,6 +22,11 @@ States
     *done* is final: `finish` on a done run returns False and leaves the stored result as it was;
     `claim`, `fail` and `release` return False on it too.
 
+Ray jobs
+    `set_job_id(run_id, job_id)` records the submission id of the Ray job a run's cell runs as
+    (`dapo_ablate.ablation.jobs`). No state change clears it: after a release (Ctrl-C), a crash or
+    a failure it still names the job a rerun re-attaches to, or the one a driver stops.
+
 Concurrency
     `claim` is a single ``UPDATE ... WHERE <claimable>`` whose row count says who won, so of
     any number of drivers (threads, processes, hosts) racing for a run exactly one gets True.
@@ -55,11 +60,13 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Connection,
     and_,
     func,
     inspect,
     or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
@@ -341,6 +348,10 @@ class Ledger:
         stmt = update(Run).where(Run.run_id == run_id).values(mlflow_run_id=mlflow_run_id)
         self._transition(run_id, stmt)
 
+    def set_job_id(self, run_id: str, job_id: str | None) -> None:
+        """Record the Ray job `run_id` runs as (None forgets it), whatever the run's state."""
+        self._transition(run_id, update(Run).where(Run.run_id == run_id).values(job_id=job_id))
+
     # -- reading -------------------------------------------------------------------------------
 
     def counts(self, name: str) -> dict[str, int]:
@@ -360,7 +371,7 @@ class Ledger:
 
         Keys: run_id, cell_key, factors, seed, status, attempts, error, host, created_at,
         started_at, finished_at, heartbeat_at, wall_s and metrics (None until done),
-        mlflow_run_id.
+        mlflow_run_id, job_id (the Ray job's submission id, None for a cell run as a task).
         """
         rows = []
         for run, result in self._runs_with_results(name, done_only=False):
@@ -381,6 +392,7 @@ class Ledger:
                     "wall_s": result.wall_s if result else None,
                     "metrics": result.metrics if result else None,
                     "mlflow_run_id": run.mlflow_run_id,
+                    "job_id": run.job_id,
                 }
             )
         return rows
@@ -434,10 +446,13 @@ class Ledger:
             if not self._is_sqlite:  # SQLite's BEGIN IMMEDIATE already serialises creation
                 session.execute(select(func.pg_advisory_xact_lock(_POSTGRES_INIT_LOCK)))
             found = self._schema_version(session)
-            # Migrations from older versions go here once SCHEMA_VERSION is bumped.
             Base.metadata.create_all(session.connection())
             if found is None:
                 session.add(SchemaVersion(id=1, version=SCHEMA_VERSION))
+            elif found < SCHEMA_VERSION:  # an older dapo-ablate's ledger: upgraded, nothing lost
+                for version in range(found, SCHEMA_VERSION):
+                    _UPGRADES[version](session.connection())
+                session.execute(update(SchemaVersion).values(version=SCHEMA_VERSION))
 
     def _schema_version(self, session: Session) -> int | None:
         """The stored schema version (None for a new database); refuses a newer one."""
@@ -486,6 +501,16 @@ class Ledger:
                 .order_by(Run.cell_key, Run.seed, Run.run_id)
             )
             return list(session.execute(query).tuples())
+
+
+def _add_job_id(connection: Connection) -> None:
+    """Schema 1 -> 2: ``runs.job_id``. Idempotent (the column is added only where it is missing)."""
+    if "job_id" not in {column["name"] for column in inspect(connection).get_columns("runs")}:
+        connection.execute(text("ALTER TABLE runs ADD COLUMN job_id TEXT"))
+
+
+_UPGRADES = {1: _add_job_id}
+"""Schema version -> the step that upgrades a ledger from it to the next version, in place."""
 
 
 def _claimable(now: datetime, lease_s: float, max_attempts: int) -> ColumnElement[bool]:

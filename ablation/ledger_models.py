@@ -24,8 +24,9 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-SCHEMA_VERSION = 1
-"""Version of the tables below, stored in `schema_version`; a newer database is refused."""
+SCHEMA_VERSION = 2
+"""Version of the tables below, stored in `schema_version`; a newer database is refused.
+1: the first release. 2: ``runs.job_id`` (a verl cell's Ray job)."""
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 RUN_STATUSES = (PENDING, RUNNING, DONE, FAILED)
@@ -102,6 +103,9 @@ class Run(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
+    job_id: Mapped[str | None] = mapped_column(Text)
+    """The submission id of the run's Ray job (a cell run as a job, `ablation.jobs`); kept when
+    the run is released, finished or failed, so the job can be found (and stopped) afterwards."""
 
 
 class ExperimentRun(Base):

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, inspect, text
 
 from dapo_ablate.ablation.ledger import SCHEMA_VERSION, Ledger, LedgerError, RunSpec
 
@@ -77,23 +77,70 @@ def test_newer_schema_is_refused(ledger_url: str) -> None:
         Ledger(ledger_url)
 
 
-def test_drivers_opening_a_fresh_database_at_once_all_succeed(ledger_url: str) -> None:
-    barrier, errors = threading.Barrier(6), []
+def open_at_once(url: str, drivers: int = 6) -> list[Exception]:
+    """Open the ledger at `url` from `drivers` threads released together; their errors."""
+    barrier, errors = threading.Barrier(drivers), []
 
     def open_ledger() -> None:
         barrier.wait()
         try:
-            Ledger(ledger_url).close()
+            Ledger(url).close()
         except Exception as err:  # collected: a thread's exception would otherwise vanish
             errors.append(err)
 
-    threads = [threading.Thread(target=open_ledger) for _ in range(6)]
+    threads = [threading.Thread(target=open_ledger) for _ in range(drivers)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert errors == []
+    return errors
+
+
+def test_drivers_opening_a_fresh_database_at_once_all_succeed(ledger_url: str) -> None:
+    assert open_at_once(ledger_url) == []
     assert read_schema_versions(ledger_url) == [SCHEMA_VERSION]
+
+
+def as_schema_1(url: str) -> None:
+    """Turn a ledger into what schema 1 (dapo-ablate before Ray job ids) created: the same tables
+    without ``runs.job_id``, and version 1 recorded."""
+    engine = create_engine(url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text("ALTER TABLE runs DROP COLUMN job_id"))
+            connection.execute(text("UPDATE schema_version SET version = 1"))
+        with engine.connect() as connection:
+            assert "job_id" not in {column["name"] for column in inspect(connection).get_columns("runs")}
+    finally:
+        engine.dispose()
+
+
+def test_a_schema_1_ledger_is_upgraded_in_place_and_keeps_every_run(ledger_url: str) -> None:
+    assert SCHEMA_VERSION == 2  # a newer schema needs its own upgrade test beside this one
+    with Ledger(ledger_url) as ledger:
+        ledger.ensure_experiment("exp", {"design": "full"})
+        runs = make_runs([0, 1, 2, 3])
+        ledger.add_runs("exp", runs)
+        ledger.claim(runs[0].run_id, "a:1")
+        ledger.finish(runs[0].run_id, RESULT)
+        ledger.set_mlflow_run(runs[0].run_id, "mlflow-0")
+        ledger.claim(runs[1].run_id, "a:1")
+        ledger.fail(runs[1].run_id, "RuntimeError: boom")
+        ledger.claim(runs[2].run_id, "a:1")
+        before = ledger.runs_table("exp")
+        results_before = ledger.results("exp")
+    as_schema_1(ledger_url)
+
+    assert open_at_once(ledger_url) == []  # drivers racing to upgrade it: one does, none fails
+    assert read_schema_versions(ledger_url) == [SCHEMA_VERSION]
+    with Ledger(ledger_url) as ledger:
+        assert ledger.runs_table("exp") == before  # job_id: None in both
+        assert ledger.results("exp") == results_before
+        ledger.set_job_id(runs[2].run_id, "dapo-ablate-exp-run-a1")
+        assert ledger.heartbeat(runs[2].run_id, "a:1")
+    with Ledger(ledger_url) as ledger:  # opening an upgraded ledger again changes nothing
+        job_ids = {row["run_id"]: row["job_id"] for row in ledger.runs_table("exp")}
+        assert job_ids == {run.run_id: "dapo-ablate-exp-run-a1" if run == runs[2] else None for run in runs}
 
 
 def test_unreachable_database_is_one_clear_sentence() -> None:
@@ -343,3 +390,25 @@ def test_release_gives_the_attempt_back(ledger: Ledger) -> None:
     )
     assert ledger.claim(run_id, "b:2")
     assert ledger.runs_table("exp")[0]["attempts"] == 1
+
+
+def test_a_job_id_is_kept_through_release_fail_and_finish(ledger: Ledger) -> None:
+    ledger.add_runs("exp", make_runs([0]))
+    run_id = make_runs([0])[0].run_id
+    assert ledger.runs_table("exp")[0]["job_id"] is None
+    ledger.set_job_id(run_id, "dapo-ablate-exp-run-a1")  # a pending run too: whatever its state
+    assert ledger.claim(run_id, "a:1")
+    assert ledger.release(run_id, host="a:1")  # Ctrl-C: the job keeps running, a rerun re-attaches
+    assert ledger.runs_table("exp")[0]["job_id"] == "dapo-ablate-exp-run-a1"
+    assert ledger.claim(run_id, "a:1")
+    assert ledger.fail(run_id, "JobFailed: Ray job dapo-ablate-exp-run-a1 ended FAILED")
+    assert ledger.runs_table("exp")[0]["job_id"] == "dapo-ablate-exp-run-a1"
+    assert ledger.claim(run_id, "a:1")
+    ledger.set_job_id(run_id, "dapo-ablate-exp-run-a2")
+    assert ledger.finish(run_id, RESULT)
+    row = ledger.runs_table("exp")[0]
+    assert (row["status"], row["job_id"]) == ("done", "dapo-ablate-exp-run-a2")
+    ledger.set_job_id(run_id, None)
+    assert ledger.runs_table("exp")[0]["job_id"] is None
+    with pytest.raises(KeyError, match="no run"):
+        ledger.set_job_id("no-such-run", "job")
