@@ -1,16 +1,21 @@
-"""Tables as CSV, Markdown and LaTeX (booktabs), and display formatting.
+"""Tables as CSV, Markdown, LaTeX (booktabs) and HTML, written by pandas; and display formatting.
 
 CSV files store values as computed (accuracy as fractions in [0, 1]). Markdown, LaTeX and HTML
 show metric-valued columns in percentage points when the metric is a fraction, like the paper.
+The writers are pandas' own (``DataFrame.to_markdown`` through tabulate, ``Styler.to_latex`` with
+booktabs rules, ``Styler.to_html``); this module only decides how each column's values read
+(``column_formatter``), which columns are text (left-aligned) or numbers (right-aligned), and
+how text is escaped.
 """
 
 from __future__ import annotations
 
-import html
-import math
+import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
+from pandas.io.formats.style import Styler
 
 METRIC_COLUMNS = {
     "mean",
@@ -49,45 +54,56 @@ METRIC_COLUMNS = {
 }
 SHARE_COLUMNS = {"share_positive", "discarded_share"}
 COUNT_COLUMNS = {"n", "step", "n_orderings", "paper"}
-NUMERIC_ALIGN = "r"
+TOKEN_COLUMNS = {"tokens_generated", "tokens_discarded", "budget_tokens"}
+P_VALUE_COLUMNS = {"p_value", "p_adjusted"}
 
 
-def _is_missing(value) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+def _p_value(p: float) -> str:
+    """Three decimals, and "<0.001" below that (more digits would claim a precision the tests lack)."""
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def format_value(column: str, value, percent: bool, factors: set[str]) -> str:
-    """One cell of a display table; "" marks a missing value."""
-    if _is_missing(value):
-        return ""
+def _degrees_of_freedom(df: float) -> str:
+    """Whole for classical t tests, one decimal for Satterthwaite's fractional df."""
+    return f"{df:.0f}" if float(df).is_integer() else f"{df:.1f}"
+
+
+def _fallback(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def column_formatter(column: str, percent: bool, factors: set[str]) -> Callable[[object], str]:
+    """How the values of ``column`` read in Markdown, LaTeX and HTML (missing values are left to
+    the caller): metrics in percentage points with one decimal when ``percent`` (like the paper),
+    else 4 significant digits; shares as whole percents; counts and factor levels as integers;
+    p-values to 3 decimals; tokens in millions; compute ratios with an "x"."""
     if column in METRIC_COLUMNS:
-        return f"{100 * value:.1f}" if percent else f"{value:.4g}"
+        return (lambda value: f"{100 * value:.1f}") if percent else "{:.4g}".format
     if column in SHARE_COLUMNS:
-        return f"{100 * value:.0f}%"
+        return "{:.0%}".format
     if column in COUNT_COLUMNS or column in factors:
-        return f"{int(value)}"
+        return "{:.0f}".format
     if column == "df":
-        return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
-    if column in ("p_value", "p_adjusted"):
-        return "<0.001" if value < 0.001 else f"{value:.3f}"
-    if column in ("tokens_generated", "tokens_discarded", "budget_tokens"):
-        return f"{value / 1e6:.2f}M"
+        return _degrees_of_freedom
+    if column in P_VALUE_COLUMNS:
+        return _p_value
+    if column in TOKEN_COLUMNS:
+        return lambda value: f"{value / 1e6:.2f}M"
     if column == "tokens_vs_baseline":
-        return f"{value:.2f}x"
+        return "{:.2f}x".format
     if column == "wall_s":
-        return f"{value:.0f}"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+        return "{:.0f}".format
+    return _fallback
 
 
 def display_frame(table: pd.DataFrame, percent: bool, factors: list[str]) -> pd.DataFrame:
-    """All cells formatted as strings (see ``format_value``)."""
+    """All cells formatted as strings (see ``column_formatter``); missing values become ""."""
     factor_set = set(factors)
-    return pd.DataFrame(
-        {c: [format_value(c, v, percent, factor_set) for v in table[c]] for c in table.columns},
-        columns=table.columns,
-    )
+    shown = {
+        column: table[column].map(column_formatter(column, percent, factor_set), na_action="ignore")
+        for column in table.columns
+    }
+    return pd.DataFrame(shown, columns=table.columns).fillna("").astype(str).reset_index(drop=True)
 
 
 def is_text_column(table: pd.DataFrame, column: str) -> bool:
@@ -97,13 +113,19 @@ def is_text_column(table: pd.DataFrame, column: str) -> bool:
     return is_text and column not in METRIC_COLUMNS and column != "position"
 
 
+def _escape_pipe(text) -> str:
+    """tabulate writes cells as they are; a "|" inside one would end the Markdown cell."""
+    return str(text).replace("|", r"\|")
+
+
 def to_markdown(table: pd.DataFrame, shown: pd.DataFrame) -> str:
-    """GitHub Markdown table of the formatted ``shown``; text columns left, numbers right."""
-    escape = lambda s: str(s).replace("|", r"\|")  # noqa: E731
-    header = "| " + " | ".join(map(escape, shown.columns)) + " |"
-    rule = "|" + "|".join(":---" if is_text_column(table, c) else "---:" for c in shown.columns) + "|"
-    rows = ["| " + " | ".join(escape(v) for v in row) + " |" for row in shown.itertuples(index=False)]
-    return "\n".join([header, rule, *rows]) + "\n"
+    """GitHub Markdown (pipe) table of the formatted ``shown``; text columns left, numbers right.
+
+    ``disable_numparse``: the cells are already formatted ("36.0", "<0.001"); left to itself
+    tabulate would parse and re-format them ("36.0" -> "36")."""
+    align = tuple("left" if is_text_column(table, c) else "right" for c in shown.columns)
+    escaped = shown.map(_escape_pipe).rename(columns=_escape_pipe)
+    return escaped.to_markdown(index=False, tablefmt="pipe", colalign=align, disable_numparse=True) + "\n"
 
 
 LATEX_SPECIALS = {
@@ -117,44 +139,52 @@ LATEX_SPECIALS = {
     "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
 }
 
 
-def latex_escape(text: str) -> str:
-    return "".join(LATEX_SPECIALS.get(ch, ch) for ch in str(text)).replace("<", r"\textless{}")
+def latex_escape(text) -> str:
+    """Text as LaTeX prints it literally. Used for cells, headers and the caption alike:
+    Styler's own ``escape="latex"`` leaves ``<`` and ``>``, which LaTeX's default (OT1) fonts
+    print as "¡" and "¿" (p-values "<0.001", path labels "GRPO -> OF"), and it never escapes
+    the caption."""
+    return "".join(LATEX_SPECIALS.get(ch, ch) for ch in str(text))
 
 
-def to_latex(table: pd.DataFrame, shown: pd.DataFrame, caption: str) -> str:
-    """A booktabs ``tabular`` (\\toprule, \\midrule, \\bottomrule) inside a table float."""
+def to_latex(table: pd.DataFrame, shown: pd.DataFrame, caption: str, label: str | None = None) -> str:
+    """A booktabs ``tabular`` (\\toprule, \\midrule, \\bottomrule) in a ``table`` float with the
+    caption (and ``\\label{label}`` when given); text columns left, numbers right."""
     spec = "".join("l" if is_text_column(table, c) else "r" for c in shown.columns)
-    lines = [
-        r"\begin{table}[ht]",
-        r"\centering",
-        rf"\caption{{{latex_escape(caption)}}}",
-        rf"\begin{{tabular}}{{{spec}}}",
-        r"\toprule",
-        " & ".join(latex_escape(c) for c in shown.columns) + r" \\",
-        r"\midrule",
-    ]
-    lines += [" & ".join(latex_escape(v) for v in row) + r" \\" for row in shown.itertuples(index=False)]
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-    return "\n".join(lines) + "\n"
+    styler = shown.style.hide(axis="index").format(latex_escape).format_index(latex_escape, axis=1)
+    return styler.to_latex(
+        column_format=spec,
+        hrules=True,
+        caption=latex_escape(caption),
+        label=label,
+        position="ht",
+        position_float="centering",
+    )
+
+
+def _table_id(shown: pd.DataFrame) -> str:
+    """A stable HTML id from the table's content: the same report gives the same page, and two
+    different tables on one page get different ids (Styler's default is random)."""
+    return hashlib.sha1(shown.to_csv(index=False).encode()).hexdigest()[:10]
 
 
 def to_html(table: pd.DataFrame, shown: pd.DataFrame) -> str:
-    """An escaped HTML table; numeric columns get class "num" (right-aligned by the report CSS)."""
-    numeric = [not is_text_column(table, c) for c in shown.columns]
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown.columns)
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f'<td class="num">{html.escape(v)}</td>' if num else f"<td>{html.escape(v)}</td>"
-            for v, num in zip(row, numeric)
-        )
-        + "</tr>"
-        for row in shown.itertuples(index=False)
+    """An escaped HTML table; numeric cells get class "num" (right-aligned by the report's CSS)."""
+    numeric = ["" if is_text_column(table, c) else "num" for c in shown.columns]
+    classes = pd.DataFrame([numeric] * len(shown), index=shown.index, columns=shown.columns)
+    styler = (
+        Styler(shown, uuid=_table_id(shown), cell_ids=False)
+        .hide(axis="index")
+        .format(escape="html")
+        .format_index(escape="html", axis=1)
+        .set_td_classes(classes)
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return styler.to_html()
 
 
 def write_table(
@@ -168,7 +198,8 @@ def write_table(
     display: pd.DataFrame | None = None,
 ) -> dict[str, Path]:
     """``name.csv`` (raw values of ``table``), ``name.md`` and ``name.tex`` (formatted ``display``,
-    default ``table``; it may add columns such as the paper's numbers), as requested."""
+    default ``table``; it may add columns such as the paper's numbers; the LaTeX float is labelled
+    ``tab:name``), as requested."""
     display = table if display is None else display
     shown = display_frame(display, percent, factors)
     written = {}
@@ -180,5 +211,5 @@ def write_table(
         written[f"{name}.md"].write_text(f"{caption}\n\n" + to_markdown(display, shown))
     if "tex" in formats:
         written[f"{name}.tex"] = out_dir / f"{name}.tex"
-        written[f"{name}.tex"].write_text(to_latex(display, shown, caption))
+        written[f"{name}.tex"].write_text(to_latex(display, shown, caption, label=f"tab:{name}"))
     return written
