@@ -5,7 +5,9 @@ and returns the ledger's result dict (see `Ledger.finish`): ``metrics``, ``eval_
 ``signals``, ``tokens_generated``, ``tokens_discarded``, ``wall_s``. `run_cell` is the default;
 tests and debugging substitute cheap ones (see `executor.CELL_FN_ENV`). A cell function may also
 take ``on_eval=`` (as `run_cell` does); a sweep then sees its evaluations as they happen; and
-``on_event=`` (kind "step" or "eval", step, data): the executor then logs them to MLflow live.
+``on_event=`` (kind "step" or "eval", step, data): the executor then logs them to MLflow live;
+a cell run as a Ray job also sends ("job", 0, {"submission_id", "address"}), which the driver
+writes to the ledger.
 
 It runs in a Ray worker, so it takes and returns plain data only, and it imports the trainer
 lazily: the driver never loads torch.
@@ -43,7 +45,7 @@ def run_cell(
     if config_dict.get("backend") == "verl":  # a verl job on the Ray cluster (ablation/jobs.py)
         from dapo_ablate.ablation.jobs import job_cell
 
-        return job_cell(config_dict, run_dir, eval_cache_dir)
+        return job_cell(config_dict, run_dir, eval_cache_dir, on_event=on_event)
     from dapo_ablate.core.config import build_trainer_config
     from dapo_ablate.core.trainer import train
 

@@ -13,7 +13,10 @@ running. Its submission id is a pure function of the run (``dapo-ablate-<experim
 so a rerun that claims the run again finds the job and re-attaches to it (running: waits; finished:
 reads its result; failed while nobody watched: reports that failure) instead of starting it again.
 A failure is raised once with the tail of the job's log; the retry that follows submits attempt
-n + 1. The submission id is also written to ``job.json`` in the run's folder.
+n + 1. A job the driver stopped (`stop_job`: the run timed out, lost its lease or was pruned) had
+its end recorded by the driver, so the next attempt is submitted at once. The submission id is
+sent to the driver (``on_event("job", ...)``, which writes it to the ledger) and written to
+``job.json`` in the run's folder.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 RESULT_MARKER = "DAPO_ABLATE_RESULT "
 CONFIG_ENV = "DAPO_ABLATE_JOB_CONFIG"
@@ -32,13 +35,26 @@ ADDRESS_ENV = "DAPO_ABLATE_JOBS_ADDRESS"
 GPUS_ENV = "DAPO_ABLATE_JOB_GPUS"
 CPUS_ENV = "DAPO_ABLATE_JOB_CPUS"
 LOG_TAIL_LINES = 20
+LOG_TAIL_CHARS = 1500
+"""A failure's log tail is at most this long: it goes into one line of the ledger's error."""
+STOP_WAIT_S = 60.0
+"""`stop_job` waits at most this long for a stopped job to end (Ray's SIGKILL comes after 3 s)."""
 POLL_S = 1.0
 AGENT_WAIT_S = 120.0
 ACTIVE = ("PENDING", "RUNNING")
 
 
 class JobFailed(RuntimeError):
-    """A cell's Ray job ended FAILED or STOPPED; the message ends with its log tail."""
+    """A cell's Ray job ended FAILED or STOPPED; the message (one line) ends with its log tail."""
+
+
+def log_tail(logs: str) -> str:
+    """The last `LOG_TAIL_LINES` non-blank lines of a job's log joined by `` | ``, cut to their last
+    `LOG_TAIL_CHARS` characters: one line, because the ledger keeps an error's first line, and
+    its end, because that is where a traceback names the error."""
+    lines = [line.strip() for line in logs.splitlines() if line.strip()][-LOG_TAIL_LINES:]
+    tail = " | ".join(lines)
+    return tail if len(tail) <= LOG_TAIL_CHARS else "..." + tail[-(LOG_TAIL_CHARS - 3):]
 
 
 def dashboard_address() -> str:
@@ -84,8 +100,15 @@ def verl_entrypoint(config: dict[str, Any], run_dir: str) -> tuple[str, dict[str
     return " ".join([ENTRYPOINT, *(shlex.quote(o) for o in overrides)]), job_env(uri, run_id)
 
 
-def job_cell(config: dict[str, Any], run_dir: str, eval_cache_dir: str | None) -> dict[str, Any]:
-    """Run one cell as a Ray job (submitting it, or re-attaching to the one already submitted)."""
+def job_cell(
+    config: dict[str, Any], run_dir: str, eval_cache_dir: str | None,
+    on_event: Callable[[str, int, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Run one cell as a Ray job (submitting it, or re-attaching to the one already submitted).
+
+    ``on_event("job", 0, {"submission_id", "address"})`` tells the driver which job the run is,
+    once it is submitted or found, before waiting for it.
+    """
     from ray.job_submission import JobSubmissionClient
 
     address = dashboard_address()
@@ -97,24 +120,45 @@ def job_cell(config: dict[str, Any], run_dir: str, eval_cache_dir: str | None) -
         sid = f"{prefix}-a{attempt}"
         info = _job_info(client, sid)
         reported = Path(run_dir) / f"{sid}.reported"
-        if info is not None and str(info.status) in ("FAILED", "STOPPED") and reported.exists():
-            attempt += 1  # that failure was reported; this call is the retry
+        status = _status(info.status) if info is not None else None
+        if status == "STOPPED" or (status == "FAILED" and reported.exists()):
+            attempt += 1  # its end is on record (by `stop_job`'s caller, or reported): this is the retry
             continue
         break
     if info is None:
         _submit(client, sid, config, run_dir, eval_cache_dir)
     record.write_text(json.dumps({"submission_id": sid, "attempt": attempt, "address": address}))
+    if on_event is not None:
+        on_event("job", 0, {"submission_id": sid, "address": address})
     status = _wait(client, sid)
     logs = client.get_job_logs(sid)
     if status != "SUCCEEDED":
         reported.write_text(status)
-        tail = "\n".join(logs.strip().splitlines()[-LOG_TAIL_LINES:])
-        raise JobFailed(f"Ray job {sid} ended {status}; last lines of its log:\n{tail}")
+        raise JobFailed(f"Ray job {sid} ended {status}; last lines of its log: {log_tail(logs)}")
     if config.get("backend") == "verl":
         from dapo_ablate.ablation.backends.verl_results import result_from_mlflow
 
-        return result_from_mlflow(os.environ["MLFLOW_TRACKING_URI"], os.environ["DAPO_ABLATE_MLFLOW_RUN_ID"])
+        return result_from_mlflow(os.environ["MLFLOW_TRACKING_URI"], os.environ["DAPO_ABLATE_MLFLOW_RUN_ID"],
+                                  wall_s=_job_wall_s(client.get_job_info(sid)))
     return result_from_logs(logs, sid)
+
+
+def stop_job(submission_id: str, wait_s: float = STOP_WAIT_S) -> bool:
+    """Stop the Ray job `submission_id` on the joined cluster (a run that timed out, lost its lease
+    or was pruned); True if it was running. Waits up to `wait_s` until Ray reports it ended (Ray
+    sends SIGTERM, then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S, 3 s by default), so that a retry
+    claimed right after finds it STOPPED and submits the next attempt. Not for Ctrl-C or a driver's
+    death: those leave the job running for a rerun to re-attach to."""
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(dashboard_address())
+    if _job_info(client, submission_id) is None:
+        return False
+    stopped = bool(client.stop_job(submission_id))
+    deadline = time.monotonic() + wait_s
+    while _status(client.get_job_status(submission_id)) in ACTIVE and time.monotonic() < deadline:
+        time.sleep(POLL_S / 4)
+    return stopped
 
 
 def _job_info(client: Any, sid: str) -> Any:
@@ -149,21 +193,31 @@ def _submit(client: Any, sid: str, config: dict[str, Any], run_dir: str, eval_ca
             time.sleep(POLL_S)
 
 
+def _status(status: Any) -> str:
+    """``JobStatus.RUNNING`` (or "RUNNING") -> "RUNNING"."""
+    return str(status).rsplit(".", 1)[-1]
+
+
 def _wait(client: Any, sid: str) -> str:
     while True:
-        status = str(client.get_job_status(sid))
-        status = status.rsplit(".", 1)[-1]  # JobStatus.RUNNING -> RUNNING
+        status = _status(client.get_job_status(sid))
         if status not in ACTIVE:
             return status
         time.sleep(POLL_S)
+
+
+def _job_wall_s(info: Any) -> float | None:
+    """Seconds from the job's start to its end (Ray's JobInfo times are in milliseconds)."""
+    start, end = getattr(info, "start_time", None), getattr(info, "end_time", None)
+    return (end - start) / 1000.0 if start and end else None
 
 
 def result_from_logs(logs: str, sid: str) -> dict[str, Any]:
     for line in reversed(logs.splitlines()):
         if line.startswith(RESULT_MARKER):
             return json.loads(line[len(RESULT_MARKER):])
-    raise JobFailed(f"Ray job {sid} succeeded but printed no result line ({RESULT_MARKER.strip()}); last lines:\n"
-                    + "\n".join(logs.strip().splitlines()[-LOG_TAIL_LINES:]))
+    raise JobFailed(f"Ray job {sid} succeeded but printed no result line ({RESULT_MARKER.strip()}); "
+                    f"last lines of its log: {log_tail(logs)}")
 
 
 def main(argv: list[str]) -> int:

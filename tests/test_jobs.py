@@ -92,12 +92,88 @@ def test_sigkill_of_the_driver_while_a_job_runs_then_rerun_reattaches_and_record
         head.stop()
 
 
+LIFECYCLE = r"""
+import json, sys, time
+import ray
+from ray.job_submission import JobSubmissionClient
+from dapo_ablate.ablation.jobs import JobFailed, dashboard_address, job_cell, stop_job, submission_ids
+
+out = sys.argv[2]
+ray.init(address=sys.argv[1])  # a driver joined to the cluster: dashboard_address() asks the head
+report = {"events": []}
+on_event = lambda *event: report["events"].append(event)
+broken = {"backend": "builtin", "no_such_field": 1}  # the job's trainer refuses it and exits 1
+try:
+    job_cell(broken, f"{out}/exp/broken", None, on_event=on_event)
+except JobFailed as err:
+    report["failed"] = str(err)
+
+client = JobSubmissionClient(dashboard_address())
+sid = submission_ids(f"{out}/exp/sleeper")[0] + "-a1"  # what job_cell submits first for that run
+client.submit_job(entrypoint=f"{sys.executable} -c 'import time; time.sleep(600)'", submission_id=sid)
+while str(client.get_job_status(sid)).rsplit(".", 1)[-1] != "RUNNING":
+    time.sleep(0.2)
+report["stopped"] = stop_job(sid)
+report["status"] = str(client.get_job_status(sid)).rsplit(".", 1)[-1]
+report["stopped_again"] = stop_job(sid)
+report["stopped_unknown"] = stop_job("dapo-ablate-no-such-job")
+try:  # the retry of the run whose job was stopped: a new attempt, not the stopped one re-reported
+    job_cell(broken, f"{out}/exp/sleeper", None, on_event=on_event)
+except JobFailed as err:
+    report["retried"] = str(err)
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_job_keeps_its_log_tail_and_stop_job_stops_a_running_job(short_root: Path, tmp_path: Path):
+    head = Head(short_root, dashboard=True)
+    try:
+        done = subprocess.run([sys.executable, "-c", LIFECYCLE, head.address, str(tmp_path)], env=head.env,
+                              capture_output=True, text=True, timeout=600)
+    finally:
+        head.stop()
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    broken_sid = submission_ids(str(tmp_path / "exp" / "broken"))[0] + "-a1"
+    sleeper = submission_ids(str(tmp_path / "exp" / "sleeper"))[0]
+
+    failed = report["failed"]  # one line: the ledger keeps an error's first line
+    assert "\n" not in failed and len(failed) < 1700
+    assert failed.startswith(f"Ray job {broken_sid} ended FAILED; last lines of its log: ")
+    assert " | " in failed and failed.endswith("remove it or check its spelling against the documented fields")
+    assert "ConfigError: run config: unknown key `no_such_field`" in failed
+    address = report["events"][0][2]["address"]
+    assert address.startswith("http://127.0.0.1:")
+    assert report["events"] == [["job", 0, {"submission_id": broken_sid, "address": address}],
+                                ["job", 0, {"submission_id": f"{sleeper}-a2", "address": address}]]
+
+    assert (report["stopped"], report["status"]) == (True, "STOPPED")
+    assert (report["stopped_again"], report["stopped_unknown"]) == (False, False)
+    assert report["retried"].startswith(f"Ray job {sleeper}-a2 ended FAILED")
+
+
+def test_a_failure_message_is_one_ledger_line_ending_with_the_log_tail():
+    from dapo_ablate.ablation.executor import describe_error
+    from dapo_ablate.ablation.jobs import LOG_TAIL_CHARS, LOG_TAIL_LINES, log_tail
+
+    logs = "\n".join(f"line {i}" for i in range(100)) + "\n\nTraceback (most recent call last):\n  boom\nValueError: bad lr\n\n"
+    tail = log_tail(logs)
+    assert tail.endswith("line 97 | line 98 | line 99 | Traceback (most recent call last): | boom | ValueError: bad lr")
+    assert tail.count(" | ") == LOG_TAIL_LINES - 1
+    error = describe_error(JobFailed(f"Ray job sid ended FAILED; last lines of its log: {tail}"))
+    assert error == f"JobFailed: Ray job sid ended FAILED; last lines of its log: {tail}"  # kept whole by the ledger
+
+    long = log_tail("\n".join("x" * 400 + f" {i}" for i in range(20)) + "\nValueError: bad lr")
+    assert len(long) == LOG_TAIL_CHARS and long.startswith("...") and long.endswith(" | ValueError: bad lr")
+
+
 def test_submission_ids_and_result_lines():
     prefix, record = submission_ids("/runs/out/my-exp/0123abcd")
     assert prefix == "dapo-ablate-my-exp-0123abcd" and record == Path("/runs/out/my-exp/0123abcd/job.json")
     result = {"metrics": {"avg@32": 0.5}, "eval_curve": [], "signals": [], "wall_s": 1.0}
     assert result_from_logs(f"training...\n{RESULT_MARKER}{json.dumps(result)}\n", "sid") == result
-    with pytest.raises(JobFailed, match="printed no result line"):
+    with pytest.raises(JobFailed, match=r"printed no result line \(DAPO_ABLATE_RESULT\); last lines of its log: Traceback \| boom$"):
         result_from_logs("Traceback\nboom\n", "sid")
 
 

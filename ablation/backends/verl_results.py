@@ -49,12 +49,16 @@ def result_from_history(history: dict[str, list[tuple[int, float]]], wall_s: flo
             "signals": [signals[s] for s in sorted(signals)], "wall_s": float(wall_s)}
 
 
-def result_from_mlflow(tracking_uri: str, run_id: str) -> dict[str, Any]:
-    """Read verl's metrics of MLflow run `run_id` into the ledger's result shape."""
+def result_from_mlflow(tracking_uri: str, run_id: str, wall_s: float | None = None) -> dict[str, Any]:
+    """Read verl's metrics of MLflow run `run_id` into the ledger's result shape. `wall_s`: the
+    job's own duration (`ablation.jobs`); without it, the run's start to its last metric."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
     run = client.get_run(run_id)
-    history = {name: [(m.step, m.value) for m in client.get_metric_history(run_id, name)] for name in run.data.metrics}
-    wall_s = ((run.info.end_time or run.info.start_time) - run.info.start_time) / 1000.0
+    histories = {name: client.get_metric_history(run_id, name) for name in run.data.metrics}
+    history = {name: [(m.step, m.value) for m in points] for name, points in histories.items()}
+    if wall_s is None:
+        last = max((m.timestamp for points in histories.values() for m in points), default=run.info.start_time)
+        wall_s = (last - run.info.start_time) / 1000.0
     return result_from_history(history, wall_s)
