@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import base64
-import html
+import functools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import jinja2
+import markupsafe
 import pandas as pd
 
 from . import plots
@@ -116,63 +119,86 @@ def _empty(name: str) -> str:
     return "No claims: no statistic passes its family's adjusted test." if name == "claims" else "Not computed."
 
 
-def report_markdown(analysis: Analysis, figures: list[str]) -> str:
-    """report.md: summary, then each table (and its figure when written)."""
+@dataclass(frozen=True)
+class FigureView:
+    """A figure as a page shows it: its file name and, on an HTML page, its PNG as base64."""
+
+    name: str
+    base64: str = ""
+
+
+@dataclass(frozen=True)
+class TableBlock:
+    """One table section of a page: title, caption, the rendered table (Markdown or HTML; empty
+    when the table has no rows, then ``empty`` says why), a note under it, and its figures."""
+
+    title: str
+    caption: str
+    table: str
+    empty: str
+    note: str
+    figures: list[FigureView]
+
+
+TEMPLATES = Path(__file__).with_name("templates")
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    """The report pages' templates; HTML templates autoescape, Markdown ones do not."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default_for_string=False),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+
+
+def render_page(template: str, **context) -> str:
+    """Render ``reports/templates/<template>`` (ending in exactly one newline); every page also
+    gets ``empty_supported``."""
+    page = _environment().get_template(template).render(empty_supported=EMPTY_SUPPORTED, **context)
+    return page.rstrip("\n") + "\n"
+
+
+def _blocks(analysis: Analysis, figures: dict[str, bytes] | list[str], html_page: bool) -> list[TableBlock]:
+    """The table sections of report.md (``html_page`` False) or report.html, in report order."""
     captions = _captions(analysis)
-    parts = [f"# Ablation report: {analysis.metric}\n"]
-    for heading, lines in summary_sections(analysis).items():
-        body = "\n".join(f"- {line}" for line in lines) if lines else f"_{EMPTY_SUPPORTED}_"
-        parts.append(f"## {heading}\n\n{body}\n")
+    blocks = []
     for title, name, table in _report_tables(analysis):
         shown = display_frame(table, analysis.percent, analysis.factors)
-        parts.append(
-            f"## {title}\n\n{captions[name]}\n\n"
-            + (to_markdown(table, shown) if len(table) else f"_{_empty(name)}_\n")
-        )
+        rendered = markupsafe.Markup(to_html(table, shown)) if html_page else to_markdown(table, shown).rstrip("\n")
+        note = ""
         if name == "cumulative" and table["ordering"].nunique() < analysis.cumulative["ordering"].nunique():
-            parts.append("Only the first orderings are shown; cumulative.csv has all of them.\n")
-        parts += [f"![{figure}]({figure})\n" for figure in FIGURE_AFTER.get(name, []) if figure in figures]
-    return "\n".join(parts)
+            note = "Only the first orderings are shown; cumulative.csv has all of them."
+        shown_figures = [
+            FigureView(figure, base64.b64encode(figures[figure]).decode("ascii") if html_page else "")
+            for figure in FIGURE_AFTER.get(name, [])
+            if figure in figures
+        ]
+        blocks.append(TableBlock(title, captions[name], rendered if len(table) else "", _empty(name), note, shown_figures))
+    return blocks
 
 
-CSS = """
-body { font-family: system-ui, sans-serif; max-width: 72rem; margin: 2rem auto; padding: 0 1rem; color: #1d1d1f; }
-table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; font-size: 0.85rem; }
-th, td { padding: 0.2rem 0.6rem; border-bottom: 1px solid #ddd; }
-th { border-bottom: 2px solid #444; text-align: left; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.caption { color: #555; font-size: 0.9rem; }
-img { max-width: 100%; }
-.scroll { overflow-x: auto; }
-.summary li { margin: 0.2rem 0; }
-"""
+def report_markdown(analysis: Analysis, figures: list[str]) -> str:
+    """report.md: summary, then each table (and its figures when written)."""
+    return render_page(
+        "report.md.j2",
+        metric=analysis.metric,
+        summary=list(summary_sections(analysis).items()),
+        blocks=_blocks(analysis, figures, html_page=False),
+    )
 
 
 def report_html(analysis: Analysis, figures: dict[str, bytes]) -> str:
     """report.html: self-contained (inline CSS, figures as base64 data URIs, no scripts)."""
-    captions = _captions(analysis)
-    esc = html.escape
-    body = [f"<h1>Ablation report: {esc(analysis.metric)}</h1>"]
-    for heading, lines in summary_sections(analysis).items():
-        items = "".join(f"<li>{esc(line)}</li>" for line in lines)
-        listed = f'<ul class="summary">{items}</ul>' if lines else f"<p><em>{esc(EMPTY_SUPPORTED)}</em></p>"
-        body.append(f"<h2>{esc(heading)}</h2>{listed}")
-    for title, name, table in _report_tables(analysis):
-        shown = display_frame(table, analysis.percent, analysis.factors)
-        body.append(f'<h2>{esc(title)}</h2><p class="caption">{esc(captions[name])}</p>')
-        body.append(
-            f'<div class="scroll">{to_html(table, shown)}</div>'
-            if len(table)
-            else f"<p><em>{esc(_empty(name))}</em></p>"
-        )
-        for figure in FIGURE_AFTER.get(name, []):
-            if figure in figures:
-                data = base64.b64encode(figures[figure]).decode("ascii")
-                body.append(f'<img alt="{esc(figure)}" src="data:image/png;base64,{data}">')
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>Ablation report: {esc(analysis.metric)}</title><style>{CSS}</style></head>"
-        f"<body>{''.join(body)}</body></html>\n"
+    return render_page(
+        "report.html.j2",
+        title=f"Ablation report: {analysis.metric}",
+        summary=list(summary_sections(analysis).items()),
+        blocks=_blocks(analysis, figures, html_page=True),
     )
 
 

@@ -6,17 +6,17 @@ the ``transfer`` rows of claims.csv."""
 from __future__ import annotations
 
 import base64
-import html
 from pathlib import Path
 from typing import Callable
 
+import markupsafe
 import numpy as np
 import pandas as pd
 
 from . import plots
 from .claims import CLAIM_COLUMNS, amount, claim_sentence, interval, short_term
 from .export import display_frame, to_html, to_markdown, write_table
-from .report import CSS, TABLES, _captions, _cumulative_display
+from .report import TABLES, FigureView, _captions, _cumulative_display, render_page
 from .summary import ADJUSTMENT_NAMES, EMPTY_SUPPORTED, design_line, summary_sections
 from .inference import LENTH, NONE
 from .transfer import SETTING_COLUMN, TransferAnalysis, analyze_transfer
@@ -142,45 +142,31 @@ def transfer_sections(transfer: TransferAnalysis) -> dict[str, list[str]]:
     }
 
 
-def _markdown(transfer: TransferAnalysis, figure: bool) -> str:
-    parts = [f"# Transfer report: {transfer.metric} across {len(transfer.settings)} settings\n"]
-    for heading, lines in transfer_sections(transfer).items():
-        body = "\n".join(f"- {line}" for line in lines) if lines else f"_{EMPTY_SUPPORTED}_"
-        parts.append(f"## {heading}\n\n{body}\n")
+def _pages_context(transfer: TransferAnalysis, html_page: bool) -> dict:
+    """What report.md and report.html show: the transfer summary, the transfer and rank tables
+    (rendered as Markdown or HTML), and each setting's own summary."""
+    tables = []
     for title, table in (("Transfer table", transfer.transfer), ("Rank agreement", transfer.ranks)):
-        parts.append(f"## {title}\n\n" + to_markdown(table, display_frame(table, transfer.percent, [])))
-    if figure:
-        parts.append("![transfer.png](transfer.png)\n")
-    for name in transfer.settings:
-        parts.append(f"# Setting {name}\n")
-        for heading, lines in summary_sections(transfer.analyses[name]).items():
-            body = "\n".join(f"- {line}" for line in lines) if lines else f"_{EMPTY_SUPPORTED}_"
-            parts.append(f"## {heading}\n\n{body}\n")
-    parts.append("Every table per setting: cells.csv, effects.csv, shapley.csv, ... (column setting).\n")
-    return "\n".join(parts)
+        shown = display_frame(table, transfer.percent, [])
+        tables.append((title, markupsafe.Markup(to_html(table, shown)) if html_page else to_markdown(table, shown).rstrip("\n")))
+    return {
+        "metric": transfer.metric,
+        "summary": list(transfer_sections(transfer).items()),
+        "tables": tables,
+        "settings": [(name, list(summary_sections(transfer.analyses[name]).items())) for name in transfer.settings],
+    }
+
+
+def _markdown(transfer: TransferAnalysis, figure: bool) -> str:
+    return render_page("transfer.md.j2", figure=figure, **_pages_context(transfer, html_page=False))
 
 
 def _html(transfer: TransferAnalysis, png: bytes | None) -> str:
-    esc, body = html.escape, [f"<h1>Transfer report: {html.escape(transfer.metric)}</h1>"]
-
-    def sections(items: dict[str, list[str]], level: str) -> None:
-        for heading, lines in items.items():
-            listed = "".join(f"<li>{esc(line)}</li>" for line in lines)
-            body.append(f"<{level}>{esc(heading)}</{level}>" + (f'<ul class="summary">{listed}</ul>' if lines else f"<p><em>{esc(EMPTY_SUPPORTED)}</em></p>"))
-
-    sections(transfer_sections(transfer), "h2")
-    for title, table in (("Transfer table", transfer.transfer), ("Rank agreement", transfer.ranks)):
-        body.append(f'<h2>{esc(title)}</h2><div class="scroll">{to_html(table, display_frame(table, transfer.percent, []))}</div>')
-    if png is not None:
-        body.append(f'<img alt="transfer.png" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">')
-    for name in transfer.settings:
-        body.append(f"<h2>Setting {esc(name)}</h2>")
-        sections(summary_sections(transfer.analyses[name]), "h3")
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>Transfer report: {esc(transfer.metric)}</title><style>{CSS}</style></head>"
-        f"<body>{''.join(body)}</body></html>\n"
-    )
+    figure = None if png is None else FigureView("transfer.png", base64.b64encode(png).decode("ascii"))
+    return render_page(
+        "transfer.html.j2", title=f"Transfer report: {transfer.metric}", figure=figure,
+        **_pages_context(transfer, html_page=True),
+    )  # fmt: skip
 
 
 def write_transfer_report(
