@@ -139,7 +139,7 @@ def job_cell(
         from dapo_ablate.ablation.backends.verl_results import result_from_mlflow
 
         return result_from_mlflow(os.environ["MLFLOW_TRACKING_URI"], os.environ["DAPO_ABLATE_MLFLOW_RUN_ID"],
-                                  wall_s=_job_wall_s(client.get_job_info(sid)))
+                                  wall_s=_job_wall_s(client.get_job_info(sid)), config=config)
     return result_from_logs(logs, sid)
 
 

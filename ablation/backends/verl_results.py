@@ -1,8 +1,25 @@
 """A verl cell's result, read back from the MLflow run verl logged into (no second copy).
 
-verl logs validation as ``val-core/<data_source>/acc/mean@k`` (avg@k), ``.../best@k/mean`` (pass@k)
-and ``.../maj@k/mean`` (maj@k); its MLflow logger writes ``@`` as ``_at_``. Per-step signals keep
-verl's names in MLflow and are mapped back to the trainer's keys for the ledger.
+What verl 0.9.1 logs (``verl.trainer.ppo.ray_trainer._val_metrics_update``, ``metric_utils``):
+
+- validation, at step 0 (``val_before_train``) and every ``test_freq`` steps, as
+  ``val-core/<data_source>/acc/mean@k`` (avg@k), ``.../best@k/mean`` (pass@k) and ``.../maj@k/mean``
+  (maj@k), k the largest ``val_kwargs.n``; its MLflow logger writes ``@`` as ``_at_``. verl's best@k
+  and maj@k are bootstrap means over resamples of the k responses (drawn with replacement), so they
+  sit a little below the exact pass@k / maj@k the built-in trainer computes; avg@k is exact.
+- training signals once per step (1-based) under the names `metric_names.STEP_NAMES` gives the
+  built-in trainer's signals (``critic/score/mean`` for reward, ...); they come back under the
+  trainer's keys, plus ``pg_clipfrac`` (verl's ``actor/pg_clipfrac``, the lower and upper clip
+  fractions together, which the built-in trainer logs apart).
+- ``timing_s/testing`` at the steps that evaluate: the eval curve's ``time_eval_s``.
+
+Compute columns: ``steps`` (the last training step) and ``wall_s`` (the job's duration). verl logs
+no token totals, so they are rebuilt from its per-step means: ``tokens_generated`` is, per step,
+``response_length/mean`` times the responses trained on (``prompts_per_step x group_size``) plus
+the responses of the groups Dynamic Sampling dropped (``training/filter_groups/evicted_samples``
+and ``.../discarded_surplus_samples``, counted in groups, times ``group_size``) at the same mean
+length; those dropped tokens are ``tokens_discarded``. Both are estimates (verl does not log the
+dropped groups' lengths); the built-in trainer counts them exactly.
 """
 
 from __future__ import annotations
@@ -10,48 +27,89 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_VAL = re.compile(r"val-core/[^/]+/acc/(mean|best|maj)(?:@|_at_)(\d+)(?:/mean)?$")
+from dapo_ablate.ablation.metric_names import EVAL_TIME_NAME, STEP_NAMES, mlflow_safe
+
+_VAL = re.compile(r"val-core/(?P<source>[^/]+)/acc/(?P<score>mean|best|maj)(?:@|_at_)(?P<k>\d+)(?:/mean)?$")
 _SCORE = {"mean": "avg", "best": "pass", "maj": "maj"}
-SIGNALS = {
-    "critic/score/mean": "reward",
-    "actor/entropy": "entropy",
-    "response_length/mean": "response_length",
-    "response_length/clip_ratio": "truncation_rate",
-    "actor/ppo_kl": "approx_kl",
-    "actor/pg_clipfrac": "pg_clipfrac",
-    "actor/grad_norm": "grad_norm",
-    "train/num_gen_batches": "gen_rounds",
-}
-"""verl metric -> the trainer's signal key in the ledger."""
+SIGNALS = {**{mlflow_safe(verl): ours for ours, verl in STEP_NAMES.items()}, "actor/pg_clipfrac": "pg_clipfrac"}
+"""verl's training metric -> the trainer's signal key in the ledger."""
+RESPONSE_LENGTH = "response_length/mean"
+DROPPED_GROUPS = ("training/filter_groups/evicted_samples", "training/filter_groups/discarded_surplus_samples")
+"""Groups (prompts) Dynamic Sampling dropped in a step, as verl's v1 trainer counts them."""
 
 
 def score_name(metric: str) -> str | None:
     """``val-core/aime/acc/mean_at_32`` -> ``avg@32``; None for other metrics."""
     match = _VAL.match(metric)
-    return f"{_SCORE[match.group(1)]}@{match.group(2)}" if match else None
+    return f"{_SCORE[match['score']]}@{match['k']}" if match else None
 
 
-def result_from_history(history: dict[str, list[tuple[int, float]]], wall_s: float) -> dict[str, Any]:
-    """The ledger result from verl's metric histories {name: [(step, value), ...]}."""
+def eval_sources(history: dict[str, list[tuple[int, float]]]) -> list[str]:
+    """The ``<data_source>`` names of verl's val-core metrics in `history`, sorted."""
+    return sorted({match["source"] for name in history if (match := _VAL.match(name))})
+
+
+def result_from_history(
+    history: dict[str, list[tuple[int, float]]], wall_s: float,
+    responses_per_step: int | None = None, group_size: int | None = None, source: str | None = None,
+) -> dict[str, Any]:
+    """The ledger result from verl's metric histories {name: [(step, value), ...]}.
+
+    `source`: the held-out set's verl ``data_source``, needed only when several were validated.
+    `responses_per_step` and `group_size` (from the cell's config) give the token totals.
+    """
+    sources = eval_sources(history)
+    if source is None and len(sources) > 1:
+        raise ValueError(f"verl validated on several data sources {sources}; say which one is the held-out set")
     curve: dict[int, dict[str, Any]] = {}
     signals: dict[int, dict[str, Any]] = {}
     for name, points in history.items():
-        score = score_name(name)
+        match = _VAL.match(name)
         for step, value in points:
-            if score:
-                curve.setdefault(step, {"step": step})[score] = value
+            if match and match["source"] == (source or match["source"]):
+                curve.setdefault(step, {"step": step})[score_name(name)] = value
             elif name in SIGNALS:
                 signals.setdefault(step, {"step": step})[SIGNALS[name]] = value
+    for step, value in history.get(EVAL_TIME_NAME, []):
+        if step in curve:
+            curve[step]["time_eval_s"] = value
     eval_curve = [curve[s] for s in sorted(curve)]
     final = {k: v for k, v in (eval_curve[-1] if eval_curve else {}).items() if k != "step"}
-    steps = max((s for points in history.values() for s, _ in points), default=0)
+    steps = max([*signals, *curve], default=0)
+    tokens = token_totals(history, responses_per_step, group_size)
     return {"metrics": {**final, "steps": steps}, "eval_curve": eval_curve,
-            "signals": [signals[s] for s in sorted(signals)], "wall_s": float(wall_s)}
+            "signals": [signals[s] for s in sorted(signals)], "wall_s": float(wall_s), **tokens}
 
 
-def result_from_mlflow(tracking_uri: str, run_id: str, wall_s: float | None = None) -> dict[str, Any]:
+def token_totals(history: dict[str, list[tuple[int, float]]], responses_per_step: int | None,
+                 group_size: int | None) -> dict[str, int]:
+    """``tokens_generated`` and ``tokens_discarded`` rebuilt from per-step mean response lengths
+    (see the module docstring); empty without the batch sizes or the lengths."""
+    lengths = dict(history.get(RESPONSE_LENGTH, []))
+    if not responses_per_step or not group_size or not lengths:
+        return {}
+    dropped: dict[int, float] = {}
+    for name in DROPPED_GROUPS:
+        for step, groups in history.get(name, []):
+            dropped[step] = dropped.get(step, 0.0) + groups * group_size
+    trained = sum(length * responses_per_step for length in lengths.values())
+    discarded = sum(dropped.get(step, 0.0) * length for step, length in lengths.items())
+    return {"tokens_generated": round(trained + discarded), "tokens_discarded": round(discarded)}
+
+
+def batch_sizes(config: dict[str, Any]) -> tuple[int, int]:
+    """(responses trained on per step, group size) of a cell's trainer config."""
+    from dapo_ablate.core.config import build_trainer_config
+
+    trainer = build_trainer_config(config)
+    return trainer.batch.prompts_per_step * trainer.algorithm.group_size, trainer.algorithm.group_size
+
+
+def result_from_mlflow(tracking_uri: str, run_id: str, wall_s: float | None = None,
+                       config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Read verl's metrics of MLflow run `run_id` into the ledger's result shape. `wall_s`: the
-    job's own duration (`ablation.jobs`); without it, the run's start to its last metric."""
+    job's own duration (`ablation.jobs`); without it, the run's start to its last metric.
+    `config`: the cell's trainer config (its batch sizes give the token totals)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
@@ -61,4 +119,5 @@ def result_from_mlflow(tracking_uri: str, run_id: str, wall_s: float | None = No
     if wall_s is None:
         last = max((m.timestamp for points in histories.values() for m in points), default=run.info.start_time)
         wall_s = (last - run.info.start_time) / 1000.0
-    return result_from_history(history, wall_s)
+    responses, group_size = batch_sizes(config) if config is not None else (None, None)
+    return result_from_history(history, wall_s, responses, group_size)

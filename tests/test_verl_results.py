@@ -1,0 +1,123 @@
+"""A verl cell's result is read back from the MLflow run verl logged into.
+
+verl itself needs GPUs; what it does to MLflow is small and is done here by a stand-in script the
+way verl 0.9.1's ``Tracking`` does it (``verl/utils/tracking.py``): attach to the run named by
+$MLFLOW_RUN_ID with ``mlflow.start_run(run_id=...)``, log its config as params, log each step's
+metrics with ``mlflow.log_metrics(metrics, step=...)`` under verl's names with ``@`` written as
+``_at_``, then ``mlflow.end_run()``. Everything after that is our code on a real MLflow store:
+`job_env` (what a verl job's environment gets), `result_from_mlflow` and the ledger.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dapo_ablate.ablation.backends.verl import job_env
+from dapo_ablate.ablation.backends.verl_results import result_from_history, result_from_mlflow, score_name
+from dapo_ablate.ablation.ledger import Ledger, RunSpec
+
+STAND_IN_FOR_VERL = r"""
+import os
+import mlflow
+
+def sanitized(metrics):  # verl's _MlflowLoggingAdapter._sanitize_key: '@' -> '_at_'
+    return {key.replace("@", "_at_"): value for key, value in metrics.items()}
+
+def validation(step):  # 32 samples per problem: val-core at k = 32 (verl's _val_metrics_update)
+    acc = 0.25 + 0.05 * step
+    return {"val-core/math_dapo/acc/mean@32": acc, "val-core/math_dapo/acc/best@32/mean": acc + 0.4,
+            "val-core/math_dapo/acc/maj@32/mean": acc + 0.1, "val-core/math_dapo/acc/best@32/std": 0.01,
+            "val-aux/math_dapo/acc/mean@16": acc, "val-aux/math_dapo/reward/mean@32": 2 * acc - 1}
+
+mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+mlflow.start_run(run_id=os.environ["MLFLOW_RUN_ID"])
+mlflow.log_params({"actor_rollout_ref.actor.clip_ratio_high": 0.28, "data.train_batch_size": 512})
+mlflow.log_metrics(sanitized(validation(0)), step=0)  # val_before_train
+for step in (1, 2, 3, 4):
+    metrics = {"critic/score/mean": -0.5 + 0.1 * step, "actor/entropy": 1.0 / step, "actor/pg_clipfrac": 0.01 * step,
+               "actor/ppo_kl": 0.001, "actor/grad_norm": 0.5, "actor/lr": 1e-6, "response_length/mean": 1000.0 * step,
+               "response_length/clip_ratio": 0.1, "timing_s/gen": 30.0, "timing_s/update_actor": 20.0,
+               "timing_s/step": 60.0, "perf/total_num_tokens": 5e6, "critic/advantages/mean": 0.0}
+    if step % 2 == 1:  # Dynamic Sampling dropped groups at this step
+        metrics["training/filter_groups/evicted_samples"] = 100
+    if step % 2 == 0:  # test_freq=2: validated in the same step, timed as 'testing'
+        metrics |= validation(step) | {"timing_s/testing": 7.0 + step}
+    mlflow.log_metrics(sanitized(metrics), step=step)
+mlflow.end_run()
+"""
+
+
+def paper_cell() -> dict:
+    from dapo_ablate.ablation.design import expand
+    from dapo_ablate.ablation.spec import load_spec
+
+    return expand(load_spec(Path(__file__).resolve().parents[1] / "examples" / "paper_verl.yaml")).runs[0].config.to_dict()
+
+
+def test_a_verl_run_in_mlflow_reads_back_as_the_ledger_result(tmp_path: Path):
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    child = client.create_run(client.create_experiment("paper"), run_name="cell 11111 seed 0")  # the driver's child
+    run_id = child.info.run_id
+    env = {"PATH": "/usr/bin:/bin", **job_env(uri, run_id)}
+    done = subprocess.run([sys.executable, "-c", STAND_IN_FOR_VERL], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    config = paper_cell()
+    result = result_from_mlflow(uri, run_id, wall_s=3600.0, config=config)
+
+    def acc(step: int) -> float:
+        return 0.25 + 0.05 * step
+
+    assert result["eval_curve"] == [
+        {"step": 0, "avg@32": acc(0), "pass@32": acc(0) + 0.4, "maj@32": acc(0) + 0.1},
+        {"step": 2, "avg@32": acc(2), "pass@32": acc(2) + 0.4, "maj@32": acc(2) + 0.1, "time_eval_s": 9.0},
+        {"step": 4, "avg@32": acc(4), "pass@32": acc(4) + 0.4, "maj@32": acc(4) + 0.1, "time_eval_s": 11.0},
+    ]
+    assert result["metrics"] == {"avg@32": acc(4), "pass@32": acc(4) + 0.4, "maj@32": acc(4) + 0.1,
+                                 "time_eval_s": 11.0, "steps": 4}
+    assert [signal["step"] for signal in result["signals"]] == [1, 2, 3, 4]
+    assert result["signals"][1] == {  # the trainer's keys (metric_names.STEP_NAMES read backwards)
+        "step": 2, "reward": pytest.approx(-0.3), "entropy": 0.5, "pg_clipfrac": 0.02, "approx_kl": 0.001,
+        "grad_norm": 0.5, "lr": 1e-6, "response_length": 2000.0, "truncation_rate": 0.1,
+        "time_rollout_s": 30.0, "time_update_s": 20.0,
+    }
+    # the paper's cell: 512 prompts x 16 responses a step; 100 groups dropped at steps 1 and 3
+    assert (config["batch"]["prompts_per_step"], config["algorithm"]["group_size"]) == (512, 16)
+    trained = 512 * 16 * 1000 * (1 + 2 + 3 + 4)
+    discarded = 100 * 16 * 1000 * (1 + 3)
+    assert (result["tokens_generated"], result["tokens_discarded"]) == (trained + discarded, discarded)
+    assert result["wall_s"] == 3600.0
+
+    with Ledger(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:  # the shape the ledger stores
+        ledger.ensure_experiment("paper", {})
+        ledger.add_runs("paper", [RunSpec("r1", "11111", {}, 0, config)])
+        assert ledger.claim("r1", "a:1") and ledger.finish("r1", result)
+        stored = ledger.results("paper")[0]
+    assert (stored["metrics"], stored["eval_curve"], stored["tokens_generated"]) == (
+        result["metrics"], result["eval_curve"], result["tokens_generated"])
+
+    assert result_from_mlflow(uri, run_id)["wall_s"] > 0  # without the job's duration: the run's own span
+
+
+def test_verl_metric_names_and_a_history_with_two_validation_sets():
+    assert score_name("val-core/math_dapo/acc/mean_at_32") == "avg@32"
+    assert score_name("val-core/aime/acc/best@32/mean") == "pass@32"
+    assert score_name("val-core/aime/acc/maj_at_32/mean") == "maj@32"
+    assert score_name("val-core/aime/acc/best_at_32/std") is None
+    assert score_name("val-aux/aime/acc/mean_at_16") is None
+    assert score_name("critic/score/mean") is None
+    history = {"val-core/aime/acc/mean_at_32": [(0, 0.1), (5, 0.3)], "val-core/gsm8k/acc/mean_at_32": [(0, 0.7), (5, 0.8)],
+               "critic/score/mean": [(1, -0.5), (5, 0.2)]}
+    with pytest.raises(ValueError, match=r"several data sources \['aime', 'gsm8k'\]"):
+        result_from_history(history, wall_s=1.0)
+    result = result_from_history(history, wall_s=1.0, source="aime")
+    assert result["eval_curve"] == [{"step": 0, "avg@32": 0.1}, {"step": 5, "avg@32": 0.3}]
+    assert result["metrics"] == {"avg@32": 0.3, "steps": 5}
+    assert "tokens_generated" not in result  # no batch sizes given: no token totals made up
