@@ -21,26 +21,30 @@ from dapo_ablate.ablation.results import ResultsError
 from dapo_ablate.ablation.spec import SpecError
 from dapo_ablate.core.config import ConfigError
 
+from .overrides import SPEC_OVERRIDES_EPILOG, SPEC_OVERRIDES_HELP, OverrideError, load_spec_with_overrides
 from .train_cmd import fail
 
 USER_ERRORS = (SpecError, ConfigError, LedgerError, ExecutorError, ResultsError)
 SPEC_ARG = typer.Argument(..., help="Experiment spec YAML (see examples/factorial.yaml).")
+OVERRIDES_ARG = typer.Argument(None, help=SPEC_OVERRIDES_HELP, show_default=False)
 
 
-def _plan(spec_path: Path):
-    """(spec, plan) of a spec file, a mistake in it ending the command with exit status 2."""
+def _plan(spec_path: Path, overrides: list[str] | None = None):
+    """(spec, plan) of a spec file with its command-line overrides, a mistake in either ending the
+    command with exit status 2."""
     from dapo_ablate.ablation.design import DesignError, expand
-    from dapo_ablate.ablation.spec import load_spec
+    from dapo_ablate.ablation.spec import ExperimentSpec
 
     try:
-        spec = load_spec(spec_path)
+        spec = load_spec_with_overrides(ExperimentSpec, spec_path, overrides, kind="spec")
         return spec, expand(spec)
-    except (*USER_ERRORS, DesignError) as err:
+    except (*USER_ERRORS, DesignError, OverrideError) as err:
         fail(str(err))
 
 
 def run(
     spec_path: Path = SPEC_ARG,
+    overrides: Optional[list[str]] = OVERRIDES_ARG,
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (overrides executor.address)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and stop (same as validate)."),
     max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", min=1, help="Most runs at a time."),
@@ -50,7 +54,7 @@ def run(
     ),
 ) -> None:
     """Run every cell x seed of the spec that is not done yet, on Ray; log to the ledger and MLflow."""
-    spec, plan = _plan(spec_path)
+    spec, plan = _plan(spec_path, overrides)
     if dry_run:
         _validate(spec, plan, address)
         return
@@ -78,10 +82,11 @@ def run(
 
 def validate(
     spec_path: Path = SPEC_ARG,
+    overrides: Optional[list[str]] = OVERRIDES_ARG,
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address to check."),
 ) -> None:
     """Check the spec, its folders and Ray address, and print the plan (writes nothing)."""
-    spec, plan = _plan(spec_path)
+    spec, plan = _plan(spec_path, overrides)
     _validate(spec, plan, address)
 
 
@@ -128,14 +133,14 @@ def _verl_checked(spec, plan) -> bool:
     return True
 
 
-def status(spec_path: Path = SPEC_ARG) -> None:
+def status(spec_path: Path = SPEC_ARG, overrides: Optional[list[str]] = OVERRIDES_ARG) -> None:
     """Print the runs table of the experiment: cell, seed, status, attempts, metric, wall time, error."""
     from rich.console import Console
     from rich.table import Table
 
     from dapo_ablate.ablation.results import status_rows
 
-    spec, plan = _plan(spec_path)
+    spec, plan = _plan(spec_path, overrides)
     try:
         rows, counts = status_rows(spec, plan)
     except USER_ERRORS as err:
@@ -156,12 +161,13 @@ def status(spec_path: Path = SPEC_ARG) -> None:
 
 def ui(
     spec_path: Path = SPEC_ARG,
+    overrides: Optional[list[str]] = OVERRIDES_ARG,
     port: int = typer.Option(5000, "--port", help="Port of the MLflow UI on 127.0.0.1."),
 ) -> None:
     """Serve the MLflow UI of the experiment's tracking store on 127.0.0.1."""
     from dapo_ablate.ablation.tracking import mlflow_ui_command, sqlite_path
 
-    spec, _ = _plan(spec_path)
+    spec, _ = _plan(spec_path, overrides)
     store = sqlite_path(spec.tracking.uri)
     if store is not None and not store.is_file():
         fail(f"no MLflow store at {spec.tracking.uri} yet; run `dapo-ablate run {spec_path}` first")
@@ -195,7 +201,5 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add run, validate, status and ui to the dapo-ablate app."""
-    app.command("run")(run)
-    app.command("validate")(validate)
-    app.command("status")(status)
-    app.command("ui")(ui)
+    for name, command in (("run", run), ("validate", validate), ("status", status), ("ui", ui)):
+        app.command(name, epilog=SPEC_OVERRIDES_EPILOG)(command)

@@ -17,9 +17,22 @@ from dapo_ablate.ablation.ledger import LedgerError
 from dapo_ablate.ablation.spec import SpecError
 from dapo_ablate.core.config import ConfigError
 
+from .overrides import OverrideError, load_spec_with_overrides
 from .train_cmd import fail
 
 SWEEP_ARG = typer.Argument(..., help="Sweep spec YAML (see examples/sweep.yaml).")
+OVERRIDES_ARG = typer.Argument(
+    None, show_default=False,
+    help="KEY=VALUE overrides of the sweep spec by its dotted paths, e.g. n_trials=5 trainer.schedule.total_steps=10 "
+    "space.eps_high.high=0.5 (values are YAML), validated like the file.",
+)
+SWEEP_OVERRIDES_EPILOG = (
+    "Overrides: KEY=VALUE after the spec sets the sweep spec's field at that dotted path, as if the file said so "
+    "(n_trials=40 trainer.schedule.total_steps=10 space.eps_high.high=0.5); values are YAML; an unknown key or a "
+    "bad value stops with one sentence (exit 2). Run ids hash each run's non-default trainer config and seed: "
+    "runs an override leaves unchanged (n_trials, executor.*, tracking.*) are reused, and the study keeps the "
+    "spec's name, so trials run under other overrides stay in it."
+)
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
@@ -28,24 +41,26 @@ def _user_errors() -> tuple[type[Exception], ...]:
     return (SpecError, ConfigError, LedgerError, ExecutorError, StudyError)
 
 
-def _load(sweep_path: Path):
-    from dapo_ablate.sweeps.spec import load_sweep
+def _load(sweep_path: Path, overrides: list[str] | None):
+    """The sweep spec with its command-line overrides; a mistake in either ends with exit status 2."""
+    from dapo_ablate.sweeps.spec import SweepSpec
 
     try:
-        return load_sweep(sweep_path)
-    except SpecError as err:
+        return load_spec_with_overrides(SweepSpec, sweep_path, overrides, kind="sweep")
+    except (SpecError, OverrideError) as err:
         fail(str(err))
 
 
 def sweep(
     sweep_path: Path = SWEEP_ARG,
+    overrides: Optional[list[str]] = OVERRIDES_ARG,
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (overrides executor.address)."),
     n_trials: Optional[int] = typer.Option(None, "--n-trials", min=1, help="Finished trials wanted in all (overrides n_trials)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check the spec, folders and Ray address, print the plan, stop."),
 ) -> None:
     """Run (or resume) the sweep's Optuna study: trials on Ray, runs in the ledger, trials in MLflow."""
-    spec = _load(sweep_path)
+    spec = _load(sweep_path, overrides)
     if dry_run:
         from dapo_ablate.sweeps.plan import format_sweep_plan
 
@@ -78,6 +93,7 @@ def sweep(
 
 def sweep_report(
     sweep_path: Path = SWEEP_ARG,
+    overrides: Optional[list[str]] = OVERRIDES_ARG,
     out: Path = typer.Option(..., "--out", help="Folder for report.md, the CSV tables and the PNG figures."),
 ) -> None:
     """Write the sweep's best parameters, trials, parameter importances and (robustness mode) factor effects."""
@@ -85,7 +101,7 @@ def sweep_report(
 
     from .train_cmd import check_writable
 
-    spec = _load(sweep_path)
+    spec = _load(sweep_path, overrides)
     try:
         report = read_report(spec)
     except _user_errors() as err:
@@ -97,5 +113,5 @@ def sweep_report(
 
 def register(app: typer.Typer) -> None:
     """Add sweep and sweep-report to the dapo-ablate app."""
-    app.command("sweep")(sweep)
-    app.command("sweep-report")(sweep_report)
+    app.command("sweep", epilog=SWEEP_OVERRIDES_EPILOG)(sweep)
+    app.command("sweep-report", epilog=SWEEP_OVERRIDES_EPILOG)(sweep_report)
