@@ -1,17 +1,21 @@
 """A verl cell's result is read back from the MLflow run verl logged into.
 
-verl itself needs GPUs; what it does to MLflow is small and is done here by a stand-in script the
-way verl 0.9.1's ``Tracking`` does it (``verl/utils/tracking.py``): attach to the run named by
+verl's training needs GPUs; what it does to MLflow is small, and is done here twice: by verl 0.9.1's
+own ``verl.utils.tracking.Tracking`` in the verl environment (DAPO_VERL_PYTHON, as in .ci/run), and
+by a stand-in script that does what it does without verl installed: attach to the run named by
 $MLFLOW_RUN_ID with ``mlflow.start_run(run_id=...)``, log its config as params, log each step's
 metrics with ``mlflow.log_metrics(metrics, step=...)`` under verl's names with ``@`` written as
-``_at_``, then ``mlflow.end_run()``. Everything after that is our code on a real MLflow store:
-`job_env` (what a verl job's environment gets), `result_from_mlflow` and the ledger.
+``_at_``, then ``mlflow.end_run()``. Everything else is our code on a real MLflow store: `job_env`
+(what a verl job's environment gets), `result_from_mlflow` and the ledger.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -20,23 +24,14 @@ from dapo_ablate.ablation.backends.verl import job_env
 from dapo_ablate.ablation.backends.verl_results import result_from_history, result_from_mlflow, score_name
 from dapo_ablate.ablation.ledger import Ledger, RunSpec
 
-STAND_IN_FOR_VERL = r"""
-import os
-import mlflow
-
-def sanitized(metrics):  # verl's _MlflowLoggingAdapter._sanitize_key: '@' -> '_at_'
-    return {key.replace("@", "_at_"): value for key, value in metrics.items()}
-
+VERL_STEPS = r"""
 def validation(step):  # 32 samples per problem: val-core at k = 32 (verl's _val_metrics_update)
     acc = 0.25 + 0.05 * step
     return {"val-core/math_dapo/acc/mean@32": acc, "val-core/math_dapo/acc/best@32/mean": acc + 0.4,
             "val-core/math_dapo/acc/maj@32/mean": acc + 0.1, "val-core/math_dapo/acc/best@32/std": 0.01,
             "val-aux/math_dapo/acc/mean@16": acc, "val-aux/math_dapo/reward/mean@32": 2 * acc - 1}
 
-mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
-mlflow.start_run(run_id=os.environ["MLFLOW_RUN_ID"])
-mlflow.log_params({"actor_rollout_ref.actor.clip_ratio_high": 0.28, "data.train_batch_size": 512})
-mlflow.log_metrics(sanitized(validation(0)), step=0)  # val_before_train
+log(validation(0), step=0)  # val_before_train
 for step in (1, 2, 3, 4):
     metrics = {"critic/score/mean": -0.5 + 0.1 * step, "actor/entropy": 1.0 / step, "actor/pg_clipfrac": 0.01 * step,
                "actor/ppo_kl": 0.001, "actor/grad_norm": 0.5, "actor/lr": 1e-6, "response_length/mean": 1000.0 * step,
@@ -46,9 +41,45 @@ for step in (1, 2, 3, 4):
         metrics["training/filter_groups/evicted_samples"] = 100
     if step % 2 == 0:  # test_freq=2: validated in the same step, timed as 'testing'
         metrics |= validation(step) | {"timing_s/testing": 7.0 + step}
-    mlflow.log_metrics(sanitized(metrics), step=step)
-mlflow.end_run()
+    log(metrics, step=step)
 """
+VERL_CONFIG = {"data": {"train_batch_size": 512, "seed": 0}, "actor_rollout_ref": {"actor": {"clip_ratio_high": 0.28}},
+               "trainer": {"logger": ["console", "mlflow"], "project_name": "paper"}}
+STAND_IN_FOR_VERL = r"""
+import os
+import mlflow
+
+def log(metrics, step):  # verl's _MlflowLoggingAdapter.log: '@' -> '_at_', then log_metrics
+    mlflow.log_metrics({key.replace("@", "_at_"): value for key, value in metrics.items()}, step=step)
+
+mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+mlflow.start_run(run_id=os.environ["MLFLOW_RUN_ID"])
+mlflow.log_params({"data/train_batch_size": 512, "data/seed": 0, "actor_rollout_ref/actor/clip_ratio_high": 0.28})
+""" + VERL_STEPS + "mlflow.end_run()\n"
+IN_VERL = r"""
+import json, site, sys
+site.addsitedir(sys.argv[1])  # mlflow from the main environment, after verl's own packages
+from verl.utils.tracking import Tracking
+
+tracking = Tracking("paper", "cell", default_backend=["mlflow"], config=json.loads(sys.argv[2]))
+assert "mlflow" in tracking.logger, "verl went on without MLflow"
+log = tracking.log
+""" + VERL_STEPS + "tracking.finish()\n"
+
+
+def log_like_verl(logger: str, env: dict[str, str]) -> None:
+    """Run the stand-in, or verl's own `Tracking` in the verl environment, with `env`."""
+    if logger == "stand-in":
+        command = [sys.executable, "-c", STAND_IN_FOR_VERL]
+    else:
+        python = os.environ.get("DAPO_VERL_PYTHON", "")
+        if not python or not Path(python).is_file():
+            if os.environ.get("DAPO_REQUIRE_VERL") == "1":
+                pytest.fail(f"DAPO_REQUIRE_VERL=1 but DAPO_VERL_PYTHON ({python!r}) is not a python with verl installed")
+            pytest.skip("no verl environment (set DAPO_VERL_PYTHON to its python; .ci/run builds one)")
+        command = [python, "-c", IN_VERL, sysconfig.get_paths()["purelib"], json.dumps(VERL_CONFIG)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def paper_cell() -> dict:
@@ -58,18 +89,24 @@ def paper_cell() -> dict:
     return expand(load_spec(Path(__file__).resolve().parents[1] / "examples" / "paper_verl.yaml")).runs[0].config.to_dict()
 
 
-def test_a_verl_run_in_mlflow_reads_back_as_the_ledger_result(tmp_path: Path):
+@pytest.mark.parametrize("logger", ["stand-in", "verl"])
+def test_a_verl_run_in_mlflow_reads_back_as_the_ledger_result(logger: str, tmp_path: Path):
     from mlflow import MlflowClient
+    from mlflow.entities import Param
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = MlflowClient(uri)
-    child = client.create_run(client.create_experiment("paper"), run_name="cell 11111 seed 0")  # the driver's child
-    run_id = child.info.run_id
-    env = {"PATH": "/usr/bin:/bin", **job_env(uri, run_id)}
-    done = subprocess.run([sys.executable, "-c", STAND_IN_FOR_VERL], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    from dapo_ablate.ablation.tracking import flatten
 
     config = paper_cell()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    child = client.create_run(client.create_experiment("paper"), run_name="cell 11111 seed 0")  # the driver's child,
+    run_id = child.info.run_id  # with the driver's params (dotted), beside which verl logs its own (slashed)
+    params = [Param(key, str(value)) for key, value in {**flatten(config), "seed": 0}.items()]
+    for start in range(0, len(params), 100):
+        client.log_batch(run_id, params=params[start:start + 100])
+    log_like_verl(logger, {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **job_env(uri, run_id)})
+    assert client.get_run(run_id).data.params["data/train_batch_size"] == "512"  # verl attached to the child
+
     result = result_from_mlflow(uri, run_id, wall_s=3600.0, config=config)
 
     def acc(step: int) -> float:
@@ -104,6 +141,10 @@ def test_a_verl_run_in_mlflow_reads_back_as_the_ledger_result(tmp_path: Path):
         result["metrics"], result["eval_curve"], result["tokens_generated"])
 
     assert result_from_mlflow(uri, run_id)["wall_s"] > 0  # without the job's duration: the run's own span
+
+    empty = client.create_run(client.get_experiment_by_name("paper").experiment_id).info.run_id
+    with pytest.raises(RuntimeError, match=f"verl logged no validation .* into MLflow run {empty}"):
+        result_from_mlflow(uri, empty, wall_s=1.0, config=config)  # never recorded as a result without metrics
 
 
 def test_verl_metric_names_and_a_history_with_two_validation_sets():

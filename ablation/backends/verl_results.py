@@ -119,5 +119,8 @@ def result_from_mlflow(tracking_uri: str, run_id: str, wall_s: float | None = No
     if wall_s is None:
         last = max((m.timestamp for points in histories.values() for m in points), default=run.info.start_time)
         wall_s = (last - run.info.start_time) / 1000.0
+    if not eval_sources(history):  # e.g. verl could not attach to the run and went on without MLflow
+        raise RuntimeError(f"verl logged no validation (val-core/<data_source>/acc/mean@k) into MLflow run {run_id}; "
+                           "the job's log says why (look for 'MLflow initialization')")
     responses, group_size = batch_sizes(config) if config is not None else (None, None)
     return result_from_history(history, wall_s, responses, group_size)
