@@ -27,15 +27,15 @@ def parse_orderings(text: str) -> str | list[list[str]]:
 
 
 def _load_experiment(spec: Path):
-    """Results of an experiment from its spec; a bad spec or an experiment without results
-    is a user's mistake (one sentence, exit 2)."""
+    """``(results, factors, curves, design, mlflow_logger, spec)`` of an experiment from its spec
+    file; a bad spec or an experiment without results is a user's mistake (one sentence, exit 2)."""
     from dapo_ablate.ablation.ledger import LedgerError
     from dapo_ablate.ablation.results import ResultsError, load_experiment_results
     from dapo_ablate.ablation.spec import SpecError, load_spec
     from dapo_ablate.core.config import ConfigError
 
     try:
-        return (*load_experiment_results(spec), load_spec(spec).metric)
+        return (*load_experiment_results(spec), load_spec(spec))
     except (SpecError, ConfigError, ResultsError, LedgerError) as error:
         fail(str(error))
 
@@ -50,6 +50,39 @@ def _log_to_mlflow(logger, out: Path) -> None:
         logger(str(out))
     else:
         logger.log_artifacts(str(out), "report")
+
+
+def log_headline(logger, experiment_name: str, results, factors: list[str], metric: str, confidence: float) -> dict:
+    """Put the headline (full vs baseline with CI, best cell) on the experiment's MLflow parent run
+    (``reports.headline.log_parent_headline``) and return it by setting. ``logger``: the
+    ``ParentRunLogger`` of ``load_experiment_results``; one that names no tracking URI and parent
+    run logs nothing (returns {})."""
+    uri, parent_id = getattr(logger, "tracking_uri", None), getattr(logger, "parent_run_id", None)
+    if not (uri and parent_id):
+        return {}
+    from dapo_ablate.ablation.tracking import Tracker
+    from dapo_ablate.reports.headline import log_parent_headline
+
+    return log_parent_headline(Tracker(uri, None, experiment_name), parent_id, results, factors, metric, confidence)
+
+
+def log_experiment_headline(spec_path: str | Path, confidence: float = 0.95) -> str:
+    """Read the finished runs of the experiment ``spec_path`` names, log their headline to its
+    MLflow parent run and return the headline sentence; when there is nothing to read or analyse
+    yet, log nothing and return one sentence saying why. For the end of ``dapo-ablate run``."""
+    from dapo_ablate.ablation.results import ResultsError, load_experiment_results
+    from dapo_ablate.ablation.spec import load_spec
+    from dapo_ablate.reports.headline import headline_lines
+
+    spec = load_spec(spec_path)
+    try:
+        table, factor_names, _, _, logger = load_experiment_results(spec_path)
+        found = log_headline(logger, spec.name, table, factor_names, spec.metric, confidence)
+        if not found:
+            return f"no headline: experiment {spec.name!r} has no MLflow parent run"
+    except (ResultsError, ReportInputError) as error:
+        return f"no headline: {error}"
+    return " ".join(f"{name + ': ' if name else ''}{headline_lines(h)[0]}" for name, h in found.items())
 
 
 def report(
@@ -92,8 +125,8 @@ def report(
             metric = metric or "avg@32"
             table, factor_names = load_results_csv(results, parse_list(factors), metric)
         else:
-            table, factor_names, curves, spec_design, logger, spec_metric = _load_experiment(spec)
-            metric = metric or spec_metric
+            table, factor_names, curves, spec_design, logger, experiment = _load_experiment(spec)
+            metric = metric or experiment.metric
             factor_names = parse_list(factors) or factor_names
             design = design or spec_design
         written = write_report(
@@ -110,6 +143,8 @@ def report(
             adjust=adjust,
             per_effect_tests=per_effect_tests,
         )
+        if logger is not None:
+            log_headline(logger, experiment.name, table, factor_names, metric, confidence)
     except ReportInputError as error:
         fail(str(error))
     if logger is not None:

@@ -13,6 +13,7 @@ import numpy as np
 from .analysis import Analysis
 from .claims import amount, claim_sentence, unsupported_sentences
 from .design import roman, term_name
+from .headline import headline, headline_lines
 from .inference import LENTH
 from .table import factor_label
 
@@ -121,7 +122,8 @@ def _method_lines(analysis: Analysis) -> list[str]:
 
 
 def summary_sections(analysis: Analysis) -> dict[str, list[str]]:
-    """{"Design", "Supported by the data", "Not supported by the data", "Described", "Method"}: lists of lines.
+    """{"Headline", "Design", "Supported by the data", "Not supported by the data", "Described", "Method"}:
+    lists of lines. The headline opens it: full vs baseline with its interval, and the best cells.
 
     "Supported by the data" has exactly one sentence per row of ``analysis.claims`` (none when it
     is empty: renderers then print EMPTY_SUPPORTED, not as a list item).
@@ -133,6 +135,7 @@ def summary_sections(analysis: Analysis) -> dict[str, list[str]]:
     unsupported += analysis.notes
     unsupported.append("Everything here holds for this model, data, budget and metric; other settings may differ.")
     return {
+        "Headline": headline_lines(headline(analysis)),
         "Design": _design_lines(analysis),
         "Supported by the data": supported,
         "Not supported by the data": unsupported,

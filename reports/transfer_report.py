@@ -16,6 +16,7 @@ import pandas as pd
 from . import plots
 from .claims import CLAIM_COLUMNS, amount, claim_sentence, interval, short_term
 from .export import display_frame, to_html, to_markdown, write_table
+from .headline import headline, headline_lines
 from .report import TABLES, FigureView, _captions, _cumulative_display, render_page
 from .summary import ADJUSTMENT_NAMES, EMPTY_SUPPORTED, design_line, summary_sections
 from .inference import LENTH, NONE
@@ -129,10 +130,11 @@ def _method_lines(transfer: TransferAnalysis) -> list[str]:
 
 
 def transfer_sections(transfer: TransferAnalysis) -> dict[str, list[str]]:
-    """The transfer summary: settings, supported claims (one per transfer row of claims.csv),
+    """The transfer summary: each setting's headline (full vs baseline), settings, supported claims (one per transfer row of claims.csv),
     not supported, verdicts and rank agreement (described), method."""
     percent = transfer.percent
     return {
+        "Headline": [f"{name}: {headline_lines(headline(transfer.analyses[name]))[0]}" for name in transfer.settings],
         "Settings": [f"{name}: {design_line(transfer.analyses[name])}" for name in transfer.settings],
         "Supported by the data": [claim_sentence(r, percent) for r in transfer.claims.itertuples(index=False)],
         "Not supported by the data": _not_supported(transfer),

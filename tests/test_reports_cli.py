@@ -198,7 +198,7 @@ def test_report_from_a_spec_logs_to_mlflow(app, tmp_path, monkeypatch):
     module = types.ModuleType("dapo_ablate.ablation.results")
     module.load_experiment_results = lambda spec: (results, FACTORS, None, "full", Logger())
     module.ResultsError = type("ResultsError", (ValueError,), {})
-    monkeypatch.setattr("dapo_ablate.ablation.spec.load_spec", lambda spec: types.SimpleNamespace(metric="avg@32"))
+    monkeypatch.setattr("dapo_ablate.ablation.spec.load_spec", lambda spec: types.SimpleNamespace(metric="avg@32", name="exp"))
     monkeypatch.setitem(sys.modules, "dapo_ablate.ablation.results", module)
     out = tmp_path / "out"
     result = invoke(app, str(tmp_path / "factorial.yaml"), "--out", str(out), "--format", "csv")
