@@ -1,0 +1,59 @@
+"""`silence_third_party_output()`: no third-party progress bar reaches stderr (a Ray task's
+stderr is printed above the driver's rich display), whether the library is imported after the
+call or was already imported by an earlier task of the same worker. Each case runs in a fresh
+subprocess, with a control that draws the same bars without the call."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dapo_ablate.ablation.quiet import QUIET_ENVIRONMENT
+
+BARS = {
+    "tqdm imported after the call": (
+        "",
+        "from tqdm import tqdm\nfor _ in tqdm(range(3), desc='bar'): pass\n",
+    ),
+    "tqdm imported before the call (a reused worker)": (
+        "from tqdm.auto import tqdm\n",
+        "for _ in tqdm(range(3), desc='bar'): pass\n",
+    ),
+    "transformers and huggingface_hub already imported": (
+        "from transformers.utils import logging\nimport huggingface_hub.utils as hub\n",
+        "for _ in logging.tqdm(range(3), desc='bar'): pass\n"
+        "for _ in hub.tqdm(range(3), desc='bar'): pass\n"
+        "logging.get_logger('transformers.modeling_utils').warning('bar: a loading warning')\n",
+    ),
+}
+
+
+def stderr_of(before: str, draw: str, silence: bool) -> str:
+    """stderr of a fresh interpreter that runs `before`, maybe the call, then `draw`."""
+    call = "from dapo_ablate.ablation.quiet import silence_third_party_output\nsilence_third_party_output()\n"
+    environment = {key: value for key, value in os.environ.items() if key not in QUIET_ENVIRONMENT}
+    result = subprocess.run(
+        [sys.executable, "-c", before + (call if silence else "") + draw],
+        capture_output=True, text=True, env=environment, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stderr
+
+
+@pytest.mark.parametrize("case", list(BARS))
+def test_no_progress_bar_reaches_stderr_after_the_call(case: str):
+    before, draw = BARS[case]
+    assert "bar" in stderr_of(before, draw, silence=False)  # the control: the bars are drawn
+    assert stderr_of(before, draw, silence=True) == ""
+
+
+def test_the_call_is_idempotent_and_an_explicit_disable_still_decides():
+    draw = (
+        "from dapo_ablate.ablation.quiet import silence_third_party_output\n"
+        "silence_third_party_output()\nsilence_third_party_output()\n"
+        "from tqdm import tqdm\nfor _ in tqdm(range(3), desc='asked for', disable=False): pass\n"
+    )
+    assert "asked for" in stderr_of("import tqdm\n", draw, silence=False)
