@@ -6,7 +6,6 @@ kept results, retries) happens here."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections import Counter, deque
@@ -24,19 +23,18 @@ if TYPE_CHECKING:
     from dapo_ablate.ablation.spec import ExperimentSpec
 
 from dapo_ablate.ablation.executor import (
-    KEPT_RESULT,
-    LIVE_POLL_S,
-    LIVE_QUEUE_SIZE,
     ExperimentSummary,
-    _execute,
-    _plain,
     capacity,
     describe_error,
     open_tracker,
     release_orphans,
-    retry_transient,
     this_host,
 )
+from dapo_ablate.ablation.pool import DONE as DONE_OUTCOME
+from dapo_ablate.ablation.pool import FAILED as FAILED_OUTCOME
+from dapo_ablate.ablation.pool import LOST, MLFLOW_RUN_ENV, TIMED_OUT, Outcome, RunPool, record_kept
+from dapo_ablate.ablation.tracking import absolute_tracking_uri
+from dapo_ablate.ablation.transient import MLFLOW, retry_transient
 
 
 # ---------------------------------------------------------------------------------- driver
@@ -52,7 +50,6 @@ class _Driver:
         self.planned: dict[str, PlannedRun] = {run.run_id: run for run in plan.runs}
         executor = spec.executor
         self.lease_s, self.retries = executor.lease_s, executor.retries
-        self.beat_s = min(executor.lease_s / 4, 30.0)
         self.max_concurrent = max_concurrent or executor.max_concurrent
         root = Path(spec.output_dir).expanduser().resolve()
         self.run_root = root / re.sub(r"[^\w.-]+", "_", spec.name)
@@ -65,8 +62,8 @@ class _Driver:
         """Lines for the display, gathered before it starts."""
         self.live: dict[str, str] = {}
         """Ledger run id -> MLflow id of the child runs of the runs in flight."""
-        self.events: Any = None
-        """The Ray queue the runs in flight send their steps and evaluations to."""
+        self.pool: RunPool | None = None
+        """The runs in flight (created when scheduling starts)."""
 
     def run(self) -> ExperimentSummary:
         try:
@@ -182,105 +179,77 @@ class _Driver:
     # -- scheduling ----------------------------------------------------------------------------
 
     def _schedule(self, queue: deque[str], budget: dict[str, int]) -> None:
-        import ray
-
-        task = ray.remote(_execute)
-        resources = {"num_cpus": self.spec.executor.cpus_per_run, "num_gpus": self.spec.executor.gpus_per_run}
+        executor = self.spec.executor
         fits = capacity(self.spec, len(queue))
         # A local Ray cannot run more than fits here; more would sit in Ray's queue while the
         # ledger calls them running. A cluster may autoscale, so its limit is taken as given.
         limit = min(self.max_concurrent or fits, fits) if self.local else (self.max_concurrent or fits)
-        in_flight: dict[Any, str] = {}
-        deadlines: dict[Any, float] = {}  # ref -> monotonic time past which the run is timed out
-        self.events = live_queue()
-        timeout_s = self.spec.executor.run_timeout_s
-        last_beat = time.monotonic()
+        self.pool = RunPool(
+            self.ledger, self.host, self.cell_fn,
+            resources={"num_cpus": executor.cpus_per_run, "num_gpus": executor.gpus_per_run}, limit=limit,
+            lease_s=self.lease_s, timeout_s=executor.run_timeout_s, run_root=self.run_root, eval_cache=self.eval_cache,
+            names=lambda run_id: self.planned[run_id].name, on_event=self._on_event,
+            env={"MLFLOW_TRACKING_URI": absolute_tracking_uri(self.spec.tracking.uri)},
+        )
         try:
-            while queue or in_flight:
-                while queue and len(in_flight) < limit:
+            while queue or len(self.pool):
+                while queue and self.pool.free() > 0:
                     run_id = queue.popleft()
-                    if not self.ledger.claim(run_id, self.host, lease_s=self.lease_s, max_attempts=budget[run_id]):
-                        continue  # another driver took it meanwhile
-                    self.tries[run_id] += 1
-                    run_dir = self.run_root / run_id
-                    self.live[run_id] = self.tracker.start_child(self.parent_id, self._child_run(run_id, {}))
-                    ref = task.options(max_retries=0, **resources).remote(
-                        self.cell_fn, self.planned[run_id].config.to_dict(), str(run_dir), str(self.eval_cache),
-                        self.events, run_id,
-                    )
-                    in_flight[ref] = run_id
-                    deadlines[ref] = time.monotonic() + timeout_s if timeout_s else float("inf")
-                    self.display.update(running=len(in_flight))
-                wait_s = max(0.05, min([self.beat_s, LIVE_POLL_S] + [d - time.monotonic() for d in deadlines.values()]))
-                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=wait_s)
-                self._drain_events()
-                if time.monotonic() - last_beat >= self.beat_s:
-                    self._heartbeat(in_flight, deadlines)
-                    last_beat = time.monotonic()
-                for ref in ready:
-                    deadlines.pop(ref, None)
-                    self._collect(ref, in_flight.pop(ref), queue)
-                self._time_out(in_flight, deadlines)
-                self.display.update(running=len(in_flight))
+                    if self.pool.submit(run_id, self.planned[run_id].config.to_dict(), max_attempts=budget[run_id],
+                                        prepare=lambda run_id=run_id: self._start_child(run_id)):
+                        self.tries[run_id] += 1
+                    self.display.update(running=len(self.pool))
+                for outcome in self.pool.poll():
+                    self._settle(outcome, queue)
+                self.display.update(running=len(self.pool))
         except BaseException:
-            self._abandon(in_flight)
+            self._abandon()
             raise
 
-    def _heartbeat(self, in_flight: dict[Any, str], deadlines: dict[Any, float]) -> None:
-        """Renew the leases of the runs in flight; a run whose lease was lost (taken over by
-        another driver after a long stall) is cancelled here, and its result left to the taker."""
-        import ray
+    def _start_child(self, run_id: str) -> dict[str, str]:
+        """The run's MLflow child, RUNNING, before its task starts; the task's environment names
+        it (a verl job logs into it)."""
+        self.live[run_id] = self._mlflow(lambda: self.tracker.start_child(self.parent_id, self._child_run(run_id, {})),
+                                         f"start the MLflow run of {self.planned[run_id].name}")
+        return {MLFLOW_RUN_ENV: self.live[run_id]}
 
-        for ref, run_id in list(in_flight.items()):
-            if not self.ledger.heartbeat(run_id, self.host):
-                ray.cancel(ref, force=True)
-                del in_flight[ref]
-                deadlines.pop(ref, None)
-                self.display.note(f"{self.planned[run_id].name}: lease lost to another driver; stopped here")
-
-    def _time_out(self, in_flight: dict[Any, str], deadlines: dict[Any, float]) -> None:
-        """Cancel the runs past executor.run_timeout_s and record them failed, without retry."""
-        import ray
-
-        now = time.monotonic()
-        for ref in [ref for ref, deadline in deadlines.items() if deadline <= now]:
-            run_id = in_flight.pop(ref)
-            del deadlines[ref]
-            ray.cancel(ref, force=True)
-            error = f"TimeoutError: the run exceeded executor.run_timeout_s ({self.spec.executor.run_timeout_s:g} s)"
-            self.ledger.fail(run_id, error, self.host)
-            self._end_child(run_id, "FAILED")
-            self.summary.failed_attempts += 1
-            self.display.failed(self.planned[run_id].name, error, self.tries[run_id], retry=False)
-
-    def _collect(self, ref: Any, run_id: str, queue: deque[str]) -> None:
-        """Record one finished task: its result, or its failure (re-queued while retries last)."""
-        import ray
-
-        planned = self.planned[run_id]
-        try:
-            result = ray.get(ref)
-        except Exception as err:  # the run's failure, not the driver's: record it and go on
-            error = describe_error(err)
-            self.ledger.fail(run_id, error, self.host)
+    def _settle(self, outcome: Outcome, queue: deque[str]) -> None:
+        """Record what became of one run in flight."""
+        run_id, name = outcome.run_id, self.planned[outcome.run_id].name
+        if outcome.kind == DONE_OUTCOME:
+            self._collect(run_id, outcome.result or {})
+        elif outcome.kind == FAILED_OUTCOME:  # the run's failure, not the driver's: record it and go on
+            self.pool.fail(run_id, outcome.error)
             self._end_child(run_id, "FAILED")
             self.summary.failed_attempts += 1
             retry = self.tries[run_id] <= self.retries
             if retry:
                 queue.append(run_id)
-            self.display.failed(planned.name, error, self.tries[run_id], retry)
-            return
+            self.display.failed(name, outcome.error, self.tries[run_id], retry)
+        elif outcome.kind == TIMED_OUT:  # failed in the ledger by the pool, without retry
+            self._end_child(run_id, "FAILED")
+            self.summary.failed_attempts += 1
+            self.display.failed(name, outcome.error, self.tries[run_id], retry=False)
+        elif outcome.kind == LOST:  # the taker continues its MLflow child
+            self.live.pop(run_id, None)
+            self.display.note(f"{name}: lease lost to another driver; stopped here")
+
+    def _collect(self, run_id: str, result: dict[str, Any]) -> None:
+        """Record one finished run: the ledger (kept on disk first), then its MLflow child."""
+        planned = self.planned[run_id]
         try:
-            recorded = self._record_result(run_id, result)
+            recorded = self.pool.record(run_id, result)
         except ExecutorError:  # the database stays down: the driver stops, the result is kept
             raise
         except (ValueError, TypeError) as err:  # a result the ledger cannot hold: retraining gives it again
             error = f"the run finished but its result cannot be stored: {describe_error(err)}"
-            self.ledger.fail(run_id, error, self.host)
+            self.pool.fail(run_id, error)
+            self._end_child(run_id, "FAILED")
             self.summary.failed_attempts += 1
             self.display.failed(planned.name, error, self.tries[run_id], retry=False)
             return
         if not recorded:  # done meanwhile by another driver
+            self.live.pop(run_id, None)
             self.display.note(f"{planned.name}: already done by another driver")
             return
         self._log_child(run_id, result, set_ledger=True)
@@ -289,61 +258,43 @@ class _Driver:
 
     # -- a finished result is never trained twice ----------------------------------------------
 
-    def _kept_result_path(self, run_id: str) -> Path:
-        return self.run_root / run_id / KEPT_RESULT
-
-    def _record_result(self, run_id: str, result: dict[str, Any]) -> bool:
-        """Keep the result on disk, then write it to the ledger, retrying transient database
-        errors; the file goes once the ledger holds the result. If the database stays down the
-        driver stops with a sentence about the database, and the next invocation records the
-        kept result instead of training the run again."""
-        path = self._kept_result_path(run_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(result, default=_plain))
-        os.replace(tmp, path)
-        recorded = retry_transient(lambda: self.ledger.finish(run_id, result), f"record {self.planned[run_id].name}",
-                                   kept=path)
-        path.unlink(missing_ok=True)
-        return recorded
-
     def _record_kept_results(self) -> None:
         """Results kept on disk by a driver whose ledger write failed are recorded now."""
         rows = self._plan_rows()
-        for run_id, row in rows.items():
-            path = self._kept_result_path(run_id)
-            if row["status"] != DONE and path.is_file():
-                result = json.loads(path.read_text())
-                retry_transient(lambda: self.ledger.finish(run_id, result), f"record {self.planned[run_id].name}",
-                                kept=path)
-                path.unlink(missing_ok=True)
-                self.display_note_later.append(f"{self.planned[run_id].name}: recorded its kept result (not retrained)")
+        undone = [run_id for run_id, row in rows.items() if row["status"] != DONE]
+        for run_id in record_kept(self.ledger, self.run_root, undone, lambda run_id: self.planned[run_id].name):
+            self.display_note_later.append(f"{self.planned[run_id].name}: recorded its kept result (not retrained)")
+
+    # -- MLflow --------------------------------------------------------------------------------
+
+    def _mlflow(self, write, doing: str) -> Any:
+        """An MLflow write, retried through the store's blips."""
+        return retry_transient(write, doing, store=MLFLOW)
 
     def _log_child(self, run_id: str, result: dict[str, Any], set_ledger: bool) -> None:
-        self.live.pop(run_id, None)
-        mlflow_id = self.tracker.log_child(self.parent_id, self._child_run(run_id, result))
+        live_id = self.live.pop(run_id, None)
+        child = self._child_run(run_id, result)
+        if self.planned[run_id].config.backend == "verl" and live_id is not None:
+            # verl logged its metrics into this very run: it is finished, not logged a second time
+            self._mlflow(lambda: self.tracker.end_child(live_id, "FINISHED"), f"finish the MLflow run of {child.name}")
+            mlflow_id = live_id
+        else:
+            mlflow_id = self._mlflow(lambda: self.tracker.log_child(self.parent_id, child), f"log {child.name} to MLflow")
         if set_ledger:
-            self.ledger.set_mlflow_run(run_id, mlflow_id)
+            retry_transient(lambda: self.ledger.set_mlflow_run(run_id, mlflow_id), f"record the MLflow run of {child.name}")
 
-    def _drain_events(self) -> None:
-        """Log the steps and evaluations the runs in flight sent since the last call."""
-        if self.events is None:
-            return
-        try:
-            waiting = self.events.qsize()
-            batch = self.events.get_nowait_batch(waiting) if waiting else []
-        except Exception:  # noqa: BLE001 - the queue's actor died with a crashed Ray: results still come
-            return
-        for run_id, kind, step, data in batch:
-            if run_id in self.live:
-                self.tracker.log_event(self.live[run_id], kind, step, data)
+    def _on_event(self, run_id: str, kind: str, step: int, data: dict[str, Any]) -> None:
+        """A run's training step or evaluation, logged to its MLflow child while it trains."""
+        if run_id in self.live and kind in ("step", "eval"):
+            mlflow_id = self.live[run_id]
+            self._mlflow(lambda: self.tracker.log_event(mlflow_id, kind, step, data),
+                         f"log {self.planned[run_id].name}'s {kind} {step} to MLflow")
 
     def _end_child(self, run_id: str, status: str) -> None:
         """A run in flight stopped without a result: its child run shows FAILED or KILLED."""
         mlflow_id = self.live.pop(run_id, None)
         if mlflow_id is not None:
-            self._drain_events()
-            self.tracker.end_child(mlflow_id, status)
+            self._mlflow(lambda: self.tracker.end_child(mlflow_id, status), f"end the MLflow run of {self.planned[run_id].name}")
 
     def _child_run(self, run_id: str, result: dict[str, Any]) -> ChildRun:
         planned = self.planned[run_id]
@@ -356,32 +307,18 @@ class _Driver:
         } | ({"dapo.setting": planned.setting} if planned.setting else {})
         return ChildRun(run_id, planned.name, dict(planned.factors), planned.seed, planned.config.to_dict(), result, tags)
 
-    def _abandon(self, in_flight: dict[Any, str]) -> None:
-        """Ctrl-C (or a driver error): cancel the tasks in flight and give their runs back."""
-        import ray
-
-        for run_id in in_flight.values():
-            self.ledger.release(run_id, self.host)
+    def _abandon(self) -> None:
+        """Ctrl-C, SIGTERM or a driver error: the runs in flight go back to pending (their Ray
+        jobs, if any, keep running for the next invocation) and their children show KILLED."""
+        if self.pool is None:
+            return
+        for run_id in self.pool.abandon():
+            mlflow_id = self.live.pop(run_id, None)
             try:
-                self._end_child(run_id, "KILLED")  # continued by the next invocation
+                if mlflow_id is not None:
+                    self.tracker.end_child(mlflow_id, "KILLED")  # continued by the next invocation
             except Exception:  # noqa: BLE001 - the store may be what failed; the ledger is what counts
                 pass
-        for ref in in_flight:
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 - a terminal's Ctrl-C may have stopped Ray itself
-                pass  # its runs are released above; nothing is left to cancel
-        in_flight.clear()
-
-
-def live_queue() -> Any:
-    """The queue Ray workers send live events to (a zero-CPU actor; None if it cannot start)."""
-    from ray.util.queue import Queue
-
-    try:
-        return Queue(maxsize=LIVE_QUEUE_SIZE, actor_options={"num_cpus": 0})
-    except Exception:  # noqa: BLE001 - without it children are still logged when runs finish
-        return None
 
 
 class RunDisplay(EventLines):

@@ -36,7 +36,6 @@ import re
 import signal
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from dapo_ablate.ablation.cell import run_cell
-from dapo_ablate.ablation.ledger import DONE, RUNNING, Ledger, LedgerError
+from dapo_ablate.ablation.ledger import DONE, RUNNING, Ledger
 from dapo_ablate.ablation.ray_connect import RayConnectError, join_cluster
 from dapo_ablate.ablation.preflight import (  # noqa: F401 - re-exported: executor's checks live there
     ExecutorError,
@@ -54,6 +53,7 @@ from dapo_ablate.ablation.preflight import (  # noqa: F401 - re-exported: execut
     check_writable_folder,
     preflight,
 )
+from dapo_ablate.ablation.pool import KEPT_RESULT  # noqa: F401 - re-exported
 from dapo_ablate.ablation.reaper import start_reaper
 from dapo_ablate.ablation.tracking import Tracker, sqlite_path
 
@@ -68,9 +68,6 @@ LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
 INTERRUPTED_EXIT = 130
 TERMINATED_EXIT = 143  # 128 + SIGTERM, what schedulers and `kill` expect
 _ERROR_CHARS = 2000
-LIVE_POLL_S = 1.0
-"""How often the driver logs its runs' live events to MLflow (at most this many seconds late)."""
-LIVE_QUEUE_SIZE = 100_000
 
 
 @dataclass
@@ -116,51 +113,76 @@ def run_experiment(
     address: Ray cluster to join (overrides ``executor.address``); None: the spec's, else a
     local Ray (reused if this process already started one). max_concurrent overrides
     ``executor.max_concurrent``. Raises ExecutorError / LedgerError for a user's mistake
-    before writing anything.
+    before writing anything, and `Interrupted` for a Ctrl-C or SIGTERM before the driver started.
     """
     address = address if address is not None else spec.executor.address
     fn = resolve_cell_fn(cell_fn)
-    preflight(spec, address)
-    # A database server is checked before Ray starts; a SQLite ledger is only created after.
-    ledger = None if sqlite_path(spec.ledger) else Ledger(spec.ledger)
-    started_ray = connect_ray(address, spec)
-    try:
-        from dapo_ablate.ablation.driver import _Driver  # the driver imports this module's helpers
+    with sigterm_as_interrupt() as stop:
+        try:
+            preflight(spec, address)
+            # A database server is checked before Ray starts; a SQLite ledger is only created after.
+            ledger = None if sqlite_path(spec.ledger) else Ledger(spec.ledger)
+            started_ray = connect_ray(address, spec)
+        except KeyboardInterrupt:  # before the driver started: nothing was claimed or written
+            raise Interrupted(bool(stop.received)) from None
+        stop.install()  # again: Ray's start-up puts its own SIGTERM handler (an abort) in place
+        try:
+            from dapo_ablate.ablation.driver import _Driver  # the driver imports this module's helpers
 
-        driver = _Driver(spec, plan, fn, progress=progress, max_concurrent=max_concurrent, ledger=ledger,
-                         local=not address, retry_failed=retry_failed)
-        with sigterm_as_interrupt() as received:
+            driver = _Driver(spec, plan, fn, progress=progress, max_concurrent=max_concurrent, ledger=ledger,
+                             local=not address, retry_failed=retry_failed)
             summary = driver.run()
-        summary.terminated = bool(received)
-        return summary
-    finally:
-        if started_ray:
-            import ray
+            summary.terminated = bool(stop.received)
+            return summary
+        finally:
+            if started_ray:
+                import ray
 
-            ray.shutdown()
+                ray.shutdown()
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM before the driver started (during the checks or Ray's start): nothing
+    was claimed, trained or written. `exit_code`: 130, or 143 for SIGTERM."""
+
+    def __init__(self, terminated: bool) -> None:
+        super().__init__("interrupted before any run started; nothing was run or written")
+        self.exit_code = TERMINATED_EXIT if terminated else INTERRUPTED_EXIT
+
+
+class _SigtermAsInterrupt:
+    """SIGTERM raising KeyboardInterrupt in the main thread while installed; `received` lists the
+    SIGTERMs that came."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.previous: Any = None
+
+    def _on_term(self, signum: int, frame: Any) -> None:
+        self.received.append(signum)
+        raise KeyboardInterrupt
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, self._on_term)
+            if self.previous is None:
+                self.previous = previous
 
 
 @contextmanager
-def sigterm_as_interrupt() -> Iterator[list[int]]:
+def sigterm_as_interrupt() -> Iterator[_SigtermAsInterrupt]:
     """Within the block, SIGTERM is a clean cancel exactly like Ctrl-C: it raises
     KeyboardInterrupt in the main thread (runs in flight go back to pending, the summary is
-    printed, the MLflow parent is KILLED). Installed after Ray has started, so that Ray's own
-    handler (which aborts the process with a stack dump) is not the one that runs. Yields the
-    list of signals received."""
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-
-    def on_term(signum: int, frame: Any) -> None:
-        received.append(signum)
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_term)
+    printed, the MLflow parent is KILLED; before the driver starts, `Interrupted`). Ray's start-up
+    installs its own handler (which aborts the process with a stack dump): call ``install()``
+    again after it. Outside the main thread (no signals there) it does nothing."""
+    stop = _SigtermAsInterrupt()
+    stop.install()
     try:
-        yield received
+        yield stop
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if stop.previous is not None:
+            signal.signal(signal.SIGTERM, stop.previous)
 
 
 # ---------------------------------------------------------------------------------- checks
@@ -274,52 +296,28 @@ def describe_error(err: BaseException) -> str:
     return (text + where)[:_ERROR_CHARS]
 
 
-KEPT_RESULT = "finished-result.json"  # a finished run's result until the ledger holds it
-TRANSIENT_RETRIES = (0.5, 1.0, 2.0, 4.0, 8.0)  # seconds between tries of a database write
-
-
-def _plain(value: Any) -> Any:
-    """json.dumps fallback for numpy / torch scalars in a result."""
-    if hasattr(value, "item"):
-        return value.item()
-    raise TypeError(f"cannot keep a {type(value).__name__} in a run result")
-
-
-def is_transient(err: BaseException) -> bool:
-    """A database error worth retrying: a dropped or refused connection, a lock, a timeout."""
-    from sqlalchemy.exc import DBAPIError, OperationalError
-
-    cause = err if isinstance(err, DBAPIError) else err.__cause__
-    return isinstance(cause, OperationalError) or bool(getattr(cause, "connection_invalidated", False))
-
-
-def retry_transient(write: Callable[[], Any], doing: str, kept: Path | None = None) -> Any:
-    """``write()``, retried with bounded backoff while the database error is transient; then an
-    ExecutorError that says it is the database (and where the result is kept), not the spec."""
-    for pause in (*TRANSIENT_RETRIES, None):
-        try:
-            return write()
-        except LedgerError as err:
-            if not is_transient(err) or pause is None:
-                where = f"; the result is kept in {kept} and is recorded by the next `dapo-ablate run`" if kept else ""
-                raise ExecutorError(
-                    f"the ledger database failed while trying to {doing} ({err}){where}; this is the database, "
-                    "not the spec: check that it is up, then rerun"
-                ) from err
-            time.sleep(pause)
 
 
 def _execute(cell_fn: Callable[..., dict[str, Any]], config: dict[str, Any], run_dir: str, eval_cache_dir: str,
-             events: Any = None, run_id: str = "") -> dict[str, Any]:
-    """The Ray task: one run. A cell function taking ``on_event`` sends its training steps and
-    evaluations to the driver through `events` (a Ray queue) while it trains (live MLflow)."""
+             events: Any = None, run_id: str = "", env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The Ray task of every run (`ablation.pool`): one run, with `env` set in its environment.
+    A cell function taking ``on_event`` sends its training steps, evaluations and job ids to the
+    driver through `events` (a Ray queue) while it trains (live MLflow, a sweep's pruner); one
+    taking only ``on_eval`` sends its evaluations."""
     import inspect
 
+    try:  # LANDING: ablation/quiet.py comes with the CLI work; the guard goes when it lands
+        from dapo_ablate.ablation.quiet import silence_third_party_output
+
+        silence_third_party_output()  # the driver's display owns the terminal
+    except ImportError:
+        pass
+    os.environ.update(env or {})
     try:
-        live = events is not None and "on_event" in inspect.signature(cell_fn).parameters
+        accepted = set(inspect.signature(cell_fn).parameters)
     except (TypeError, ValueError):
-        live = False
-    if not live:
+        accepted = set()
+    if events is None or not accepted & {"on_event", "on_eval"}:
         return cell_fn(config, run_dir, eval_cache_dir)
 
     def on_event(kind: str, step: int, data: dict[str, Any]) -> None:
@@ -328,7 +326,9 @@ def _execute(cell_fn: Callable[..., dict[str, Any]], config: dict[str, Any], run
         except Exception:  # noqa: BLE001 - a driver gone or a full queue never stops the training
             pass
 
-    return cell_fn(config, run_dir, eval_cache_dir, on_event=on_event)
+    if "on_event" in accepted:
+        return cell_fn(config, run_dir, eval_cache_dir, on_event=on_event)
+    return cell_fn(config, run_dir, eval_cache_dir, on_eval=lambda step, metrics: on_event("eval", step, metrics))
 
 
 def capacity(spec: ExperimentSpec, runs: int) -> int:

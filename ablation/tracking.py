@@ -380,6 +380,13 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):])
 
 
+def absolute_tracking_uri(uri: str) -> str:
+    """`uri` as any process on this machine can open it, whatever its working folder: a relative
+    SQLite path made absolute (a Ray task or a job's entrypoint starts elsewhere)."""
+    path = sqlite_path(uri)
+    return f"sqlite:///{path.expanduser().resolve()}" if path is not None else uri
+
+
 def default_artifact_location(uri: str, output_dir: str | Path) -> str | None:
     """Where a new experiment's artifacts go when the spec names no place.
 

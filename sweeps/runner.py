@@ -8,21 +8,22 @@
    queued again at once (others' after the heartbeat's grace period); its ledger runs are put
    back to pending; finished trials it had not logged to MLflow are logged;
 3. while the budget has room and the cluster has a free slot, ask a trial, record its runs in the
-   ledger (a run already done there is not trained again) and submit the others as Ray tasks,
-   declaring the executor's ``cpus_per_run``/``gpus_per_run``, at most ``max_concurrent`` (else
-   as many as fit) at a time;
-4. each task streams its evaluations to the driver; when every seed of the trial's objective
+   ledger (a run already done there is not trained again) and submit the others to the run pool
+   (`ablation.pool`, the executor's: claims, leases, ``executor.run_timeout_s``, kept results and
+   retried database writes are the same as a factorial's), at most ``max_concurrent`` (else as
+   many as fit) at a time;
+4. each task sends its evaluations to the driver as it trains; when every seed of the trial's objective
    cell has evaluated a step, the mean is reported to the pruner (`Trial.report`); if the pruner
    says so, the trial's tasks are cancelled, their runs go back to pending and the trial is told
    PRUNED. A failed run is retried ``executor.retries`` times, then its trial is told FAIL with
    the error as user attr ``error``. When every run is done the trial is told its value
    (`sweeps.trials`) and logged to MLflow;
-5. heartbeats: the ledger's leases of the runs in flight and Optuna's trial heartbeats; Ctrl-C
-   cancels everything in flight and queues the running trials again (exit 130).
+5. heartbeats: the ledger's leases of the runs in flight (the pool's) and Optuna's trial
+   heartbeats; a run that times out fails its trial; Ctrl-C or SIGTERM cancels everything in
+   flight and queues the running trials again (exit 130, 143).
 
-Only this driver writes the ledger, the study and MLflow; a task only trains.
-
-The Ray task and the cell function that stream evaluations are in `sweeps.tasks`.
+Only this driver writes the ledger, the study and MLflow; a task only trains. Writes to the
+Optuna storage are retried through database blips like the ledger's (`ablation.transient`).
 """
 
 from __future__ import annotations
@@ -39,23 +40,26 @@ from optuna.trial import TrialState
 
 from dapo_ablate.ablation.executor import (
     INTERRUPTED_EXIT,
+    TERMINATED_EXIT,
     ExecutorError,
+    Interrupted,
     capacity,
     connect_ray,
-    describe_error,
     open_tracker,
     preflight,
     release_orphans,
     resolve_cell_fn,
+    sigterm_as_interrupt,
     this_host,
 )
 from dapo_ablate.ablation.ledger import Ledger
+from dapo_ablate.ablation.pool import DONE, FAILED, LOST, TIMED_OUT, Outcome, RunPool
 from dapo_ablate.ablation.tracking import default_artifact_location
+from dapo_ablate.ablation.transient import OPTUNA, retry_transient
 from dapo_ablate.core.config import ConfigError
 from dapo_ablate.sweeps import study as studies
 from dapo_ablate.sweeps.display import TrialDisplay
 from dapo_ablate.sweeps.spec import SweepSpec
-from dapo_ablate.sweeps.tasks import run_streaming
 from dapo_ablate.sweeps.tracking import SweepTracker
 from dapo_ablate.sweeps.trials import TrialPlan, factor_effects, format_params, plan_trial, trial_value
 
@@ -81,15 +85,18 @@ class SweepSummary:
     best_value: float | None = None
     best_params: dict[str, Any] = field(default_factory=dict)
     interrupted: bool = False
+    terminated: bool = False
+    """The interruption was a SIGTERM (a scheduler's or `kill`'s stop), not Ctrl-C."""
     wall_s: float = 0.0
     failures: dict[int, str] = field(default_factory=dict)
     """Trial number -> error of the trials that failed in this invocation."""
 
     @property
     def exit_code(self) -> int:
-        """0 once n_trials trials have finished and one of them is complete; 130 after Ctrl-C; else 1."""
+        """0 once n_trials trials have finished and one of them is complete; 130 after Ctrl-C,
+        143 after SIGTERM; else 1."""
         if self.interrupted:
-            return INTERRUPTED_EXIT
+            return TERMINATED_EXIT if self.terminated else INTERRUPTED_EXIT
         return 0 if self.counted >= self.n_trials and self.best_number is not None else 1
 
 
@@ -105,17 +112,24 @@ def run_sweep(
     docstring. Raises ExecutorError / LedgerError / StudyError for a user's mistake."""
     fn = resolve_cell_fn(cell_fn)
     address = address if address is not None else spec.executor.address
-    preflight(spec, address)  # type: ignore[arg-type]  # reads only the fields both specs share
-    driver = _SweepDriver(spec, fn, progress=progress, n_trials=n_trials, local=not address)
-    driver.open_study()  # before Ray starts: a database mistake is reported at once
-    started_ray = connect_ray(address, spec)  # type: ignore[arg-type]
-    try:
-        return driver.run()
-    finally:
-        if started_ray:
-            import ray
+    with sigterm_as_interrupt() as stop:
+        try:
+            preflight(spec, address)  # type: ignore[arg-type]  # reads only the fields both specs share
+            driver = _SweepDriver(spec, fn, progress=progress, n_trials=n_trials, local=not address)
+            driver.open_study()  # before Ray starts: a database mistake is reported at once
+            started_ray = connect_ray(address, spec)  # type: ignore[arg-type]
+        except KeyboardInterrupt:  # before the driver started: no trial was asked
+            raise Interrupted(bool(stop.received)) from None
+        stop.install()  # again: Ray's start-up puts its own SIGTERM handler (an abort) in place
+        try:
+            summary = driver.run()
+            summary.terminated = bool(stop.received)
+            return summary
+        finally:
+            if started_ray:
+                import ray
 
-            ray.shutdown()
+                ray.shutdown()
 
 
 # ---------------------------------------------------------------------------------- driver
@@ -153,8 +167,10 @@ class _SweepDriver:
         self.active: dict[int, _ActiveTrial] = {}
         self.queue: deque[tuple[int, str]] = deque()
         """(trial number, run id) waiting for a slot."""
-        self.in_flight: dict[Any, tuple[int, str]] = {}
-        """Ray generator -> (trial number, run id)."""
+        self.pool: RunPool | None = None
+        """The runs in flight (created when the loop starts)."""
+        self.trial_of: dict[str, int] = {}
+        """Run id -> the trial number it was submitted for."""
         self.held_elsewhere: set[tuple[int, str]] = set()
         """Runs another driver (or another trial of ours) is training: re-checked every tick."""
         self.summary = SweepSummary(spec.name, self.n_trials)
@@ -228,35 +244,31 @@ class _SweepDriver:
     # -- the loop -------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        import ray
-
-        self.task = ray.remote(run_streaming)
         executor = self.spec.executor
-        self.resources = {"num_cpus": executor.cpus_per_run, "num_gpus": executor.gpus_per_run}
         fits = capacity(self.spec, 2**31)  # type: ignore[arg-type]
         # As in the executor: a local Ray cannot run more than fits here (more would wait in
         # Ray's queue while the ledger calls them running); a cluster may autoscale.
-        self.limit = min(executor.max_concurrent or fits, fits) if self.local else (executor.max_concurrent or fits)
+        limit = min(executor.max_concurrent or fits, fits) if self.local else (executor.max_concurrent or fits)
+        self.pool = RunPool(
+            self.ledger, self.host, self.cell_fn,
+            resources={"num_cpus": executor.cpus_per_run, "num_gpus": executor.gpus_per_run}, limit=limit,
+            lease_s=self.lease_s, timeout_s=executor.run_timeout_s, run_root=self.run_root, eval_cache=self.eval_cache,
+            names=self._run_name, on_event=self._on_event,
+        )
         last_beat = time.monotonic()
         while True:
             self._fill()
-            if not self.in_flight and not self.queue and not self.held_elsewhere:
+            if not len(self.pool) and not self.queue and not self.held_elsewhere:
                 return
-            if self.in_flight:
-                ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=self.tick_s)
-            else:  # only waiting on runs another driver holds
-                ready = []
-                time.sleep(self.tick_s)
+            for outcome in self.pool.poll(max_wait_s=self.tick_s):
+                self._settle(outcome)
             if time.monotonic() - last_beat >= self.tick_s:
                 self._beat()
                 last_beat = time.monotonic()
-            for generator in ready:
-                if generator in self.in_flight:  # a prune may have cancelled it meanwhile
-                    self._advance(generator)
 
     def _fill(self) -> None:
         """Submit queued runs while slots are free, asking new trials when the queue is empty."""
-        while len(self.in_flight) < self.limit:
+        while self.pool.free() > 0:
             if not self.queue:
                 if not studies.may_ask(self.study, self.n_trials):
                     return
@@ -267,7 +279,7 @@ class _SweepDriver:
                 self._submit(self.active[number], run_id)
 
     def _start_trial(self) -> None:
-        trial = studies.ask(self.study, self.spec, self.host)
+        trial = retry_transient(lambda: studies.ask(self.study, self.spec, self.host), "ask a trial", store=OPTUNA)
         try:
             plan = plan_trial(self.spec, trial.number, trial.params)
         except (ConfigError, KeyError) as err:  # a sampled combination the trainer refuses
@@ -276,7 +288,8 @@ class _SweepDriver:
         active = _ActiveTrial(trial, plan)
         self.active[trial.number] = active
         trial.set_user_attr("runs", {run.run_id: run.name for run in plan.runs})
-        self.ledger.add_runs(self.spec.name, [run.to_run_spec() for run in plan.runs])
+        retry_transient(lambda: self.ledger.add_runs(self.spec.name, [run.to_run_spec() for run in plan.runs]),
+                        f"record trial {trial.number}'s runs")
         done = {row["run_id"]: row for row in self.ledger.results(self.spec.name) if row["run_id"] in plan.by_id}
         self.display.started(trial.number, format_params(trial.params), len(plan.runs), len(done))
         for run in plan.runs:
@@ -287,45 +300,37 @@ class _SweepDriver:
                 self._run_done(active, run_id, {key: row[key] for key in _RESULT_KEYS})
 
     def _submit(self, active: _ActiveTrial, run_id: str) -> None:
-        if not self.ledger.claim(run_id, self.host, lease_s=self.lease_s, max_attempts=_ALWAYS_CLAIMABLE):
-            self.held_elsewhere.add((active.number, run_id))
+        run = active.plan.by_id[run_id]
+        if run_id in self.pool or not self.pool.submit(run_id, run.config.to_dict(), max_attempts=_ALWAYS_CLAIMABLE):
+            self.held_elsewhere.add((active.number, run_id))  # another driver, or another trial of ours
             return
         active.tries[run_id] += 1
-        run = active.plan.by_id[run_id]
-        generator = self.task.options(max_retries=0, **self.resources).remote(
-            self.cell_fn, run.config.to_dict(), str(self.run_root / run_id), str(self.eval_cache)
-        )
-        self.in_flight[generator] = (active.number, run_id)
+        self.trial_of[run_id] = active.number
 
-    def _advance(self, generator: Any) -> None:
-        """Take the next event of a task: an evaluation, its result, or its error."""
-        import ray
+    def _run_name(self, run_id: str) -> str:
+        active = self.active.get(self.trial_of.get(run_id, -1))
+        return active.plan.by_id[run_id].name if active is not None and run_id in active.plan.by_id else run_id
 
-        number, run_id = self.in_flight[generator]
-        active = self.active.get(number)
-        try:
-            event = ray.get(next(generator))
-        except StopIteration:
-            event = None
-        except Exception as err:  # the run's failure, not the driver's: record it and go on
-            self.in_flight.pop(generator)
-            self._run_failed(active, run_id, err)
-            return
-        if event is None or event[0] == "result":
-            self.in_flight.pop(generator)
-        if event is None or active is None:
-            return
-        if event[0] == "eval":
-            self._on_eval(active, run_id, event[1], event[2])
-        else:
-            self._finish_run(active, run_id, event[1])
+    def _settle(self, outcome: Outcome) -> None:
+        """What became of one run in flight: its result, its failure, its timeout or its lease."""
+        run_id = outcome.run_id
+        number = self.trial_of.pop(run_id, None)
+        active = self.active.get(number) if number is not None else None
+        if outcome.kind == DONE:
+            self._finish_run(active, run_id, outcome.result or {})
+        elif outcome.kind == FAILED:
+            self._run_failed(active, run_id, outcome.error)
+        elif outcome.kind == TIMED_OUT and active is not None:  # failed in the ledger by the pool
+            self._stop_runs(active)
+            self._fail(active.trial, f"{active.plan.by_id[run_id].name}: {outcome.error}")
+        elif outcome.kind == LOST and number is not None:  # the taker's result is picked up by _beat
+            self.held_elsewhere.add((number, run_id))
 
     def _beat(self) -> None:
-        for number, run_id in self.in_flight.values():
-            self.ledger.heartbeat(run_id, self.host)
         for active in self.active.values():  # before the stale check, so ours are never stale
-            self.storage.record_heartbeat(active.trial._trial_id)
-        studies.fail_stale(self.study)
+            retry_transient(lambda: self.storage.record_heartbeat(active.trial._trial_id),
+                            f"record trial {active.number}'s heartbeat", store=OPTUNA)
+        retry_transient(lambda: studies.fail_stale(self.study), "fail stale trials", store=OPTUNA)
         for number, run_id in list(self.held_elsewhere):
             self.held_elsewhere.discard((number, run_id))
             active = self.active.get(number)
@@ -338,6 +343,12 @@ class _SweepDriver:
                 self.queue.append((number, run_id))
 
     # -- run events -----------------------------------------------------------------------------
+
+    def _on_event(self, run_id: str, kind: str, step: int, data: dict[str, Any]) -> None:
+        """A run's live event: its evaluations go to the pruner (training steps are not used)."""
+        active = self.active.get(self.trial_of.get(run_id, -1))
+        if kind == "eval" and active is not None:
+            self._on_eval(active, run_id, step, data)
 
     def _on_eval(self, active: _ActiveTrial, run_id: str, step: int, metrics: dict[str, Any]) -> None:
         value = metrics.get(self.spec.metric)
@@ -360,10 +371,13 @@ class _SweepDriver:
                 self._prune(active, step)
                 return
 
-    def _finish_run(self, active: _ActiveTrial, run_id: str, result: dict[str, Any]) -> None:
-        if not self.ledger.finish(run_id, result):  # another driver finished it meanwhile
+    def _finish_run(self, active: _ActiveTrial | None, run_id: str, result: dict[str, Any]) -> None:
+        """Record a finished run (kept on disk until the ledger holds it), even when its trial
+        ended meanwhile: a finished run is never paid for twice."""
+        if not self.pool.record(run_id, result):  # another driver finished it meanwhile
             result = self._stored_result(run_id) or result
-        self._run_done(active, run_id, result)
+        if active is not None:
+            self._run_done(active, run_id, result)
 
     def _run_done(self, active: _ActiveTrial, run_id: str, result: dict[str, Any]) -> None:
         active.results[run_id] = result
@@ -375,9 +389,8 @@ class _SweepDriver:
         if len(active.results) == len(active.plan.runs):
             self._complete(active)
 
-    def _run_failed(self, active: _ActiveTrial | None, run_id: str, err: BaseException) -> None:
-        error = describe_error(err)
-        self.ledger.fail(run_id, error, self.host)
+    def _run_failed(self, active: _ActiveTrial | None, run_id: str, error: str) -> None:
+        self.pool.fail(run_id, error)
         if active is None:
             return
         name = active.plan.by_id[run_id].name
@@ -427,7 +440,10 @@ class _SweepDriver:
     def _tell(self, trial: optuna.Trial, state: TrialState, value: float | None = None) -> None:
         self.active.pop(trial.number, None)
         try:
-            frozen = self.study.tell(trial, value, state=state) if value is not None else self.study.tell(trial, state=state)
+            frozen = retry_transient(
+                lambda: self.study.tell(trial, value, state=state) if value is not None else self.study.tell(trial, state=state),
+                f"tell trial {trial.number}", store=OPTUNA,
+            )
         except optuna.exceptions.UpdateFinishedTrialError:  # failed as stale by another driver meanwhile
             self.display.note(f"trial {trial.number}: was marked stale meanwhile; its outcome is dropped")
             return
@@ -436,24 +452,23 @@ class _SweepDriver:
         self._log_trial(frozen)
 
     def _stop_runs(self, active: _ActiveTrial) -> None:
-        """Cancel the trial's tasks in flight and give their runs back; drop its queued runs."""
-        import ray
-
-        for generator, (number, run_id) in list(self.in_flight.items()):
+        """Cancel the trial's runs in flight (their Ray jobs too) and give them back; drop its
+        queued runs."""
+        for run_id, number in list(self.trial_of.items()):
             if number == active.number:
-                self.ledger.release(run_id, self.host)  # first: Ctrl-C may have stopped Ray itself
-                del self.in_flight[generator]
-                try:
-                    ray.cancel(generator, force=True)
-                except Exception:  # noqa: BLE001 - a Ray stopped by Ctrl-C has nothing left to cancel
-                    pass
+                del self.trial_of[run_id]
+                self.pool.cancel(run_id)
         self.queue = deque(item for item in self.queue if item[0] != active.number)
         self.held_elsewhere = {item for item in self.held_elsewhere if item[0] != active.number}
 
     def _abandon(self) -> None:
-        """Ctrl-C or a driver error: stop every task and queue the running trials again."""
+        """Ctrl-C, SIGTERM or a driver error: every run in flight goes back to pending (a Ray
+        job keeps running for the next invocation to re-attach to) and the running trials are
+        queued again."""
+        if self.pool is not None:
+            self.pool.abandon()
+        self.trial_of.clear()
         for active in list(self.active.values()):
-            self._stop_runs(active)
             studies.fail_and_requeue(self.study, active.trial._trial_id, "its driver was interrupted; queued again")
         self.active.clear()
 

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.exc import OperationalError
 from test_executor import calls, mlflow_children, rows, run, write_spec
 
-from dapo_ablate.ablation import executor as executor_module
+from dapo_ablate.ablation import transient
 from dapo_ablate.ablation.executor import KEPT_RESULT, ExecutorError
 from dapo_ablate.ablation.ledger import Ledger, LedgerError
 
@@ -46,7 +46,7 @@ def sleeping_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:
 
 @pytest.fixture()
 def quick_retries(monkeypatch):
-    monkeypatch.setattr(executor_module, "TRANSIENT_RETRIES", (0.01, 0.01))
+    monkeypatch.setattr(transient, "TRANSIENT_RETRIES", (0.01, 0.01))
 
 
 def test_a_ledger_write_that_fails_once_is_retried_and_the_run_is_not_retrained(local_ray, tmp_path, monkeypatch, quick_retries):

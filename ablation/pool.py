@@ -1,0 +1,330 @@
+"""One pool of runs in flight on Ray, shared by the factorial driver (`ablation.driver`) and the
+sweep driver (`sweeps.runner`), so that every rule of a run's life is written once:
+
+- **submit**: claim the run in the ledger (a lease for this driver), start its Ray task with the
+  executor's CPUs/GPUs, at most `limit` at a time (a local Ray: what fits on this machine);
+- **events**: a task's training steps, evaluations and job ids reach the driver through one Ray
+  queue; a job id is written to the ledger here, every event is handed to the driver's
+  ``on_event`` (MLflow live children, a sweep's pruner);
+- **heartbeats**: every ``beat_s`` the leases of the runs in flight are renewed; a run whose lease
+  was taken over by another driver is cancelled here (`LOST`);
+- **timeouts**: a run past ``executor.run_timeout_s`` is cancelled, recorded failed with that
+  reason and its slot freed (`TIMED_OUT`);
+- **results**: a finished run's result is kept on disk before the ledger write, which is retried
+  through database blips; a result kept by a driver that died (or whose database stayed down) is
+  recorded by the next invocation instead of training the run again;
+- **cancel**: a pruned trial's runs (or a timed-out one) are cancelled and their Ray jobs stopped;
+  Ctrl-C gives every run in flight back to pending (`abandon`) and leaves jobs running, so that a
+  rerun re-attaches to them.
+
+Every ledger write goes through `transient.retry_transient`. Only the driver that owns the pool
+writes the ledger; a task only trains and sends events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from dapo_ablate.ablation.ledger import Ledger
+from dapo_ablate.ablation.transient import retry_transient
+
+DONE, FAILED, TIMED_OUT, LOST = "done", "failed", "timed_out", "lost"
+KEPT_RESULT = "finished-result.json"  # a finished run's result until the ledger holds it
+LIVE_POLL_S = 1.0
+"""How often the pool hands the runs' live events to the driver (at most this many seconds late)."""
+LIVE_QUEUE_SIZE = 100_000
+MLFLOW_RUN_ENV = "DAPO_ABLATE_MLFLOW_RUN_ID"
+"""In a task's environment: the MLflow child run of its run (a verl job logs into it)."""
+
+
+@dataclass
+class Outcome:
+    """What became of one run in flight: DONE (its `result`), FAILED (its `error`; the ledger is
+    not written yet, the driver decides about a retry), TIMED_OUT (failed in the ledger with that
+    reason) or LOST (its lease went to another driver; cancelled here)."""
+
+    run_id: str
+    kind: str
+    result: dict[str, Any] | None = None
+    error: str = ""
+    exception: BaseException | None = None
+
+
+@dataclass
+class _InFlight:
+    run_id: str
+    ref: Any
+    deadline: float
+    job_id: str | None = None
+
+
+class RunPool:
+    """The runs one driver has in flight on Ray (see the module docstring)."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        host: str,
+        cell_fn: Callable[..., dict[str, Any]],
+        *,
+        resources: dict[str, float],
+        limit: int,
+        lease_s: float,
+        timeout_s: float | None,
+        run_root: Path,
+        eval_cache: Path,
+        names: Callable[[str], str] = str,
+        on_event: Callable[[str, str, int, dict[str, Any]], None] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        import ray
+
+        from dapo_ablate.ablation.executor import _execute
+
+        self.ledger, self.host, self.cell_fn = ledger, host, cell_fn
+        self.resources, self.limit = resources, max(1, limit)
+        self.lease_s, self.timeout_s = lease_s, timeout_s
+        self.beat_s = min(lease_s / 4, 30.0)
+        self.run_root, self.eval_cache = run_root, eval_cache
+        self.names, self.on_event = names, on_event
+        self.env = dict(env or {})
+        self.task = ray.remote(_execute)
+        self.events = live_queue()
+        self._next_event: Any = None
+        """A pending get on the events queue: `poll` wakes up as soon as an event arrives (a pruner
+        acts on an evaluation at once), not only when a run finishes or the poll interval ends."""
+        self.flights: dict[str, _InFlight] = {}
+        """Run id -> its task in flight."""
+        self.last_beat = time.monotonic()
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.flights)
+
+    def __contains__(self, run_id: str) -> bool:
+        return run_id in self.flights
+
+    def free(self) -> int:
+        """Slots free now."""
+        return self.limit - len(self.flights)
+
+    # -- submit --------------------------------------------------------------------------------
+
+    def submit(self, run_id: str, config: dict[str, Any], *, max_attempts: int,
+               prepare: Callable[[], dict[str, str]] | None = None) -> bool:
+        """Claim `run_id` and start its task; False if the ledger would not give it (done, held by
+        another driver, or out of attempts). `prepare()`, called once the run is claimed and
+        before its task starts (the factorial driver creates its MLflow child there), returns
+        extra environment for the task; if it raises, the claim is given back."""
+        claimed = retry_transient(lambda: self.ledger.claim(run_id, self.host, lease_s=self.lease_s, max_attempts=max_attempts),
+                                  f"claim {self.names(run_id)}")
+        if not claimed:
+            return False
+        try:
+            env = {**self.env, **(prepare() if prepare is not None else {})}
+        except BaseException:
+            self.ledger.release(run_id, self.host)
+            raise
+        ref = self.task.options(max_retries=0, **self.resources).remote(
+            self.cell_fn, config, str(self.run_root / run_id), str(self.eval_cache), self.events, run_id, env,
+        )
+        deadline = time.monotonic() + self.timeout_s if self.timeout_s else float("inf")
+        self.flights[run_id] = _InFlight(run_id, ref, deadline)
+        return True
+
+    # -- the loop's step -----------------------------------------------------------------------
+
+    def poll(self, max_wait_s: float | None = None) -> list[Outcome]:
+        """Wait until a run finishes, an event is due, a heartbeat or a deadline comes (at most
+        `max_wait_s`); hand the events over; return what became of runs meanwhile."""
+        import ray
+
+        if not self.flights:
+            if max_wait_s:
+                time.sleep(max_wait_s)
+            return []  # (a pending get on the queue stays armed for the next run's events)
+        now = time.monotonic()
+        waits = [self.beat_s - (now - self.last_beat), LIVE_POLL_S, *(f.deadline - now for f in self.flights.values())]
+        if max_wait_s is not None:
+            waits.append(max_wait_s)
+        refs = {flight.ref: run_id for run_id, flight in self.flights.items()}
+        if self.events is not None and self._next_event is None:
+            self._next_event = self.events.actor.get.remote(None)
+        waiting = list(refs) + ([self._next_event] if self._next_event is not None else [])
+        ready, _ = ray.wait(waiting, num_returns=1, timeout=max(0.05, min(waits)))
+        outcomes: list[Outcome] = []
+        first = []
+        # (asked again, not taken from `ready`: with a run's result also ready, ray.wait may have
+        # returned only that. An event still on its way after its run's result is dropped: the
+        # result holds the whole curve, and the drivers log what the events did not.)
+        if self._next_event is not None and ray.wait([self._next_event], timeout=0)[0]:
+            try:
+                first = [ray.get(self._next_event)]
+            except Exception:  # noqa: BLE001 - the queue's actor died: results still come
+                self.events = None
+            self._next_event = None
+        self.drain_events(first)  # first: a finished task's events are all queued before its result
+        if time.monotonic() - self.last_beat >= self.beat_s:
+            outcomes += self._heartbeat()
+            self.last_beat = time.monotonic()
+        for ref in ready:
+            run_id = refs.get(ref)  # (None: the events queue's get)
+            flight = self.flights.get(run_id) if run_id is not None else None
+            if flight is None or flight.ref is not ref:  # cancelled meanwhile (a prune, a lost lease)
+                continue
+            del self.flights[run_id]
+            try:
+                outcomes.append(Outcome(run_id, DONE, result=ray.get(ref)))
+            except Exception as err:  # the run's failure, not the driver's: the driver records it
+                from dapo_ablate.ablation.executor import describe_error
+
+                outcomes.append(Outcome(run_id, FAILED, error=describe_error(err), exception=err))
+        return outcomes + self._time_out()
+
+    def drain_events(self, first: list[tuple] | None = None) -> None:
+        """Hand the events the runs in flight sent since the last call (`first`: the one the
+        pending get received) to ``on_event``; a job id is written to the ledger first (a rerun
+        re-attaches to that job)."""
+        batch = list(first or [])
+        if self.events is not None:
+            try:
+                waiting = self.events.qsize()
+                batch += self.events.get_nowait_batch(waiting) if waiting else []
+            except Exception:  # noqa: BLE001 - the queue's actor died with a crashed Ray: results still come
+                pass
+        for run_id, kind, step, data in batch:
+            flight = self.flights.get(run_id)
+            if flight is None:
+                continue  # a run cancelled meanwhile: its late events are not its child's any more
+            if kind == "job":
+                self._record_job(flight, str(data.get("submission_id") or ""))
+            if self.on_event is not None:
+                self.on_event(run_id, kind, step, data)
+
+    def _record_job(self, flight: _InFlight, job_id: str) -> None:
+        if not job_id or job_id == flight.job_id:
+            return
+        flight.job_id = job_id
+        set_job_id = getattr(self.ledger, "set_job_id", None)
+        if set_job_id is not None:
+            retry_transient(lambda: set_job_id(flight.run_id, job_id), f"record the job of {self.names(flight.run_id)}")
+
+    def _heartbeat(self) -> list[Outcome]:
+        """Renew the leases of the runs in flight; a run whose lease was lost (taken over by
+        another driver after a long stall) is cancelled, and its result left to the taker."""
+        lost = []
+        for run_id in list(self.flights):
+            held = retry_transient(lambda: self.ledger.heartbeat(run_id, self.host), f"renew the lease of {self.names(run_id)}")
+            if not held:
+                self.cancel(run_id, release=False)
+                lost.append(Outcome(run_id, LOST, error="its lease was taken over by another driver"))
+        return lost
+
+    def _time_out(self) -> list[Outcome]:
+        """Cancel the runs past executor.run_timeout_s and record them failed, without retry."""
+        now = time.monotonic()
+        outcomes = []
+        for run_id in [run_id for run_id, flight in self.flights.items() if flight.deadline <= now]:
+            self.cancel(run_id, release=False)
+            error = f"TimeoutError: the run exceeded executor.run_timeout_s ({self.timeout_s:g} s)"
+            self.fail(run_id, error)
+            outcomes.append(Outcome(run_id, TIMED_OUT, error=error))
+        return outcomes
+
+    # -- ledger writes ---------------------------------------------------------------------------
+
+    def fail(self, run_id: str, error: str) -> None:
+        retry_transient(lambda: self.ledger.fail(run_id, error, self.host), f"record the failure of {self.names(run_id)}")
+
+    def record(self, run_id: str, result: dict[str, Any]) -> bool:
+        """`record_result` for a run of this pool. False if another driver had finished it."""
+        return record_result(self.ledger, self.run_root, run_id, result, self.names(run_id))
+
+    # -- stopping --------------------------------------------------------------------------------
+
+    def cancel(self, run_id: str, *, release: bool = True, stop_job: bool = True) -> None:
+        """Stop one run in flight: its Ray task and (`stop_job`) its Ray job; `release` gives it
+        back to pending in the ledger (a pruned trial's run) -- the caller records anything else."""
+        import ray
+
+        flight = self.flights.pop(run_id, None)
+        if flight is None:
+            return
+        if release:  # first: Ctrl-C may have stopped Ray itself
+            retry_transient(lambda: self.ledger.release(run_id, self.host), f"give back {self.names(run_id)}")
+        try:
+            ray.cancel(flight.ref, force=True)
+        except Exception:  # noqa: BLE001 - a Ray stopped by Ctrl-C has nothing left to cancel
+            pass
+        if stop_job and flight.job_id:
+            try:
+                from dapo_ablate.ablation.jobs import stop_job as stop
+
+                stop(flight.job_id)
+            except Exception:  # noqa: BLE001 - the job's failure is recorded by its next attempt
+                pass
+
+    def abandon(self) -> list[str]:
+        """Ctrl-C, SIGTERM or a driver error: give every run in flight back to pending and cancel
+        its task; its Ray job (if any) keeps running for the next invocation to re-attach to. The
+        runs given back."""
+        released = list(self.flights)
+        for run_id in released:
+            try:
+                self.ledger.release(run_id, self.host)  # no retries: the store may be what failed
+            except Exception:  # noqa: BLE001 - the lease then expires and the run is claimable again
+                pass
+            self.cancel(run_id, release=False, stop_job=False)
+        return released
+
+
+def record_result(ledger: Ledger, run_root: Path, run_id: str, result: dict[str, Any], name: str) -> bool:
+    """Keep the result on disk, then write it to the ledger, retrying transient database errors;
+    the file goes once the ledger holds the result. If the database stays down the driver stops
+    with a sentence about the database, and the next invocation records the kept result
+    (`record_kept`) instead of training the run again. False if another driver had finished it."""
+    path = run_root / run_id / KEPT_RESULT
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, default=_plain))
+    os.replace(tmp, path)
+    recorded = retry_transient(lambda: ledger.finish(run_id, result), f"record {name}", kept=path)
+    path.unlink(missing_ok=True)
+    return recorded
+
+
+def record_kept(ledger: Ledger, run_root: Path, run_ids: list[str], names: Callable[[str], str] = str) -> list[str]:
+    """Record the results kept on disk by a driver whose ledger write failed (or that died between
+    the two writes); the runs recorded. `run_ids`: the runs that are not done in the ledger."""
+    recorded = []
+    for run_id in run_ids:
+        path = run_root / run_id / KEPT_RESULT
+        if path.is_file():
+            result = json.loads(path.read_text())
+            retry_transient(lambda: ledger.finish(run_id, result), f"record {names(run_id)}", kept=path)
+            path.unlink(missing_ok=True)
+            recorded.append(run_id)
+    return recorded
+
+
+def live_queue() -> Any:
+    """The queue Ray workers send live events to (a zero-CPU actor; None if it cannot start)."""
+    from ray.util.queue import Queue
+
+    try:
+        return Queue(maxsize=LIVE_QUEUE_SIZE, actor_options={"num_cpus": 0})
+    except Exception:  # noqa: BLE001 - without it children are still logged when runs finish
+        return None
+
+
+def _plain(value: Any) -> Any:
+    """json.dumps fallback for numpy / torch scalars in a result."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"cannot keep a {type(value).__name__} in a run result")
