@@ -78,6 +78,10 @@ class ModelConfig(_Frozen):
     """Passed to `from_pretrained`; leave off unless you trust the checkpoint's code."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (saves memory on long responses, costs ~30% time)."""
+    builtin_size: Literal["small", "large"] = "small"
+    """Size of the built-in policy (a model axis for transfer studies): `small`, 0.3M parameters
+    (hidden 96, 3 layers; the quickstart's); `large`, 1.3M (hidden 160, 4 layers), each step about
+    3x slower on CPU. Each size is warm-started and cached separately. Only with model.path builtin."""
     builtin_warmup_steps: int = Field(600, ge=0)
     """Supervised warm-start steps of the built-in model (its recipe; cached on disk by hash)."""
     threads: int = Field(1, ge=0)
@@ -107,8 +111,17 @@ class DataConfig(_Frozen):
     alike (the warm-start saw 2-6; e.g. 2-3 is an easy mix, 4-6 a hard one). Files ignore it."""
     builtin_max_terms: int = Field(6, ge=2, le=9)
     """Built-in task's difficulty mix: most numbers per problem (at least builtin_min_terms)."""
-    verifier: Literal["auto", "answer_line", "math_verify"] = "auto"
-    """`answer_line`: DAPO's exact match on the last `Answer:` line; `math_verify`: LaTeX equivalence; `auto`: both."""
+    builtin_task: Literal["addition", "comparison"] = "addition"
+    """Which built-in task `builtin` train/eval means (a prompt distribution and answer format axis):
+    `addition`, add 2-9 one-digit numbers, integer answer (`7+3+9=`, `Answer: 19`); `comparison`,
+    compare two sums of 2-3 numbers, answered with a word (`7+5?9+4=`, `Answer: less`, `greater` or
+    `equal`; its own held-out set, seeds and verifier path). The built-in policy is warm-started on
+    the chosen task (a separate cached checkpoint for comparison). The difficulty mix
+    (builtin_min/max_terms) applies to addition only."""
+    verifier: Literal["auto", "answer_line", "math_verify", "comparison"] = "auto"
+    """`answer_line`: DAPO's exact match on the last `Answer:` line; `math_verify`: LaTeX equivalence; `auto`:
+    both (for the built-in comparison task: `comparison`); `comparison`: the last `Answer:` line must be
+    the gold comparison word (`less`, `greater`, `equal`; the symbols `<`, `>`, `=` are read as those)."""
 
 
 class RolloutConfig(_Frozen):
@@ -303,6 +316,7 @@ class TrainerConfig(_Frozen):
                 f"data.prompt_template {self.data.prompt_template} cannot be used with the built-in task, whose "
                 "character tokenizer has no instruction or chat template; leave prompt_template unset or `none`"
             )
+        self._check_builtin_choices()
         if self.data.builtin_min_terms > self.data.builtin_max_terms:
             raise ValueError(
                 f"data.builtin_min_terms ({self.data.builtin_min_terms}) exceeds builtin_max_terms "
@@ -316,6 +330,36 @@ class TrainerConfig(_Frozen):
         if self.rollout.engine == "vllm" and self.model.path == BUILTIN:
             raise ValueError("rollout.engine `vllm` needs model.path to be a Hugging Face checkpoint folder, not `builtin`")
         return self
+
+    def _check_builtin_choices(self) -> None:
+        """The built-in policy size and task: each only where it has a meaning."""
+        model, data = self.model, self.data
+        if model.builtin_size != "small" and model.path != BUILTIN:
+            raise ValueError(
+                f"model.builtin_size {model.builtin_size} sizes the built-in policy only, but model.path is "
+                f"{model.path!r}; set model.path: builtin or remove builtin_size"
+            )
+        if data.verifier == "comparison" and data.builtin_task != "comparison" and BUILTIN in (data.train, data.eval):
+            raise ValueError(
+                "data.verifier comparison grades comparison words, but the built-in addition task's answers are "
+                "numbers; set data.builtin_task: comparison or another verifier"
+            )
+        if data.builtin_task == "comparison":
+            if BUILTIN not in (data.train, data.eval):
+                raise ValueError(
+                    "data.builtin_task comparison applies to built-in problems only, but data.train and data.eval "
+                    "are files; set one of them to `builtin` or remove builtin_task"
+                )
+            if (data.builtin_min_terms, data.builtin_max_terms) != (2, 6):
+                raise ValueError(
+                    "data.builtin_min_terms and builtin_max_terms set the addition task's mix, not the comparison "
+                    "task's (2-3 numbers a side); remove them or set data.builtin_task: addition"
+                )
+            if data.verifier in ("answer_line", "math_verify"):
+                raise ValueError(
+                    f"data.verifier {data.verifier} cannot grade the comparison task's word answers "
+                    "(less, greater, equal); set data.verifier to `auto` or `comparison`"
+                )
 
     # ----------------------------------------------------------------------------- derived values
     @property
@@ -336,6 +380,13 @@ class TrainerConfig(_Frozen):
         if self.data.prompt_template is not None:
             return self.data.prompt_template
         return "none" if BUILTIN in (self.data.train, self.data.eval) else "dapo"
+
+    @property
+    def verifier_method(self) -> str:
+        """data.verifier resolved: `auto` grades the built-in comparison task with `comparison`."""
+        if self.data.verifier == "auto" and self.data.builtin_task == "comparison":
+            return "comparison"
+        return self.data.verifier
 
     @property
     def gen_prompts_per_round(self) -> int:

@@ -24,7 +24,10 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .config import DataConfig
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +42,12 @@ DAPO_INSTRUCTION = (
 )
 DAPO_REMINDER = 'Remember to put your answer on its own line after "Answer:".'
 """DAPO-Math-17k's prompt, around each problem: the `answer_line` verifier reads that last line."""
+
+BUILTIN_TRAIN_SEED = 0
+BUILTIN_EVAL_SEED = 1_000_003  # another stream; problems it shares with training are removed from training
+BUILTIN_EVAL_SIZE = 64
+"""The built-in addition task's problem streams (the comparison task has its own seeds,
+core/comparison.py) and the default size of a built-in held-out set."""
 
 PROMPT_TEMPLATES = ("dapo", "chat", "none")
 
@@ -126,6 +135,30 @@ def load_eval_set(
     if not held_out:
         raise DataError(f"{path}: every eval problem also appears in the training set; use a held-out file.")
     return held_out
+
+
+# --- the built-in tasks -------------------------------------------------------------------------
+
+
+def builtin_problems(data: "DataConfig", split: str) -> list[Problem]:
+    """The built-in task's (`data.builtin_task`) training or held-out problems, from the task's own
+    seed for that split: `data.builtin_train_size` training problems, or `data.num_eval_problems`
+    (default 64) held-out ones. Both splits of one task draw from the same distribution (for
+    addition, the difficulty mix builtin_min/max_terms); the trainer then removes from training
+    any problem whose text is a held-out one (`decontaminate`)."""
+    from . import comparison
+    from .tasks import TaskSpec, generate_problems
+
+    n = data.builtin_train_size if split == "train" else data.num_eval_problems or BUILTIN_EVAL_SIZE
+    if data.builtin_task == "comparison":
+        seed = comparison.COMPARISON_TRAIN_SEED if split == "train" else comparison.COMPARISON_EVAL_SEED
+        problems, prefix = comparison.generate_problems(n, seed), "comparison"
+    else:
+        mix = TaskSpec(min_terms=data.builtin_min_terms, max_terms=data.builtin_max_terms)
+        problems = generate_problems(n, BUILTIN_TRAIN_SEED if split == "train" else BUILTIN_EVAL_SEED, mix)
+        prefix = "builtin"
+    where = prefix if split == "train" else f"{prefix}-eval"
+    return [Problem(p.prompt, p.answer, f"{where}:{i}") for i, p in enumerate(problems)]
 
 
 # --- prompts: templates and decontamination keys ---------------------------------------------

@@ -1,9 +1,12 @@
 """The policy: a Hugging Face causal LM and its tokenizer, from a local folder or built in.
 
-The built-in policy is a tiny Qwen2-architecture model (0.3M parameters, one token per character
-plus one `Answer:` token) warm-started by a short supervised phase on the built-in task. It is
-saved as an ordinary Hugging Face checkpoint folder, cached on disk under a hash of its recipe, so
-it is built once per machine and then loaded by the same code path as any user checkpoint.
+The built-in policy is a tiny Qwen2-architecture model (one token per character plus one `Answer:`
+token) warm-started by a short supervised phase on the built-in task. Two sizes
+(`model.builtin_size`): `small` (0.3M parameters, the quickstart's) and `large` (1.3M). Each built-in
+task (`data.builtin_task`) has its own warm-start: the comparison task adds its words to the
+vocabulary, so its policy is another checkpoint. A checkpoint is saved as an ordinary Hugging Face
+folder, cached on disk under a hash of its recipe (size, task, warm-start), so it is built once per
+machine and then loaded by the same code path as any user checkpoint.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import tempfile
 import time
@@ -23,17 +27,20 @@ from typing import Any
 
 import torch
 
+from . import comparison, tasks
+from .comparison import ComparisonSpec
 from .config import BUILTIN, ModelConfig
-from .tasks import ANSWER_TOKEN, TaskSpec, warmstart_example
+from .tasks import ANSWER_TOKEN, TaskSpec
 
 RECIPE_VERSION = 1
 
 
 @dataclass(frozen=True)
 class BuiltinRecipe:
-    """Everything that determines the built-in model's weights (hashed into its cache key)."""
+    """Everything that determines the built-in model's weights (hashed into its cache key).
+    The defaults are the small policy on the addition task (`BUILTIN_SIZES`, `BUILTIN_TASKS`)."""
 
-    task: TaskSpec = field(default_factory=TaskSpec)
+    task: TaskSpec | ComparisonSpec = field(default_factory=TaskSpec)
     hidden_size: int = 96
     num_layers: int = 3
     num_heads: int = 4
@@ -49,6 +56,37 @@ class BuiltinRecipe:
     def digest(self) -> str:
         blob = json.dumps(asdict(self), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def task_name(self) -> str:
+        """The `data.builtin_task` this recipe warm-starts on."""
+        return "comparison" if isinstance(self.task, ComparisonSpec) else "addition"
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        """The task's tokens beyond the addition task's characters (none for addition)."""
+        return comparison.COMPARISON_SYMBOLS if isinstance(self.task, ComparisonSpec) else ()
+
+    def warmstart_example(self, rng: random.Random) -> tuple[str, str]:
+        """(prompt, noisy worked solution) of this recipe's task."""
+        module = comparison if isinstance(self.task, ComparisonSpec) else tasks
+        return module.warmstart_example(rng, self.task)
+
+
+BUILTIN_SIZES: dict[str, dict[str, int]] = {
+    "small": {},  # BuiltinRecipe's defaults: hidden 96, 3 layers, MLP 256 (0.3M parameters)
+    "large": {"hidden_size": 160, "num_layers": 4, "intermediate_size": 512},  # 1.3M parameters
+}
+"""`model.builtin_size` -> the recipe's shape (heads stay 4 query / 2 key-value)."""
+
+BUILTIN_TASKS: dict[str, TaskSpec | ComparisonSpec] = {"addition": TaskSpec(), "comparison": ComparisonSpec()}
+"""`data.builtin_task` -> the task spec its warm-start draws from (addition: 2-6 numbers, whatever
+the run's difficulty mix: the mix is a prompt distribution shift for one policy)."""
+
+
+def builtin_recipe(cfg: ModelConfig, task: str = "addition") -> BuiltinRecipe:
+    """The recipe of the configured built-in policy: its size, its task's warm-start, its steps."""
+    return BuiltinRecipe(task=BUILTIN_TASKS[task], warmup_steps=cfg.builtin_warmup_steps, **BUILTIN_SIZES[cfg.builtin_size])
 
 
 @dataclass
@@ -104,11 +142,12 @@ def cache_root() -> Path:
     return Path(os.environ.get("DAPO_ABLATE_CACHE", Path.home() / ".cache" / "dapo-ablate")).expanduser()
 
 
-def load_policy(cfg: ModelConfig) -> Policy:
-    """Load the configured policy (building and caching the built-in one on first use)."""
+def load_policy(cfg: ModelConfig, builtin_task: str = "addition") -> Policy:
+    """Load the configured policy (building and caching the built-in one on first use).
+    builtin_task (`data.builtin_task`) picks the built-in policy's warm-start; a folder ignores it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = builtin_checkpoint(BuiltinRecipe(warmup_steps=cfg.builtin_warmup_steps)) if cfg.path == BUILTIN else Path(cfg.path).expanduser()
+    path = builtin_checkpoint(builtin_recipe(cfg, builtin_task)) if cfg.path == BUILTIN else Path(cfg.path).expanduser()
     dtype = torch.float32  # master weights; cfg.dtype is the compute dtype (autocast), see ModelConfig.dtype
     tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=cfg.trust_remote_code)
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, trust_remote_code=cfg.trust_remote_code)
@@ -119,16 +158,19 @@ def load_policy(cfg: ModelConfig) -> Policy:
 
 
 # --------------------------------------------------------------------------------- built-in model
-def builtin_tokenizer():
-    """A Hugging Face fast tokenizer: one token per character of the task, plus `Answer:`."""
+def builtin_tokenizer(extra: tuple[str, ...] = ()):
+    """A Hugging Face fast tokenizer: one token per character of the addition task, plus `Answer:`,
+    plus `extra` (a task's further characters and whole-word tokens, appended so that the addition
+    task's ids never move)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<eos>", "<unk>"]
-    symbols = list("0123456789+=, \n") + [ANSWER_TOKEN]
+    symbols = list("0123456789+=, \n") + [ANSWER_TOKEN] + list(extra)
     vocab = {tok: i for i, tok in enumerate(specials + symbols)}
+    words = sorted((s for s in symbols if len(s) > 1), key=len, reverse=True)  # longest first
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(f"{ANSWER_TOKEN}|[\\s\\S]"), behavior="isolated")
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("|".join(map(re.escape, words)) + "|[\\s\\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>", unk_token="<unk>")
 
@@ -185,13 +227,14 @@ def file_lock(path: Path):
 
 def _build_builtin(recipe: BuiltinRecipe, out: Path, log) -> None:
     """Supervised warm-start on noisy worked solutions (loss on the response tokens only)."""
-    tokenizer = builtin_tokenizer()
+    tokenizer = builtin_tokenizer(recipe.symbols)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     model = builtin_model(recipe, len(tokenizer), eos, pad)
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))
     rng = random.Random(recipe.seed + 1)
-    log(f"building the built-in policy ({recipe.warmup_steps} warm-start steps, cached in {out.parent}) ...")
+    log(f"building the built-in policy ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
+        f"{recipe.task_name} task, {recipe.warmup_steps} warm-start steps, cached in {out.parent}) ...")
     start = time.time()
     model.train()
     for step in range(recipe.warmup_steps):
@@ -207,13 +250,16 @@ def _build_builtin(recipe: BuiltinRecipe, out: Path, log) -> None:
     model.eval()
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    (out / "recipe.json").write_text(json.dumps(asdict(recipe), indent=2))
+    parameters = sum(p.numel() for p in model.parameters())
+    (out / "build.json").write_text(json.dumps({"warmstart_s": round(time.time() - start, 1), "parameters": parameters,
+                                                "threads": torch.get_num_threads()}))
+    (out / "recipe.json").write_text(json.dumps(asdict(recipe), indent=2))  # written last: marks the folder complete
 
 
 def _sft_batch(tokenizer, rng: random.Random, recipe: BuiltinRecipe, eos: int, pad: int):
     rows = []
     for _ in range(recipe.batch_size):
-        prompt, solution = warmstart_example(rng, recipe.task)
+        prompt, solution = recipe.warmstart_example(rng)
         p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         r = tokenizer(solution, add_special_tokens=False)["input_ids"] + [eos]
         rows.append((p, r))

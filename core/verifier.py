@@ -43,9 +43,10 @@ from fractions import Fraction
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("auto", "answer_line", "math_verify")
+METHODS = ("auto", "answer_line", "math_verify", "comparison")
 """``answer_line``: DAPO's normalised exact match only. ``math_verify``: math-verify equivalence
-only. ``auto``: exact match first, math-verify when that fails and an answer is not a plain number."""
+only. ``auto``: exact match first, math-verify when that fails and an answer is not a plain number.
+``comparison``: the extracted answer must be the gold comparison word (``normalize_comparison``)."""
 
 TAIL_CHARS = 4_000
 """Only the last 4,000 characters of a response are searched: the answer is at the end, and
@@ -198,6 +199,31 @@ def normalize_answer(s: str) -> str:
     if s == "-0":
         s = "0"
     return s
+
+
+_COMPARISONS = {
+    "less": "less", "<": "less", "\\lt": "less",
+    "greater": "greater", ">": "greater", "\\gt": "greater",
+    "equal": "equal", "=": "equal",
+}
+
+
+def normalize_comparison(s: str) -> str | None:
+    """A comparison answer's word (``less``, ``greater``, ``equal``), or None when it is not one.
+
+    The answer must be the word alone (case-insensitive, inside ``$``, ``\\boxed{}`` or
+    ``\\text{}`` allowed) or its symbol (``<``, ``>``, ``=``, ``\\lt``, ``\\gt``): "less than
+    7", "<=" or "13" are malformed, hence wrong. Not ``normalize_answer``, which keeps what follows
+    the last ``=`` and so would turn ``=`` into an empty answer.
+    """
+    s = str(s).strip().replace("$", "").strip()
+    for _ in range(_MAX_NESTING):
+        found = _boxed_body(s, 0) if s.startswith("\\boxed{") else None
+        if not found or found[1] != len(s) - 1:
+            break
+        s = found[0].strip()
+    s = _TEXT_MACRO.sub(r"\1", s).strip().rstrip(".").strip().casefold()
+    return _COMPARISONS.get(s)
 
 
 def _plain_number(s: str) -> Fraction | None:
@@ -398,6 +424,9 @@ def _decide(response: str, ground_truth: str, method: str) -> bool | tuple[str, 
         return False
     ground_truth = str(ground_truth)
     answer = extract_answer(response)
+    if method == "comparison":  # a word, never sent to math-verify
+        pred = normalize_comparison(answer) if answer is not None else None
+        return pred is not None and pred == normalize_comparison(ground_truth)
     gold_latex = _as_latex(ground_truth.strip())
     if method == "math_verify":
         return gold_latex, (_as_latex(answer) if answer is not None else _tail(response))
@@ -426,8 +455,9 @@ def verify(response: str, ground_truth: str, method: str = "auto", timeout_s: fl
 
     ``method``: ``"answer_line"`` (extract, normalise, exact match), ``"math_verify"``
     (math-verify equivalence of the extracted answer, or of the response's tail when nothing was
-    extracted), or ``"auto"`` (exact match; then, for unequal answers: plain numbers compare as
-    exact fractions, ``0.50`` = ``.5``, anything else goes to math-verify). Never raises on bad
+    extracted), ``"auto"`` (exact match; then, for unequal answers: plain numbers compare as
+    exact fractions, ``0.50`` = ``.5``, anything else goes to math-verify), or ``"comparison"``
+    (the extracted answer is the gold comparison word, see ``normalize_comparison``). Never raises on bad
     input and returns within ``timeout_s`` of math-verify time (False on timeout), from any
     thread. Raises ValueError on an unknown method, and VerifierError if no math-verify worker
     process can be started at all (a broken environment).
