@@ -50,7 +50,16 @@ import torch
 
 from . import algorithms as alg
 from .config import BUILTIN, TrainerConfig
-from .data import Problem, apply_prompt_template, decontaminate, load_eval_set, load_problems
+from .data import (  # noqa: F401  (the built-in seeds are re-exported: tests and benchmarks read them here)
+    BUILTIN_EVAL_SEED,
+    BUILTIN_EVAL_SIZE,
+    BUILTIN_TRAIN_SEED,
+    apply_prompt_template,
+    builtin_problems,
+    decontaminate,
+    load_eval_set,
+    load_problems,
+)
 from .evaluation import EvalSettings, cached_initial_eval, evaluate, initial_eval_key, score_rollout
 from .policy import Policy, load_policy
 from .result import RunResult
@@ -69,12 +78,8 @@ from .update import (  # noqa: F401  (re-exported: the trainer's public names)
     shape_rewards,
     update_policy,
 )
-from .tasks import TaskSpec, generate_problems
 from .verifier import Verifier
 
-BUILTIN_TRAIN_SEED = 0
-BUILTIN_EVAL_SEED = 1_000_003  # another stream; problems it shares with training are removed from training
-BUILTIN_EVAL_SIZE = 64
 logger = logging.getLogger(__name__)
 
 SIGNALS = {
@@ -154,10 +159,8 @@ def load_task(config: TrainerConfig) -> Task:
     """The held-out set first, then the training problems minus any whose normalised text is in it
     (built-in task and files alike, so training and evaluation are disjoint by construction)."""
     data = config.data
-    mix = TaskSpec(min_terms=data.builtin_min_terms, max_terms=data.builtin_max_terms)
     if data.eval == BUILTIN:
-        held_out = [Problem(p.prompt, p.answer, f"builtin-eval:{i}") for i, p in
-                    enumerate(generate_problems(data.num_eval_problems or BUILTIN_EVAL_SIZE, BUILTIN_EVAL_SEED, mix))]
+        held_out = builtin_problems(data, "eval")
     else:
         held_out = load_eval_set(data.eval)
         if data.num_eval_problems is not None and data.num_eval_problems < len(held_out):
@@ -166,8 +169,7 @@ def load_task(config: TrainerConfig) -> Task:
                            len(held_out), data.eval)
             held_out = held_out[: data.num_eval_problems]
     if data.train == BUILTIN:
-        train = [Problem(p.prompt, p.answer, f"builtin:{i}") for i, p in
-                 enumerate(generate_problems(data.builtin_train_size, BUILTIN_TRAIN_SEED, mix))]
+        train = builtin_problems(data, "train")
     else:
         train = load_problems(data.train)
     train, removed = decontaminate(train, held_out)
@@ -371,7 +373,7 @@ def _setup(config: TrainerConfig, engine_factory) -> Run:
     if config.model.threads > 0:
         torch.set_num_threads(config.model.threads)
     torch.manual_seed(config.schedule.seed)
-    policy = load_policy(config.model)
+    policy = load_policy(config.model, config.data.builtin_task)
     template = config.prompt_template
     policy.use_chat_template = config.model.use_chat_template and template != "none"
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -390,7 +392,7 @@ def _setup(config: TrainerConfig, engine_factory) -> Run:
     return Run(
         config=config, policy=policy, model=model,
         ref_model=copy.deepcopy(model).eval() if config.algorithm.kl_coef > 0 else None,
-        engine=(engine_factory or default_engine)(policy, config), verifier=Verifier(method=config.data.verifier),
+        engine=(engine_factory or default_engine)(policy, config), verifier=Verifier(method=config.verifier_method),
         task=task, eval_prompts=eval_prompts, settings=settings, optimizer=optimizer,
         sampler=PromptSampler(size=len(task.train), seed=config.schedule.seed),
         update_gen=torch.Generator().manual_seed(config.schedule.seed + 17), result=result,
@@ -432,7 +434,7 @@ def _evaluate(run: Run, step: int, callbacks, eval_cache_dir) -> None:
     answers = [a for _, a in run.task.held_out]
     compute = lambda: evaluate(run.engine, run.eval_prompts, answers, policy.decode, run.verifier, run.settings, step)  # noqa: E731
     if step == 0:
-        extra = {"verifier": config.data.verifier, "prompt_template": config.prompt_template}
+        extra = {"verifier": config.verifier_method, "prompt_template": config.prompt_template}
         key = initial_eval_key(_policy_identity(policy, config), run.task.held_out, run.settings, extra)
         metrics = cached_initial_eval(Path(eval_cache_dir) if eval_cache_dir else None, key, compute)
     else:
