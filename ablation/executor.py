@@ -306,12 +306,9 @@ def _execute(cell_fn: Callable[..., dict[str, Any]], config: dict[str, Any], run
     taking only ``on_eval`` sends its evaluations."""
     import inspect
 
-    try:  # LANDING: ablation/quiet.py comes with the CLI work; the guard goes when it lands
-        from dapo_ablate.ablation.quiet import silence_third_party_output
+    from dapo_ablate.ablation.quiet import silence_third_party_output
 
-        silence_third_party_output()  # the driver's display owns the terminal
-    except ImportError:
-        pass
+    silence_third_party_output()  # the driver's display owns the terminal
     os.environ.update(env or {})
     try:
         accepted = set(inspect.signature(cell_fn).parameters)
