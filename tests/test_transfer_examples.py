@@ -48,6 +48,25 @@ def test_status_labels_every_run_with_its_setting_grouped_in_spec_order(tmp_path
     assert "tight OF+CH" in result.stdout and "low-lr OF+CH" in result.stdout and "new 8" in result.stdout
 
 
+def test_cpu_transfer_example_moves_the_quickstart_along_one_axis_per_setting(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # its ledger and MLflow paths are relative: nothing may appear here
+    path = EXAMPLES / "transfer.yaml"
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "48 = 16 unique cells x 3 settings x 1 seed" in result.stdout and "resolution V" in result.stdout
+    assert list(tmp_path.iterdir()) == []
+    spec = load_spec(path)
+    overrides = {s.name: s.overrides for s in spec.settings}
+    assert overrides["base"] == {}
+    sections = {name: {key.split(".")[0] for key in o} for name, o in overrides.items() if o}
+    assert sections == {"tight": {"rollout", "algorithm"}, "comparison": {"data"}}  # a length regime; a task
+    trainers = dict(spec.setting_trainers())
+    assert trainers["comparison"].data.builtin_task == "comparison"
+    assert trainers["tight"].rollout.max_response_len < trainers["base"].rollout.max_response_len
+    estimate = expand(spec).estimate()
+    assert estimate.run_seconds / 2 <= 20 * 60  # two at a time on a 2-core machine, within 20 minutes
+
+
 def _paper_example_here(tmp_path: Path) -> Path:
     """examples/transfer_paper.yaml with its machine-specific paths (checkpoints, data, ledger,
     MLflow, Ray address) pointed at this machine; every other value as shipped."""
