@@ -90,12 +90,13 @@ class SpecProblem(ValueError):
         return f"{source}: `{self.field}`: {self.message}" if self.field else self.message
 
 
-def format_spec_error(err: ValidationError, source: str) -> str:
-    """The first validation error as one sentence, in core.config's `format_validation_error` style."""
+def format_spec_error(err: ValidationError, source: str, model: type[BaseModel] | None = None) -> str:
+    """The first validation error as one sentence, in core.config's `format_validation_error` style
+    ("did you mean" for an unknown key of `model`)."""
     problem = (err.errors()[0].get("ctx") or {}).get("error")
     if isinstance(problem, SpecProblem):
         return problem.sentence(source)
-    return format_validation_error(err, source)
+    return format_validation_error(err, source, model)
 
 
 class _Section(BaseModel):
@@ -427,7 +428,7 @@ def validate_spec(model: type[SpecT], data: dict[str, Any], source: str, base: s
     try:
         return model.model_validate(data, context={"base": Path(base)})
     except ValidationError as err:
-        raise SpecError(format_spec_error(err, source)) from None
+        raise SpecError(format_spec_error(err, source, model)) from None
 
 
 # ---------------------------------------------------------------------------------- factors

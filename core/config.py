@@ -445,12 +445,16 @@ def resolve_knob(name: str) -> str:
     raise ConfigError(f"unknown knob {name!r}; use one of the TrainerConfig fields, e.g. eps_high or algorithm.eps_high")
 
 
-def format_validation_error(err: ValidationError, source: str) -> str:
-    """The first pydantic error as one sentence naming the field and the fix."""
+def format_validation_error(err: ValidationError, source: str, model: type[BaseModel] | None = None) -> str:
+    """The first pydantic error as one sentence naming the field and the fix; for an unknown key
+    of `model` (or of a section inside it), the closest documented key ("did you mean")."""
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"])
     kind, msg = first["type"], first["msg"]
     if kind == "extra_forbidden":
+        close = _closest_key(model, first["loc"]) if model is not None else None
+        if close is not None:
+            return f"{source}: unknown key `{loc}`; did you mean `{close}`?"
         return f"{source}: unknown key `{loc}`; remove it or check its spelling against the documented fields"
     if kind == "missing":
         return f"{source}: `{loc}` is required; add it"
@@ -459,12 +463,36 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     return f"{source}: {where}{msg}; fix this value"
 
 
+def _closest_key(model: type[BaseModel], loc: tuple[Any, ...]) -> str | None:
+    """The documented key closest to the unknown one at `loc` (its dotted path), if one is close:
+    the sections on the way are followed through the models' field types (list indices skipped)."""
+    import difflib
+    import typing
+
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+            continue
+        field = current.model_fields.get(str(part))
+        if field is None:
+            return None
+        candidates = [field.annotation, *typing.get_args(field.annotation)]
+        candidates += [inner for arg in candidates for inner in typing.get_args(arg)]
+        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    if not (isinstance(current, type) and issubclass(current, BaseModel)):
+        return None
+    match = difflib.get_close_matches(str(loc[-1]), list(current.model_fields), n=1, cutoff=0.6)
+    if not match:
+        return None
+    return ".".join([*(str(p) for p in loc[:-1]), match[0]])
+
+
 def build_trainer_config(data: dict[str, Any] | None, source: str = "trainer config") -> TrainerConfig:
     """Validate a plain dict into a TrainerConfig, raising ConfigError with one sentence."""
     try:
         return TrainerConfig(**(data or {}))
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, source)) from None
+        raise ConfigError(format_validation_error(err, source, TrainerConfig)) from None
     except TypeError as err:
         raise ConfigError(f"{source}: {err}; the top level must be a mapping of sections") from None
 

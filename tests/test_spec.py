@@ -14,7 +14,7 @@ from dapo_ablate.ablation.spec import (
     build_spec,
     load_spec,
 )
-from dapo_ablate.core.config import TECHNIQUES, TrainerConfig
+from dapo_ablate.core.config import TECHNIQUES, ConfigError, TrainerConfig, build_trainer_config
 
 # The CPU quickstart's scale: 64 prompts x 8 samples, a 32-token ceiling, eval_k = 8.
 TINY = QUICKSTART_SHAPE
@@ -189,3 +189,23 @@ def test_trainer_file_errors_name_the_trainer_file(tmp_path):
     with pytest.raises(SpecError) as err:
         load_spec(path)
     assert str(err.value).startswith(str(tmp_path / "trainer.yaml")) and "`optim.lr`" in str(err.value)
+
+
+@pytest.mark.parametrize("fields, sentence", [
+    ({"factorz": ["clip_higher"]}, "unknown key `factorz`; did you mean `factors`?"),
+    ({"executor": {"max_concurent": 1}}, "unknown key `executor.max_concurent`; did you mean `executor.max_concurrent`?"),
+    ({"trainer": {"algorithm": {"eps_hihg": 0.3}}}, "unknown key `trainer.algorithm.eps_hihg`; did you mean `trainer.algorithm.eps_high`?"),
+    ({"trainer": {"algorithm": {"zzz_unrelated": 1}}}, "unknown key `trainer.algorithm.zzz_unrelated`; remove it or check its spelling"),
+])
+def test_an_unknown_key_gets_the_closest_documented_one(tmp_path, fields, sentence):
+    data = {"name": "x", "trainer": {}, "factors": ["clip_higher"], **fields}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert sentence in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_an_unknown_trainer_key_in_a_config_file_gets_the_closest_one():
+    with pytest.raises(ConfigError, match=r"unknown key `rollout.temprature`; did you mean `rollout.temperature`\?"):
+        build_trainer_config({"rollout": {"temprature": 0.7}})
