@@ -164,13 +164,17 @@ def ui(
     overrides: Optional[list[str]] = OVERRIDES_ARG,
     port: int = typer.Option(5000, "--port", help="Port of the MLflow UI on 127.0.0.1."),
 ) -> None:
-    """Serve the MLflow UI of the experiment's tracking store on 127.0.0.1."""
-    from dapo_ablate.ablation.tracking import mlflow_ui_command, sqlite_path
+    """Serve the MLflow UI of the experiment's tracking store on 127.0.0.1.
+
+    A copied or moved store (a `dapo-runs/` copied elsewhere) has its artifact locations moved to
+    its own folder first, so the UI shows the copy's artifacts, not the original's."""
+    from dapo_ablate.ablation.tracking import mlflow_ui_command, rebase_artifacts, sqlite_path
 
     spec, _ = _plan(spec_path, overrides)
     store = sqlite_path(spec.tracking.uri)
     if store is not None and not store.is_file():
         fail(f"no MLflow store at {spec.tracking.uri} yet; run `dapo-ablate run {spec_path}` first")
+    rebase_artifacts(spec.tracking.uri)
     command = mlflow_ui_command(spec.tracking.uri, port)
     typer.echo(f"MLflow UI for {spec.name}: http://127.0.0.1:{port}  (Ctrl-C stops it)")
     raise typer.Exit(serve(command))
