@@ -92,8 +92,8 @@ def verl_entrypoint(config: dict[str, Any], run_dir: str) -> tuple[str, dict[str
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     if not run_id or not uri:
         raise RuntimeError(
-            "a verl cell needs the cell's MLflow child run (DAPO_ABLATE_MLFLOW_RUN_ID) and MLFLOW_TRACKING_URI in the job "
-            "environment; the executor does not pass them yet (see README, verl backend)"
+            "a verl cell needs the cell's MLflow child run (DAPO_ABLATE_MLFLOW_RUN_ID) and MLFLOW_TRACKING_URI in its "
+            "environment; `dapo-ablate run` sets both, a cell function called another way must set them itself"
         )
     gpus = float(os.environ.get(GPUS_ENV, "8"))
     overrides = verl_overrides(build_trainer_config(config), gpus=gpus, run_name=Path(run_dir).name)

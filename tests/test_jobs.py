@@ -97,6 +97,27 @@ def test_sigkill_of_the_driver_while_a_job_runs_then_rerun_reattaches_and_record
         head.stop()
 
 
+@pytest.mark.slow
+def test_a_run_past_its_timeout_has_its_job_stopped_and_its_job_id_in_the_ledger(short_root: Path, tmp_path: Path):
+    head = Head(short_root, dashboard=True)
+    try:
+        trainer = {**TINY_TRAINER, "schedule": {**TINY_TRAINER["schedule"], "total_steps": 100_000, "eval_every": 0}}
+        # the timeout leaves a loaded machine's Ray worker time to start and submit the job (about 30 s here)
+        spec = write_spec(tmp_path, trainer, cpus_per_run=0, run_timeout_s=120)
+        driver = start_driver(spec, head)
+        out, err = driver.communicate(timeout=900)
+        kill_session(driver.pid)
+        jobs = dict(list_jobs(head))
+    finally:
+        head.stop()
+    with Ledger(f"sqlite:///{tmp_path / 'out' / 'ledger.db'}") as ledger:
+        rows = ledger.runs_table("ray-cluster")
+    assert [row["status"] for row in rows] == ["failed", "failed"], err[-3000:]
+    assert all(row["error"].startswith("TimeoutError: the run exceeded executor.run_timeout_s") for row in rows)
+    assert {row["job_id"] for row in rows} == set(jobs)  # each run's job, recorded and then stopped
+    assert set(jobs.values()) == {"STOPPED"}
+
+
 LIFECYCLE = r"""
 import json, sys, time
 import ray
