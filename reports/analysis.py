@@ -271,7 +271,7 @@ def _shapley_check(shapley: pd.DataFrame, values: CellValues) -> dict | None:
     return {"sum": total, "full": full, "baseline": baseline, "ok": bool(np.isclose(total, full - baseline, atol=1e-9))}
 
 
-def _noise(fit: CellFit, design: DesignInfo, effects: EffectContrasts, confidence: float) -> tuple[Noise, dict | None]:
+def noise_model(fit: CellFit, design: DesignInfo, effects: EffectContrasts, confidence: float) -> tuple[Noise, dict | None]:
     """Residual variance from the fit; with no residual df, Lenth's PSE for full and regular
     fractional designs (sigma^2 = PSE^2 / c'G^-1c of an effect, d = m / 3 df); else none."""
     if fit.df > 0:
@@ -420,7 +420,7 @@ def analyze(
     options = ClaimOptions(adjust=adjust, alpha=1 - confidence, per_effect_tests=per_effect_tests)
 
     contrasts = effect_contrasts(info, factors, np.linalg.inv(fit.g_inv))
-    noise, lenth = _noise(fit, info, contrasts, confidence)
+    noise, lenth = noise_model(fit, info, contrasts, confidence)
     values = CellValues(fit, info, noise, confidence)
     effects, all_effects = _effects_table(values, contrasts)
     shapley, phi = _shapley_table(values, factors)
@@ -498,7 +498,7 @@ COMPUTE_MATCHED_COLUMNS = [
 
 def _matched_effects(budget_fit, design, factors, effects, confidence, budget) -> pd.DataFrame:
     contrasts = effect_contrasts(design, factors, np.linalg.inv(budget_fit.g_inv))
-    noise, _ = _noise(budget_fit, design, contrasts, confidence)
+    noise, _ = noise_model(budget_fit, design, contrasts, confidence)
     est = estimate(budget_fit, contrasts.contrasts, noise, confidence)
     at_budget = pd.DataFrame(
         {"term": contrasts.names, "effect_at_budget": est.estimate, "budget_ci_low": est.ci_low,

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .analysis import Analysis, CellValues, _noise, analyze
+from .analysis import Analysis, CellValues, analyze, noise_model
 from .claims import amount, interval
 from .effects import effect_contrasts
 from .inference import estimate
@@ -88,7 +88,7 @@ def cell_values(analysis: Analysis) -> CellValues:
     fraction's fitted ones, NaN elsewhere), with the analysis's own noise estimate."""
     g = np.linalg.inv(analysis.fit.g_inv)
     contrasts = effect_contrasts(analysis.design, analysis.factors, g)
-    noise, _ = _noise(analysis.fit, analysis.design, contrasts, analysis.confidence)
+    noise, _ = noise_model(analysis.fit, analysis.design, contrasts, analysis.confidence)
     return CellValues(analysis.fit, analysis.design, noise, analysis.confidence)
 
 

@@ -121,13 +121,13 @@ def pilot_sigma(results: pd.DataFrame, factors: list[str], metric: str) -> tuple
     Raises ReportInputError (via validation) for a bad table, and when the pilot has no
     residual degrees of freedom and no basis for Lenth's method.
     """
-    from .analysis import _fit, _noise  # the report's own model, so plan and report agree
+    from .analysis import _fit, noise_model  # the report's own model, so plan and report agree
     from .table import ReportInputError, validate_results
 
     results = validate_results(results, factors, metric)
     fit = _fit(results, factors, metric)
     design = describe_design(fit.masks, len(factors))
-    noise, lenth = _noise(fit, design, effect_contrasts(design, factors, np.linalg.inv(fit.g_inv)), 0.95)
+    noise, lenth = noise_model(fit, design, effect_contrasts(design, factors, np.linalg.inv(fit.g_inv)), 0.95)
     if not np.isfinite(noise.sigma2) or noise.sigma2 <= 0:
         raise ReportInputError(
             "the pilot results have no replicated cells and no basis for Lenth's method, so they give no noise "
