@@ -133,6 +133,10 @@ try:
     job_cell(broken, f"{out}/exp/broken", None, on_event=on_event)
 except JobFailed as err:
     report["failed"] = str(err)
+try:  # the driver's retry: that failure was reported, so attempt 2 is submitted
+    job_cell(broken, f"{out}/exp/broken", None, on_event=on_event)
+except JobFailed as err:
+    report["failed_again"] = str(err)
 
 client = JobSubmissionClient(dashboard_address())
 sid = submission_ids(f"{out}/exp/sleeper")[0] + "-a1"  # what job_cell submits first for that run
@@ -171,7 +175,9 @@ def test_a_failed_job_keeps_its_log_tail_and_stop_job_stops_a_running_job(short_
     assert "ConfigError: run config: unknown key `no_such_field`" in failed
     address = report["events"][0][2]["address"]
     assert address.startswith("http://127.0.0.1:")
+    assert report["failed_again"].startswith(f"Ray job {broken_sid[:-1]}2 ended FAILED")
     assert report["events"] == [["job", 0, {"submission_id": broken_sid, "address": address}],
+                                ["job", 0, {"submission_id": f"{broken_sid[:-1]}2", "address": address}],
                                 ["job", 0, {"submission_id": f"{sleeper}-a2", "address": address}]]
 
     assert (report["stopped"], report["status"]) == (True, "STOPPED")
