@@ -40,6 +40,35 @@ def _load_experiment(spec: Path):
         fail(str(error))
 
 
+def load_signals(spec_path: Path):
+    """Per-step training signals of the experiment's finished runs, one row per (run, step): the
+    factor columns, ``seed``, ``run_id``, ``step`` and the trainer's signals (the ledger's keys);
+    None when no run recorded any, or for a transfer study (the signals figure is per setting-free
+    experiment). Read like ``load_experiment_results`` reads its results (only the spec's plan).
+    """
+    import pandas as pd
+
+    from dapo_ablate.ablation.design import expand
+    from dapo_ablate.ablation.results import open_ledger
+    from dapo_ablate.ablation.spec import load_spec
+
+    spec = load_spec(spec_path)
+    ledger = open_ledger(spec)
+    plan = expand(spec) if ledger is not None else None
+    if plan is None or plan.settings:
+        return None
+    planned, factors = {run.run_id for run in plan.runs}, [factor.name for factor in plan.factors]
+    with ledger:
+        records = [record for record in ledger.results(spec.name) if record["run_id"] in planned]
+    rows = [
+        {**{name: int(record["factors"][name]) for name in factors}, "seed": record["seed"],
+         "run_id": record["run_id"], **point}
+        for record in records
+        for point in record.get("signals") or []
+    ]  # fmt: skip
+    return pd.DataFrame(rows) if rows else None
+
+
 def _log_to_mlflow(logger, out: Path) -> None:
     """Attach the report to the experiment's MLflow parent run.
 
@@ -119,13 +148,14 @@ def report(
         raise typer.Exit(2)
     if adjust not in ADJUSTMENTS:
         fail(f"--adjust {adjust!r} is not one of {', '.join(ADJUSTMENTS)}; holm is the default")
-    logger, curves = None, None
+    logger, curves, signals = None, None, None
     try:
         if results is not None:
             metric = metric or "avg@32"
             table, factor_names = load_results_csv(results, parse_list(factors), metric)
         else:
             table, factor_names, curves, spec_design, logger, experiment = _load_experiment(spec)
+            signals = load_signals(spec)
             metric = metric or experiment.metric
             factor_names = parse_list(factors) or factor_names
             design = design or spec_design
@@ -142,6 +172,7 @@ def report(
             echo=typer.echo,
             adjust=adjust,
             per_effect_tests=per_effect_tests,
+            signals=signals,
         )
         if logger is not None:
             log_headline(logger, experiment.name, table, factor_names, metric, confidence)

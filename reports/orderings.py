@@ -8,7 +8,7 @@ Values are cell means ``values[..., 2**k]`` indexed by bitmask (see ``shapley``)
 from __future__ import annotations
 
 from itertools import permutations
-from math import factorial
+from math import comb, factorial
 
 import numpy as np
 
@@ -78,6 +78,16 @@ def resolve_orderings(
             )
         named.append(("paper" if path == list(PAPER_FACTORS) else ordering_name(path), path))
     return named, notes
+
+
+def comparisons_at(k: int, position: str) -> int:
+    """How many distinct cell comparisons v(S + i) - v(S) lie behind a factor's gain at
+    ``position`` ("1".."k", or "all" over every ordering): the C(k-1, p-1) sets S of p-1 other
+    factors, each shared by (p-1)! (k-p)! orderings; "all" uses all 2^(k-1). Positions 1 and k are
+    one comparison each (onto the baseline; onto all the others), however many orderings share it.
+    Example, k = 5: positions 1..5 -> 1, 4, 6, 4, 1; all -> 16.
+    """
+    return 2 ** (k - 1) if position == "all" else comb(k - 1, int(position) - 1)
 
 
 def path_masks(path: list[str], factors: list[str]) -> np.ndarray:

@@ -13,14 +13,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from scipy import stats  # noqa: E402
 
-from .table import cell_masks, factor_label  # noqa: E402
+from .table import cell_label, cell_masks, factor_label  # noqa: E402
 
 
-def figure_png(figure) -> bytes:
-    """Render a matplotlib figure to PNG bytes and close it."""
+def figure_png(figure, rect: tuple[float, float, float, float] = (0, 0, 1, 1)) -> bytes:
+    """Render a matplotlib figure to PNG bytes and close it; ``rect``: the part of the figure the
+    axes may fill (room left for a figure-level legend)."""
     buffer = io.BytesIO()
-    figure.tight_layout()
+    figure.tight_layout(rect=rect)
     figure.savefig(buffer, format="png", dpi=110)
     plt.close(figure)
     return buffer.getvalue()
@@ -81,72 +83,271 @@ def position_plot(orderings: pd.DataFrame, metric: str, percent: bool) -> bytes 
     return figure_png(figure)
 
 
-def interaction_plot(effects: pd.DataFrame, factors: list[str], percent: bool) -> bytes | None:
-    """Heatmap of two-factor interaction effects (colour); main effects written on the diagonal.
+PAPER_COLOUR = "#9a9a9a"
+OFF_COLOUR, ON_COLOUR = "#4c72b0", "#dd8452"  # technique off / on, in every figure
 
-    The colour scale follows the interactions only, so a large main effect does not wash them
-    out. A star marks a family-adjusted p < 0.05. An alias chain is drawn at its first member.
+
+def cumulative_plot(
+    cumulative: pd.DataFrame, metric: str, percent: bool, confidence: float, baseline_label: str, paper_label: str
+) -> bytes | None:
+    """The cumulative path of each ordering as bars (mean with CI per step, labelled ``+OF`` ...),
+    and beside the ``paper`` ordering's bars the paper's own numbers (column ``paper``).
+
+    ``cumulative``: the report's cumulative table (already cut to the orderings it shows).
     """
-    if effects.empty or effects["effect"].isna().all():
+    if cumulative.empty or cumulative["mean"].isna().all():
         return None
     scale, unit = _scale(percent)
-    k = len(factors)
-    grid = np.full((k, k), np.nan)
-    text = np.full((k, k), "", dtype=object)
-    for row in effects.itertuples(index=False):
-        names = row.term.split(" = ")[0].split(":")
-        i, j = factors.index(names[0]), factors.index(names[-1])
-        value = row.effect * scale
-        label = (f"{value:.1f}" if percent else f"{value:.3g}") + ("*" if row.p_adjusted < 0.05 else "")
-        text[i, j] = text[j, i] = label
-        if i != j:
-            grid[i, j] = grid[j, i] = value
-    limit = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
-    colours = plt.get_cmap("RdBu").with_extremes(bad="#eeeeee")
-    figure, axis = plt.subplots(figsize=(1.0 * k + 2.5, 0.9 * k + 1.6))
-    image = axis.imshow(grid, cmap=colours, vmin=-limit or -1, vmax=limit or 1)
-    for i in range(k):
-        for j in range(k):
-            dark = abs(np.nan_to_num(grid[i, j])) > 0.6 * limit
-            axis.text(
-                j,
-                i,
-                text[i, j],
-                ha="center",
-                va="center",
-                fontsize=8,
-                color="white" if dark else "black",
-                fontweight="bold" if i == j else "normal",
-            )
-    labels = [factor_label(f) for f in factors]
-    axis.set_xticks(range(k), labels)
-    axis.set_yticks(range(k), labels)
-    figure.colorbar(image, ax=axis, label=f"interaction effect{unit}")
-    axis.set_title("Two-factor interactions (diagonal: main effects)", fontsize=10)
+    orderings = list(dict.fromkeys(cumulative["ordering"]))
+    steps = cumulative.groupby("ordering", sort=False).size().max()
+    figure, axes = plt.subplots(
+        1, len(orderings), figsize=(0.95 * steps * len(orderings) + 1.8, 3.9), sharey=True, squeeze=False
+    )
+    for axis, name in zip(axes[0], orderings):
+        rows = cumulative[cumulative["ordering"] == name]
+        with_paper = "paper" in rows and rows["paper"].notna().any()
+        width = 0.4 if with_paper else 0.7
+        x = np.arange(len(rows))
+        mean = rows["mean"].to_numpy(float) * scale
+        bars = _error_bars(mean, rows["ci_low"].to_numpy(float) * scale, rows["ci_high"].to_numpy(float) * scale)
+        shift = -width / 2 if with_paper else 0.0
+        axis.bar(x + shift, mean, width=width, yerr=bars, capsize=3, color=ON_COLOUR, label="this experiment")
+        tops = np.fmax(mean, rows["ci_high"].to_numpy(float) * scale)  # write each value above its interval
+        for xi, top, value in zip(x + shift, tops, mean):
+            axis.annotate(f"{value:.1f}" if percent else f"{value:.3g}", (xi, top), xytext=(0, 2),
+                          textcoords="offset points", ha="center", fontsize=7)  # fmt: skip
+        if with_paper:
+            paper = axis.bar(
+                x + width / 2, rows["paper"].to_numpy(float), width=width, color=PAPER_COLOUR, hatch="//",
+                edgecolor="white", label=paper_label,
+            )  # fmt: skip
+            axis.bar_label(paper, fmt="%.0f", fontsize=7, padding=2)
+            axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
+        labels = [baseline_label if row.step == 0 else f"+{factor_label(row.added)}" for row in rows.itertuples(index=False)]
+        axis.set_xticks(x, labels, fontsize=8)
+        axis.set_title(f"ordering {name}", fontsize=9)
+        axis.set_ylim(top=axis.get_ylim()[1] * 1.06)  # room for the values above the bars
+    axes[0][0].set_ylabel(f"{metric}{unit}")
+    figure.suptitle(f"Cumulative path: each bar adds one factor to the bar before ({confidence:.0%} CIs)", fontsize=10)
     return figure_png(figure)
 
 
+def _forest_rows(axis, rows: pd.DataFrame, scale: float, colour: str, tested: set[str], supported: set[str]) -> None:
+    """One horizontal CI line and point per row (``term``, ``label``, ``estimate``, ``ci_low``,
+    ``ci_high``): filled points are claims, hollow ones were tested and are not supported, small
+    diamonds are in no claims family of this design (e.g. main effects beside Shapley values)."""
+    y = np.arange(len(rows))
+    center = rows["estimate"].to_numpy(float) * scale
+    bars = _error_bars(center, rows["ci_low"].to_numpy(float) * scale, rows["ci_high"].to_numpy(float) * scale)
+    axis.errorbar(center, y, xerr=bars, fmt="none", ecolor=colour, capsize=3, linewidth=1.2)
+    claimed = rows["term"].isin(supported).to_numpy()
+    quiet = rows["term"].isin(tested).to_numpy() & ~claimed
+    untested = ~claimed & ~quiet
+    axis.scatter(center[claimed], y[claimed], color=colour, zorder=3, s=30, label="supported (adjusted test)")
+    axis.scatter(center[quiet], y[quiet], facecolor="white", edgecolor=colour, zorder=3, s=30, label="not supported")
+    axis.scatter(center[untested], y[untested], color=colour, marker="D", zorder=3, s=12, label="not a claims family here")
+    axis.set_yticks(y, rows["label"], fontsize=8)
+    axis.set_ylim(len(rows) - 0.5, -0.5)
+    axis.axvline(0, color="black", linewidth=0.8)
+
+
+def effects_forest_plot(
+    shapley: pd.DataFrame, effects: pd.DataFrame, tests: pd.DataFrame, metric: str, percent: bool, confidence: float
+) -> bytes | None:
+    """Forest plot: Shapley values (top) and factorial effects, main and two-factor (bottom),
+    each with its CI; ``tests`` (the analysis's tested statistics, ``claimed`` marking the
+    claims of claims.csv) says how each point is drawn (see ``_forest_rows``)."""
+    scale, unit = _scale(percent)
+    panels = []
+    if not shapley["shapley"].isna().all():
+        rows = shapley.rename(columns={"shapley": "estimate"}).assign(term=shapley["factor"])
+        panels.append(("Shapley values (mean gain over all orderings)", rows, {"shapley"}, "#4c72b0"))
+    if len(effects) and not effects["effect"].isna().all():
+        rows = effects.rename(columns={"effect": "estimate"})
+        panels.append(("Factorial effects: main effects, then two-factor interactions", rows, {"main", "interaction"}, "#55a868"))
+    if not panels:
+        return None
+    heights = [len(rows) for _, rows, _, _ in panels]
+    figure, axes = plt.subplots(
+        len(panels), 1, figsize=(7.0, 0.28 * sum(heights) + 1.2 * len(panels) + 0.8), squeeze=False,
+        gridspec_kw={"height_ratios": heights}, sharex=True,
+    )  # fmt: skip
+    for axis, (title, rows, kinds, colour) in zip(axes[:, 0], panels):
+        family = tests[tests["kind"].isin(kinds)] if len(tests) else tests
+        tested = set(family["term"]) if len(family) else set()
+        supported = set(family.loc[family["claimed"].astype(bool), "term"]) if len(family) else set()
+        rows = rows.assign(label=[_term_label(t) for t in rows["term"]]).reset_index(drop=True)
+        _forest_rows(axis, rows, scale, colour, tested, supported)
+        mains = int((~rows["term"].str.contains(":")).sum())
+        if 0 < mains < len(rows):  # a rule between the main effects and the interactions
+            axis.axhline(mains - 0.5, color="#bbbbbb", linewidth=0.8)
+        axis.set_title(title, fontsize=9)
+    handles = {}
+    for axis in axes[:, 0]:
+        for handle, label in zip(*axis.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    figure.legend(handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=7, frameon=False)
+    axes[-1, 0].set_xlabel(f"effect on {metric}{unit}, {confidence:.0%} CI")
+    return figure_png(figure, rect=(0, 0.04, 1, 1))
+
+
+def _term_label(term: str) -> str:
+    """``overlong_filter:clip_higher = a:b`` -> ``OF x CH = a x b``."""
+    return " = ".join(" x ".join(factor_label(f) for f in member.split(":")) for member in term.split(" = "))
+
+
+def interaction_plots(means: pd.DataFrame, metric: str, percent: bool, confidence: float) -> bytes | None:
+    """Classic 2x2 interaction plots, one panel per two-factor interaction: the mean of
+    ``metric`` with the first factor off/on (x) for the second factor off and on (two lines),
+    averaged over the other factors' levels, with CIs. Parallel lines: no interaction.
+
+    ``means``: one row per (pair, a_level, b_level) with columns ``a``, ``b``, ``a_level``,
+    ``b_level``, ``mean``, ``ci_low``, ``ci_high``, and per pair ``effect``, ``effect_ci_low``,
+    ``effect_ci_high``, ``supported`` (the interaction is a claim).
+    """
+    if means.empty:
+        return None
+    scale, unit = _scale(percent)
+    pairs = list(dict.fromkeys(zip(means["a"], means["b"])))
+    columns = min(len(pairs), 5)
+    rows_n = -(-len(pairs) // columns)
+    figure, axes = plt.subplots(
+        rows_n, columns, figsize=(2.3 * columns + 0.6, 2.4 * rows_n + 0.6), sharey=True, squeeze=False
+    )
+    for axis in axes.ravel()[len(pairs):]:
+        axis.set_visible(False)
+    for axis, (a, b) in zip(axes.ravel(), pairs):
+        part = means[(means["a"] == a) & (means["b"] == b)]
+        for level, colour, style in ((0, OFF_COLOUR, "--"), (1, ON_COLOUR, "-")):
+            line = part[part["b_level"] == level].sort_values("a_level")
+            mean = line["mean"].to_numpy(float) * scale
+            bars = _error_bars(mean, line["ci_low"].to_numpy(float) * scale, line["ci_high"].to_numpy(float) * scale)
+            axis.errorbar(
+                line["a_level"] + (level - 0.5) * 0.04, mean, yerr=bars, color=colour, linestyle=style, marker="o",
+                capsize=3, markersize=4, label=f"{factor_label(b)} {'on' if level else 'off'}",
+            )  # fmt: skip
+        head = part.iloc[0]
+        effect = f"{head.effect * scale:+.1f}" if percent else f"{head.effect:+.3g}"
+        ci = (
+            f"[{head.effect_ci_low * scale:.1f}, {head.effect_ci_high * scale:.1f}]"
+            if percent
+            else f"[{head.effect_ci_low:.3g}, {head.effect_ci_high:.3g}]"
+        )
+        axis.set_title(
+            f"{factor_label(a)} x {factor_label(b)}: interaction {effect} {ci}" + ("\nsupported" if head.supported else ""),
+            fontsize=8, fontweight="bold" if head.supported else "normal",
+        )  # fmt: skip
+        axis.set_xticks([0, 1], [f"{factor_label(a)} off", f"{factor_label(a)} on"], fontsize=8)
+        axis.set_xlim(-0.3, 1.3)
+        axis.legend(fontsize=7, loc="best")
+    for axis in axes[:, 0]:
+        axis.set_ylabel(f"{metric}{unit}", fontsize=8)
+    figure.suptitle(f"Two-factor interactions: means over the other factors, {confidence:.0%} CIs", fontsize=10)
+    return figure_png(figure)
+
+
+SIGNAL_LABELS = {
+    "reward": "critic/score/mean",
+    "entropy": "actor/entropy",
+    "response_length": "response_length/mean",
+    "truncation_rate": "response_length/clip_ratio",
+    "pg_clipfrac": "actor/pg_clipfrac",
+    "approx_kl": "actor/ppo_kl",
+    "groups_mixed": "train/groups_mixed",
+    "gen_rounds": "train/num_gen_batches",
+}
+"""Training signals the signals figure draws (ledger key -> verl's name, the MLflow name; kept in
+step with ``dapo_ablate.ablation.metric_names``, which the reports may not import).
+``pg_clipfrac`` is ``clipfrac_low + clipfrac_high``, as verl counts it."""
+
+
+def signal_columns(signals: pd.DataFrame) -> list[str]:
+    """The signals of SIGNAL_LABELS that the table has and that vary at all."""
+    return [name for name in SIGNAL_LABELS if name in signals and signals[name].nunique(dropna=True) > 1]
+
+
+def _band(values: pd.Series) -> tuple[float, float, float]:
+    """Mean and 95% t interval of the mean over runs (the interval is NaN for one run)."""
+    n, mean = values.count(), values.mean()
+    if n < 2:
+        return mean, float("nan"), float("nan")
+    half = stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / np.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def signals_plot(signals: pd.DataFrame, factors: list[str]) -> bytes | None:
+    """Training signals by technique: one row of panels per signal, one column per factor; each
+    panel the per-step mean over the runs with the factor off and on, with a band.
+
+    ``signals``: one row per (run, step) with the factor columns, ``run_id`` and the signals
+    (``signals_table`` adds ``pg_clipfrac``). The band is the 95% t interval of the mean over
+    the runs at that level; the runs differ in the other factors, so it includes their effects.
+    """
+    names = signal_columns(signals)
+    if not names:
+        return None
+    figure, axes = plt.subplots(
+        len(names), len(factors), figsize=(2.5 * len(factors) + 0.8, 1.9 * len(names) + 0.8),
+        sharex=True, sharey="row", squeeze=False,
+    )  # fmt: skip
+    for i, name in enumerate(names):
+        for j, factor in enumerate(factors):
+            axis = axes[i, j]
+            for level, colour in ((0, OFF_COLOUR), (1, ON_COLOUR)):
+                rows = signals[signals[factor] == level]
+                summary = rows.groupby("step")[name].apply(lambda v: pd.Series(_band(v), index=["mean", "low", "high"]))
+                summary = summary.unstack()
+                axis.plot(summary.index, summary["mean"], color=colour, linewidth=1.2, label="on" if level else "off")
+                axis.fill_between(summary.index, summary["low"], summary["high"], color=colour, alpha=0.2, linewidth=0)
+            if i == 0:
+                axis.set_title(factor_label(factor), fontsize=9)
+            if j == 0:
+                axis.set_ylabel(SIGNAL_LABELS[name], fontsize=7)
+            axis.tick_params(labelsize=7)
+    for axis in axes[-1]:
+        axis.set_xlabel("training step", fontsize=8)
+    axes[0, -1].legend(fontsize=7, title="factor", title_fontsize=7)
+    figure.suptitle("Training signals by technique: mean over runs with the factor off / on, 95% band", fontsize=10)
+    return figure_png(figure, rect=(0, 0, 1, 0.98))
+
+
 def curves_plot(curves: pd.DataFrame, factors: list[str], metric: str, percent: bool) -> bytes | None:
-    """Each cell's learning curve (mean over seeds), coloured by how many factors are on.
+    """Learning curves as small multiples, one panel per cell labelled by it (cells ordered by how
+    many factors are on): each seed thin, their mean thick, and the baseline cell's mean dashed
+    grey in every panel for reference.
 
     ``curves``: one row per (cell, seed, step) with the factor columns, ``seed``, ``step`` and
     the metric, already checked by ``table.validate_curves``.
     """
     scale, unit = _scale(percent)
     table = curves.assign(_mask=cell_masks(curves, factors))
-    mean = table.groupby(["_mask", "step"])[metric].mean().reset_index()
-    k = len(factors)
-    colours = plt.get_cmap("viridis")
-    figure, axis = plt.subplots(figsize=(6.4, 4.0))
-    for mask, rows in mean.groupby("_mask"):
-        on = bin(int(mask)).count("1")
-        axis.plot(rows["step"], rows[metric] * scale, color=colours(on / max(k, 1)), linewidth=1.0, alpha=0.8)
-    for on in range(k + 1):
-        axis.plot([], [], color=colours(on / max(k, 1)), label=f"{on} on")
-    axis.set_xlabel("training step")
-    axis.set_ylabel(f"{metric}{unit}")
-    axis.set_title("Learning curves per cell (mean over seeds)")
-    axis.legend(fontsize=7, title="factors", title_fontsize=7, ncol=2)
+    masks = sorted(table["_mask"].unique(), key=lambda m: (bin(int(m)).count("1"), int(m)))
+    mean = table.groupby(["_mask", "step"])[metric].mean()
+    baseline = mean.loc[0] if 0 in mean.index.get_level_values(0) else None
+    columns = min(len(masks), 8)
+    rows_n = -(-len(masks) // columns)
+    figure, axes = plt.subplots(
+        rows_n, columns, figsize=(1.75 * columns + 0.6, 1.45 * rows_n + 0.9), sharex=True, sharey=True, squeeze=False
+    )
+    for axis in axes.ravel()[len(masks):]:
+        axis.set_visible(False)
+    for axis, mask in zip(axes.ravel(), masks):
+        for _, run in table[table["_mask"] == mask].groupby("seed"):
+            axis.plot(run["step"], run[metric] * scale, color=ON_COLOUR, linewidth=0.6, alpha=0.45)
+        if baseline is not None and mask != 0:
+            axis.plot(baseline.index, baseline.to_numpy() * scale, color="#777777", linestyle="--", linewidth=0.9)
+        cell = mean.loc[mask]
+        axis.plot(cell.index, cell.to_numpy() * scale, color="#c44e52", linewidth=1.6)
+        axis.set_title(f"{cell_label(int(mask), factors)}: {cell.iloc[-1] * scale:.1f}" if percent
+                       else f"{cell_label(int(mask), factors)}: {cell.iloc[-1]:.3g}", fontsize=7)  # fmt: skip
+        axis.tick_params(labelsize=6)
+    for axis in axes[-1]:
+        axis.set_xlabel("step", fontsize=7)
+    for axis in axes[:, 0]:
+        axis.set_ylabel(f"{metric}{unit}", fontsize=7)
+    figure.suptitle(
+        "Learning curves per cell (thin: seeds; thick: their mean; dashed: the baseline cell's mean)", fontsize=9
+    )
     return figure_png(figure)
 
 

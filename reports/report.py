@@ -5,19 +5,24 @@ from __future__ import annotations
 import base64
 import functools
 from dataclasses import dataclass
+from itertools import combinations, product
 from pathlib import Path
 from typing import Callable
 
 import jinja2
 import markupsafe
+import numpy as np
 import pandas as pd
 
 from . import plots
 from .analysis import Analysis, analyze
 from .export import to_html, to_markdown, display_frame, write_table
 from .claims import CLAIM_COLUMNS
+from .headline import cell_values
+from .inference import estimate
 from .summary import EMPTY_SUPPORTED, summary_sections
-from .table import ReportInputError, validate_curves
+from .orderings import comparisons_at
+from .table import ReportInputError, cell_label, validate_curves
 
 FORMATS = ("csv", "md", "tex", "png", "html")
 REPORT_ORDERINGS_SHOWN = 3  # report.md/html show this many orderings; cumulative.csv has all
@@ -38,7 +43,9 @@ def _captions(analysis: Analysis) -> dict[str, str]:
         f"{conf} of {analysis.metric}{unit}.",
         "cumulative": f"Cumulative tables: each step adds one factor to the row above; delta is the gain over it, with {conf}.{paper}",
         "orderings": "Order dependence: each factor's gain by the position at which an ordering adds it, and over all orderings (mean with "
-        f"{conf}, min, max, share of orderings in which it helps).",
+        f"{conf}, min, max, share of orderings in which it helps). comparisons: the distinct cell pairs (with and without the "
+        f"factor) behind a row; positions 1 and {len(analysis.factors)} are one comparison each (onto the baseline; onto all "
+        "the others), shared by many orderings, so min and max are left empty there. orderings.csv keeps n_orderings.",
         "shapley": f"Shapley values (mean gain over all orderings) and Banzhaf values (mean over edges = main effect), {conf}{unit}.",
         "effects": f"Factorial effects (-1/+1 coding, effect = 2 x OLS coefficient): main effects and two-factor interactions "
         f"(aliased terms named as their whole chain), {conf}{unit}, residual df, raw and family-adjusted p-values.",
@@ -74,21 +81,114 @@ def _cumulative_display(analysis: Analysis, limit: int | None = None) -> pd.Data
     return shown
 
 
-def _figures(analysis: Analysis, curves: pd.DataFrame | None) -> dict[str, bytes]:
-    """PNG bytes by file name, for the figures the data support."""
+PAPER_LABEL = "DAPO paper (Qwen2.5-32B, AIME 2024)"
+
+
+def _figure_captions(analysis: Analysis) -> dict[str, str]:
+    """What each figure shows, for the pages (one caption per PNG file)."""
+    conf, metric, k = f"{analysis.confidence:.0%} CI", analysis.metric, len(analysis.factors)
+    paper = (
+        f" Grey hatched bars: the DAPO paper's numbers for the same steps ({PAPER_LABEL}, avg@32): another model, data "
+        "set and budget, so compare the shape of the path, not its level."
+        if analysis.paper_reference and analysis.percent
+        else ""
+    )
+    return {
+        "cumulative.png": f"Cumulative path along each ordering shown: each bar is the cell with the factors up to it "
+        f"switched on ({metric}, mean with {conf}); a step's gain is its bar minus the bar before.{paper}",
+        "shapley.png": f"Shapley value (mean gain over all orderings) and Banzhaf value (= main effect) of each factor, "
+        f"with {conf}s.",
+        "effects.png": f"Forest plot: each factor's Shapley value (top) and each main effect and two-factor interaction "
+        f"(bottom), with its {conf}. Filled points are claims (they pass their family's adjusted test), hollow ones were tested and do not pass, "
+        "small diamonds belong to no claims family of this design (a full design tests Shapley values, not main effects).",
+        "gain_by_position.png": f"Each factor's mean gain by the position at which an ordering adds it (1: onto the "
+        f"baseline; {k}: onto all the others), with {conf}s. A rising line: the factor helps more once others are on.",
+        "interactions.png": f"Interaction plots, one panel per two-factor interaction: mean {metric} with the first factor "
+        f"off and on (x axis), the second off (dashed) or on (solid), averaged over the other factors, with {conf}s. "
+        "Parallel lines mean no interaction. Each title gives the interaction effect, ((on, on) - (off, on) - (on, off) "
+        "+ (off, off)) / 2, with its CI; \"supported\" marks one that passes the adjusted test.",
+        "learning_curves.png": f"Learning curves, one panel per cell (title: the cell and its final mean {metric}): thin "
+        "lines are seeds, the thick line their mean, the dashed grey line the baseline cell's mean for reference.",
+        "signals.png": "Training signals by technique: for each signal (rows, verl's metric names) and technique "
+        "(columns), the per-step mean over all runs with the technique off (blue) and on (orange); the band is the "
+        "95% t interval of that mean over the runs. Runs at one level differ in the other techniques, so the band "
+        "includes their effects.",
+    }
+
+
+def interaction_means(analysis: Analysis) -> pd.DataFrame:
+    """The 2x2 means of every two-factor interaction the effects table has, averaged over the
+    other factors' levels, each an exact contrast of the cell means with its CI; empty when the
+    design lacks cells (every cell mean is needed). Columns: see ``plots.interaction_plots``."""
+    values = cell_values(analysis)
+    factors, rows = analysis.factors, []
+    if np.isnan(values.point).any():
+        return pd.DataFrame()
+    masks = np.arange(2 ** len(factors))
+    effects = analysis.effects.set_index("term")
+    supported = set(analysis.claims.loc[analysis.claims["kind"] == "interaction", "term"])
+    for i, j in combinations(range(len(factors)), 2):
+        term = f"{factors[i]}:{factors[j]}"
+        if term not in effects.index:
+            continue
+        levels = list(product((0, 1), (0, 1)))
+        weights = np.stack([((masks >> i & 1) == a) & ((masks >> j & 1) == b) for a, b in levels], axis=-1)
+        weights = weights / weights.sum(axis=0)  # [2**k, 4]: the mean over the other factors' cells
+        est = estimate(values.fit, values.contrasts(lambda v: v @ weights), values.noise, values.confidence)
+        effect = effects.loc[term]
+        for n, (a, b) in enumerate(levels):
+            rows.append({
+                "a": factors[i], "b": factors[j], "a_level": a, "b_level": b, "mean": est.estimate[n],
+                "ci_low": est.ci_low[n], "ci_high": est.ci_high[n], "effect": effect["effect"],
+                "effect_ci_low": effect["ci_low"], "effect_ci_high": effect["ci_high"], "supported": term in supported,
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def signals_table(signals: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
+    """Per-step training signals checked for the signals figure, with verl's ``pg_clipfrac``
+    (``clipfrac_low + clipfrac_high``) added when both bounds are there. Raises ReportInputError
+    naming a missing column."""
+    for column in [*factors, "step"]:
+        if column not in signals.columns:
+            raise ReportInputError(f"the training signals lack column '{column}'; give one row per run and step")
+    if {"clipfrac_low", "clipfrac_high"} <= set(signals.columns) and "pg_clipfrac" not in signals.columns:
+        signals = signals.assign(pg_clipfrac=signals["clipfrac_low"] + signals["clipfrac_high"])
+    return signals
+
+
+def _figures(analysis: Analysis, curves: pd.DataFrame | None, signals: pd.DataFrame | None) -> dict[str, bytes]:
+    """PNG bytes by file name, for the figures the data support, in report order."""
+    metric, percent, confidence = analysis.metric, analysis.percent, analysis.confidence
     made = {
-        "shapley.png": plots.shapley_plot(
-            analysis.shapley, analysis.metric, analysis.percent, analysis.confidence
+        "cumulative.png": plots.cumulative_plot(
+            _cumulative_display(analysis, REPORT_ORDERINGS_SHOWN), metric, percent, confidence,
+            cell_label(0, analysis.factors), PAPER_LABEL,
+        ),  # fmt: skip
+        "shapley.png": plots.shapley_plot(analysis.shapley, metric, percent, confidence),
+        "gain_by_position.png": plots.position_plot(analysis.orderings, metric, percent),
+        "effects.png": plots.effects_forest_plot(
+            analysis.shapley, analysis.effects, analysis.tests, metric, percent, confidence
         ),
-        "gain_by_position.png": plots.position_plot(analysis.orderings, analysis.metric, analysis.percent),
-        "interactions.png": plots.interaction_plot(analysis.effects, analysis.factors, analysis.percent),
-        "learning_curves.png": (
-            None
-            if curves is None
-            else plots.curves_plot(curves, analysis.factors, analysis.metric, analysis.percent)
-        ),
+        "interactions.png": plots.interaction_plots(interaction_means(analysis), metric, percent, confidence),
+        "learning_curves.png": None if curves is None else plots.curves_plot(curves, analysis.factors, metric, percent),
+        "signals.png": None if signals is None else plots.signals_plot(signals, analysis.factors),
     }
     return {name: png for name, png in made.items() if png is not None}
+
+
+def _orderings_display(analysis: Analysis) -> pd.DataFrame:
+    """The order table as the pages show it: ``comparisons`` (distinct cell pairs behind a row)
+    instead of ``n_orderings``, and min / max left empty where a row is one comparison (positions
+    1 and k: one comparison shared by (k-1)! orderings, not (k-1)! results)."""
+    table = analysis.orderings
+    if table.empty:
+        return table
+    k = len(analysis.factors)
+    shown = table.drop(columns="n_orderings")
+    shown.insert(2, "comparisons", [comparisons_at(k, str(p)) for p in table["position"]])
+    shown.loc[shown["comparisons"] == 1, ["min", "max"]] = np.nan
+    return shown
 
 
 def _report_tables(analysis: Analysis) -> list[tuple[str, str, pd.DataFrame]]:
@@ -97,7 +197,7 @@ def _report_tables(analysis: Analysis) -> list[tuple[str, str, pd.DataFrame]]:
         ("Claims", "claims", analysis.claims),
         ("Cumulative tables", "cumulative", _cumulative_display(analysis, REPORT_ORDERINGS_SHOWN)),
         ("Shapley and Banzhaf values", "shapley", analysis.shapley),
-        ("Order dependence", "orderings", analysis.orderings),
+        ("Order dependence", "orderings", _orderings_display(analysis)),
         ("Factorial effects", "effects", analysis.effects),
         ("Leave-one-out and add-one", "leave_one_out", analysis.leave_one_out),
         ("Compute", "compute", analysis.compute.drop(columns=analysis.factors)),  # the cell label says it
@@ -107,10 +207,11 @@ def _report_tables(analysis: Analysis) -> list[tuple[str, str, pd.DataFrame]]:
 
 
 FIGURE_AFTER = {
+    "cumulative": ["cumulative.png"],
     "shapley": ["shapley.png"],
     "orderings": ["gain_by_position.png"],
-    "effects": ["interactions.png"],
-    "cells": ["learning_curves.png"],
+    "effects": ["effects.png", "interactions.png"],
+    "cells": ["learning_curves.png", "signals.png"],
 }
 
 
@@ -124,6 +225,7 @@ class FigureView:
     """A figure as a page shows it: its file name and, on an HTML page, its PNG as base64."""
 
     name: str
+    caption: str
     base64: str = ""
 
 
@@ -165,7 +267,7 @@ def render_page(template: str, **context) -> str:
 
 def _blocks(analysis: Analysis, figures: dict[str, bytes] | list[str], html_page: bool) -> list[TableBlock]:
     """The table sections of report.md (``html_page`` False) or report.html, in report order."""
-    captions = _captions(analysis)
+    captions, figure_captions = _captions(analysis), _figure_captions(analysis)
     blocks = []
     for title, name, table in _report_tables(analysis):
         shown = display_frame(table, analysis.percent, analysis.factors)
@@ -174,7 +276,9 @@ def _blocks(analysis: Analysis, figures: dict[str, bytes] | list[str], html_page
         if name == "cumulative" and table["ordering"].nunique() < analysis.cumulative["ordering"].nunique():
             note = "Only the first orderings are shown; cumulative.csv has all of them."
         shown_figures = [
-            FigureView(figure, base64.b64encode(figures[figure]).decode("ascii") if html_page else "")
+            FigureView(
+                figure, figure_captions[figure], base64.b64encode(figures[figure]).decode("ascii") if html_page else ""
+            )
             for figure in FIGURE_AFTER.get(name, [])
             if figure in figures
         ]
@@ -231,15 +335,18 @@ def write_report(
     *,
     adjust: str = "holm",
     per_effect_tests: bool = False,
+    signals: pd.DataFrame | None = None,
 ) -> dict[str, Path]:
     """Analyse ``results`` and write the report files into ``out_dir``; returns {file name: path}.
 
     Always claims.csv (the summary's "supported by the data" list, one row per sentence).
     Tables: cells, cumulative, orderings, shapley, effects, leave_one_out, compute and
     compute_matched, each as .csv / .md / .tex per ``formats``, and intervals.csv (every interval,
-    its SE, df and method) with csv; figures shapley.png, gain_by_position.png, interactions.png
-    and learning_curves.png (when ``curves`` is given and the data support them); report.md;
-    report.html. ``design``: any | full | fraction-V | fraction (see ``design.require_design``);
+    its SE, df and method) with csv; figures (png, each also in report.html with its caption):
+    cumulative.png, shapley.png, gain_by_position.png, effects.png, interactions.png, and
+    learning_curves.png with ``curves``, signals.png with ``signals`` (one row per run and training
+    step: the factor columns, ``step`` and the trainer's signals), where the data support them;
+    report.md; report.html. ``design``: any | full | fraction-V | fraction (see ``design.require_design``);
     ``adjust`` and ``per_effect_tests``: see ``analysis.analyze``. A ``setting`` column naming two
     or more settings makes it a transfer study (``transfer_report.write_transfer_report``). Raises ReportInputError before
     writing anything when the input cannot be used. ``echo`` (e.g. ``print``) receives the
@@ -256,6 +363,8 @@ def write_report(
         )  # fmt: skip
     if curves is not None:
         curves = validate_curves(curves, factors, metric)
+    if signals is not None:
+        signals = signals_table(signals, factors)
     analysis = analyze(
         results, factors, metric, orderings, confidence, design,
         adjust=adjust, per_effect_tests=per_effect_tests, curves=curves,
@@ -267,13 +376,13 @@ def write_report(
     analysis.claims[CLAIM_COLUMNS].to_csv(written["claims.csv"], index=False)
     captions = _captions(analysis)
     for name in TABLES:
-        display = _cumulative_display(analysis) if name == "cumulative" else None
+        display = {"cumulative": _cumulative_display, "orderings": _orderings_display}.get(name, lambda a: None)(analysis)
         table = getattr(analysis, name)
         written |= write_table(name, table, out, chosen, captions[name], analysis.percent, factors, display)
     if "csv" in chosen:
         written["intervals.csv"] = out / "intervals.csv"
         analysis.intervals.to_csv(written["intervals.csv"], index=False)
-    figures = _figures(analysis, curves) if chosen & {"png", "html"} else {}
+    figures = _figures(analysis, curves, signals) if chosen & {"png", "html"} else {}
     if "png" in chosen:
         for name, png in figures.items():
             written[name] = out / name

@@ -159,12 +159,23 @@ def _pages_context(transfer: TransferAnalysis, html_page: bool) -> dict:
     }
 
 
+def _figure_caption(transfer: TransferAnalysis) -> str:
+    """What transfer.png shows."""
+    statistic = STATISTIC_LABELS[_attribution(transfer)]
+    confidence = transfer.analyses[transfer.settings[0]].confidence
+    return (
+        f"Forest plot: each term's {statistic} in every setting (one marker per setting) with its {confidence:.0%} CI, "
+        "and the transfer verdict under the term."
+    )
+
+
 def _markdown(transfer: TransferAnalysis, figure: bool) -> str:
-    return render_page("transfer.md.j2", figure=figure, **_pages_context(transfer, html_page=False))
+    shown = FigureView("transfer.png", _figure_caption(transfer)) if figure else None
+    return render_page("transfer.md.j2", figure=shown, **_pages_context(transfer, html_page=False))
 
 
 def _html(transfer: TransferAnalysis, png: bytes | None) -> str:
-    figure = None if png is None else FigureView("transfer.png", base64.b64encode(png).decode("ascii"))
+    figure = None if png is None else FigureView("transfer.png", _figure_caption(transfer), base64.b64encode(png).decode("ascii"))
     return render_page(
         "transfer.html.j2", title=f"Transfer report: {transfer.metric}", figure=figure,
         **_pages_context(transfer, html_page=True),

@@ -111,8 +111,10 @@ def test_report_puts_the_headline_on_the_parent_run(local_ray, tmp_path: Path):
     summary = run_experiment(spec, expand(spec), cell_fn=noisy_cell, progress=False)
     assert summary.exit_code == 0 and summary.finished == 8
 
-    result = CliRunner().invoke(app, ["report", str(spec_path), "--out", str(tmp_path / "report"), "--format", "csv"])
+    report = tmp_path / "report"
+    result = CliRunner().invoke(app, ["report", str(spec_path), "--out", str(report), "--format", "csv,png"])
     assert result.exit_code == 0, result.output
+    assert (report / "signals.png").is_file()  # the ledger's per-step signals reach the figure
     with Ledger(spec.ledger) as ledger:
         parent_id = ledger.get_experiment(spec.name).mlflow_parent_run_id
     parent = MlflowClient(spec.tracking.uri).get_run(parent_id)

@@ -198,6 +198,7 @@ def test_report_from_a_spec_logs_to_mlflow(app, tmp_path, monkeypatch):
     module = types.ModuleType("dapo_ablate.ablation.results")
     module.load_experiment_results = lambda spec: (results, FACTORS, None, "full", Logger())
     module.ResultsError = type("ResultsError", (ValueError,), {})
+    module.open_ledger = lambda spec: None  # no training signals
     monkeypatch.setattr("dapo_ablate.ablation.spec.load_spec", lambda spec: types.SimpleNamespace(metric="avg@32", name="exp"))
     monkeypatch.setitem(sys.modules, "dapo_ablate.ablation.results", module)
     out = tmp_path / "out"

@@ -22,7 +22,9 @@ PLANTED = {
 }
 TABLES = ["cells", "cumulative", "orderings", "shapley", "effects", "leave_one_out", "compute", "compute_matched"]
 ALWAYS = {"claims.csv"}
-FIGURES = ["shapley.png", "gain_by_position.png", "interactions.png", "learning_curves.png"]
+FIGURES = [
+    "cumulative.png", "shapley.png", "gain_by_position.png", "effects.png", "interactions.png", "learning_curves.png",
+]  # signals.png needs training signals: tests/test_report_figures.py
 CHROMIUM = Path("/usr/bin/chromium")
 
 
