@@ -58,7 +58,7 @@ def run(
     if dry_run:
         _validate(spec, plan, address)
         return
-    from dapo_ablate.ablation.executor import run_experiment
+    from dapo_ablate.ablation.executor import Interrupted, run_experiment
 
     _verl_checked(spec, plan)
     try:
@@ -67,6 +67,9 @@ def run(
         )
     except USER_ERRORS as err:
         fail(str(err))
+    except Interrupted as stopped:  # Ctrl-C or SIGTERM during the checks or Ray's start
+        typer.echo(f"{spec.name}: {stopped}", err=True)
+        raise typer.Exit(stopped.exit_code) from None
     counts = summary.counts
     typer.echo(
         f"{spec.name}: {counts['done']}/{sum(counts.values())} runs done ({summary.finished} now, "

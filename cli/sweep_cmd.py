@@ -70,12 +70,16 @@ def sweep(
             fail(str(err))
         typer.echo(format_sweep_plan(spec, n_trials))
         return
+    from dapo_ablate.ablation.executor import Interrupted
     from dapo_ablate.sweeps.runner import run_sweep
 
     try:
         summary = run_sweep(spec, address=address, n_trials=n_trials, progress=progress)
     except _user_errors() as err:
         fail(str(err))
+    except Interrupted as stopped:  # Ctrl-C or SIGTERM during the checks or Ray's start
+        typer.echo(f"{spec.name}: {stopped}", err=True)
+        raise typer.Exit(stopped.exit_code) from None
     states = summary.states
     best = (f"best trial {summary.best_number}: {spec.metric} {summary.best_value:.4f} "
             + " ".join(f"{k}={v}" for k, v in summary.best_params.items())) if summary.best_number is not None else "no complete trial"

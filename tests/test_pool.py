@@ -174,3 +174,25 @@ def test_a_sweep_run_past_run_timeout_s_fails_its_trial_and_the_sweep_ends(local
     ledger_rows = Ledger(spec.ledger).runs_table(spec.name)
     assert {row["status"] for row in ledger_rows} == {"failed"}
     assert all("run_timeout_s" in row["error"] for row in ledger_rows)
+
+
+@pytest.mark.parametrize("command, target", [("run", "dapo_ablate.ablation.executor.run_experiment"),
+                                             ("sweep", "dapo_ablate.sweeps.runner.run_sweep")])
+def test_the_cli_exits_143_with_a_sentence_when_stopped_before_the_driver_started(tmp_path, monkeypatch, command, target):
+    from typer.testing import CliRunner
+
+    from dapo_ablate.cli.main import app
+
+    def stopped(*args, **kwargs):
+        raise Interrupted(terminated=True)
+
+    monkeypatch.setattr(target, stopped)
+    if command == "run":
+        path = write_spec(tmp_path)
+    else:
+        from test_sweep import write_sweep
+
+        path = write_sweep(tmp_path)
+    result = CliRunner().invoke(app, [command, str(path), "--no-progress"])
+    assert result.exit_code == 143
+    assert "interrupted before any run started; nothing was run or written" in result.output
