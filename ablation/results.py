@@ -123,7 +123,8 @@ def status_rows(spec: ExperimentSpec, plan: Plan) -> tuple[list[dict[str, Any]],
     """The runs table of ``dapo-ablate status``: one dict per planned run, in plan order, with
     label (a transfer study's prefixed with the setting: ``tight OF+CH``), setting ("" without
     settings), seed, status (``new`` if the ledger has not recorded it), attempts, metric (the
-    spec's, once done), wall_s, error, host and run_id; and the number of runs per status."""
+    spec's, once done), wall_s, error, host, run_id and job_id (a verl cell's Ray job); and the number
+    of runs per status."""
     ledger = open_ledger(spec)
     known: dict[str, dict[str, Any]] = {}
     if ledger is not None:
@@ -138,7 +139,7 @@ def status_rows(spec: ExperimentSpec, plan: Plan) -> tuple[list[dict[str, Any]],
             "label": f"{run.setting} {plan.label(run.cell)}" if run.setting else plan.label(run.cell),
             "setting": run.setting, "seed": run.seed, "status": row.get("status", NEW),
             "attempts": row.get("attempts", 0), "metric": metrics.get(spec.metric), "wall_s": row.get("wall_s"),
-            "error": row.get("error"), "host": row.get("host"), "run_id": run.run_id,
+            "error": row.get("error"), "host": row.get("host"), "run_id": run.run_id, "job_id": row.get("job_id"),
         })
     counts = {status: 0 for status in (NEW, *RUN_STATUSES)}
     for row in rows:

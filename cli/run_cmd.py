@@ -137,7 +137,8 @@ def _verl_checked(spec, plan) -> bool:
 
 
 def status(spec_path: Path = SPEC_ARG, overrides: Optional[list[str]] = OVERRIDES_ARG) -> None:
-    """Print the runs table of the experiment: cell, seed, status, attempts, metric, wall time, error."""
+    """Print the runs table of the experiment: cell, seed, status, attempts, metric, wall time, the
+    Ray job of cells run as jobs (verl), error."""
     from rich.console import Console
     from rich.table import Table
 
@@ -149,14 +150,15 @@ def status(spec_path: Path = SPEC_ARG, overrides: Optional[list[str]] = OVERRIDE
     except USER_ERRORS as err:
         fail(str(err))
     table = Table(title=f"{spec.name} ({plan.design}, {len(rows)} runs)")
-    for column in ("cell", "seed", "status", "attempts", spec.metric, "wall", "error"):
+    jobs = any(row["job_id"] for row in rows)  # cells run as Ray jobs (verl): their ids, to inspect with `ray job`
+    for column in ("cell", "seed", "status", "attempts", spec.metric, "wall", *(("job",) if jobs else ()), "error"):
         table.add_column(column, overflow="fold")
     for row in rows:
         value = row["metric"]
         table.add_row(
             row["label"], str(row["seed"]), row["status"], str(row["attempts"]),
             "" if value is None else f"{value:.3f}", "" if row["wall_s"] is None else f"{row['wall_s']:.1f} s",
-            row["error"] or "",
+            *((row["job_id"] or "",) if jobs else ()), row["error"] or "",
         )
     Console(width=max(120, Console().width)).print(table)
     typer.echo("  ".join(f"{name} {count}" for name, count in counts.items()))

@@ -52,3 +52,22 @@ def test_a_verl_cell_logs_into_the_child_the_driver_made_and_nothing_twice(local
         history = client.get_metric_history(child.info.run_id, VERL_AVG)
         assert sorted(point.step for point in history) == [0, 4]  # verl's two points, no second copy
         assert set(child.data.metrics) == {VERL_AVG}  # the driver logged nothing of its own into it
+
+
+def test_status_shows_the_ray_job_of_cells_run_as_jobs(local_ray, tmp_path):
+    from test_executor import counting_cell
+    from typer.testing import CliRunner
+
+    from dapo_ablate.ablation.ledger import Ledger
+    from dapo_ablate.cli.main import app
+
+    path = write_spec(tmp_path)
+    spec, _ = run(path, counting_cell)
+    runner = CliRunner()
+    plain = runner.invoke(app, ["status", str(path)], env={"COLUMNS": "200"})
+    assert plain.exit_code == 0 and "dapo-ablate-exp-" not in plain.output  # no job column without jobs
+    run_id = next(iter(rows(spec)))
+    with Ledger(spec.ledger) as ledger:
+        ledger.set_job_id(run_id, f"dapo-ablate-exp-{run_id}-a1")
+    shown = runner.invoke(app, ["status", str(path)], env={"COLUMNS": "250"})
+    assert shown.exit_code == 0 and f"dapo-ablate-exp-{run_id}-a1" in shown.output.replace("\n", "").replace(" ", "").replace("│", "")
