@@ -176,9 +176,12 @@ def headline_lines(h: Headline) -> list[str]:
             for cell in h.beat_full
         )
         clear = [cell.label for cell in h.beat_full if cell.vs_full.excludes_zero]
-        verdict = (
-            f"the interval of {', '.join(clear)} excludes zero" if clear else "none is distinguishable from full with these seeds"
-        )
+        if not clear:
+            verdict = "none is distinguishable from full with these seeds"
+        elif len(clear) == 1:
+            verdict = f"the interval of {clear[0]} excludes zero"
+        else:
+            verdict = f"the intervals of {', '.join(clear)} exclude zero"
         lines.append(
             f"{h.above_full} of {h.n_cells} cells have a higher mean than {h.full_name}; the best vs full: {each}; "
             f"{verdict} (unadjusted intervals: the best cells are picked after seeing the data)."

@@ -75,6 +75,19 @@ def test_a_design_without_the_full_cell_has_no_gain():
     assert "headline/full_vs_baseline" not in headline_metrics(h)  # NaN is not logged
 
 
+def test_no_headline_before_anything_finished(tmp_path: Path):
+    from dapo_ablate.cli.report_cmd import log_experiment_headline
+
+    out = tmp_path / "out"
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump({
+        "name": "nothing-yet", "trainer": {}, "factors": ["overlong_filter", "clip_higher"], "seeds": 1,
+        "output_dir": str(out), "ledger": f"sqlite:///{out}/ledger.db", "tracking": {"uri": f"sqlite:///{out}/mlflow.db"},
+    }))  # fmt: skip
+    assert log_experiment_headline(spec_path).startswith("no headline: experiment 'nothing-yet' has no ledger")
+    assert not out.exists()  # reading creates nothing
+
+
 # -- a finished tiny experiment through the executor, then `dapo-ablate report` -----------------
 def noisy_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:
     """avg@32 = 0.3 + 0.1 OF + 0.2 CH plus a fixed wobble per (cell, seed)."""
