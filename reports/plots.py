@@ -114,6 +114,10 @@ def cumulative_plot(
         axis.bar(x + shift, mean, width=width, yerr=bars, capsize=3, color=ON_COLOUR, label="this experiment")
         tops = np.fmax(mean, rows["ci_high"].to_numpy(float) * scale)  # write each value above its interval
         for xi, top, value in zip(x + shift, tops, mean):
+            if np.isnan(value):  # a cell the design lacks (an incomplete design or a fraction)
+                axis.annotate("no cell", (xi, 0), xytext=(0, 3), textcoords="offset points", ha="center",
+                              fontsize=7, color="#777777", rotation=90, va="bottom")  # fmt: skip
+                continue
             axis.annotate(f"{value:.1f}" if percent else f"{value:.3g}", (xi, top), xytext=(0, 2),
                           textcoords="offset points", ha="center", fontsize=7)  # fmt: skip
         if with_paper:
