@@ -41,9 +41,10 @@ def open_ledger(spec: ExperimentSpec) -> Ledger | None:
 
 
 def load_experiment_results(
-    spec_path: str | Path,
+    spec_path: str | Path | ExperimentSpec,
 ) -> tuple[pd.DataFrame, list[str], pd.DataFrame | None, str, ParentRunLogger | None]:
-    """``(results, factors, curves, design, mlflow_logger)`` of the experiment `spec_path` names.
+    """``(results, factors, curves, design, mlflow_logger)`` of the experiment `spec_path` names
+    (or of the spec itself, e.g. one with command-line overrides applied).
 
     results: one row per finished run: (a transfer study: ``setting`` first) one 0/1 column per factor (named after it), ``seed``, the
         metric columns (``avg@k``, ``pass@k``, ``maj@k``, then the rest of the final metrics),
@@ -57,9 +58,9 @@ def load_experiment_results(
     Raises SpecError for a bad spec and ResultsError when nothing has finished yet.
     """
     from dapo_ablate.ablation.design import expand
-    from dapo_ablate.ablation.spec import load_spec
+    from dapo_ablate.ablation.spec import ExperimentSpec, load_spec
 
-    spec = load_spec(spec_path)
+    spec = spec_path if isinstance(spec_path, ExperimentSpec) else load_spec(spec_path)
     plan = expand(spec)
     records, parent_id = _finished_runs(spec, plan)
     factors = [factor.name for factor in plan.factors]

@@ -95,17 +95,18 @@ def log_headline(logger, experiment_name: str, results, factors: list[str], metr
     return log_parent_headline(Tracker(uri, None, experiment_name), parent_id, results, factors, metric, confidence)
 
 
-def log_experiment_headline(spec_path: str | Path, confidence: float = 0.95) -> str:
-    """Read the finished runs of the experiment ``spec_path`` names, log their headline to its
-    MLflow parent run and return the headline sentence; when there is nothing to read or analyse
-    yet, log nothing and return one sentence saying why. For the end of ``dapo-ablate run``."""
+def log_experiment_headline(spec_path, confidence: float = 0.95) -> str:
+    """Read the finished runs of the experiment ``spec_path`` names (a path, or the spec itself),
+    log their headline to its MLflow parent run and return the headline sentence; when there is
+    nothing to read or analyse yet, log nothing and return one sentence saying why. For the end
+    of ``dapo-ablate run``."""
     from dapo_ablate.ablation.results import ResultsError, load_experiment_results
-    from dapo_ablate.ablation.spec import load_spec
+    from dapo_ablate.ablation.spec import ExperimentSpec, load_spec
     from dapo_ablate.reports.headline import headline_lines
 
-    spec = load_spec(spec_path)
+    spec = spec_path if isinstance(spec_path, ExperimentSpec) else load_spec(spec_path)
     try:
-        table, factor_names, _, _, logger = load_experiment_results(spec_path)
+        table, factor_names, _, _, logger = load_experiment_results(spec)
         found = log_headline(logger, spec.name, table, factor_names, spec.metric, confidence)
         if not found:
             return f"no headline: experiment {spec.name!r} has no MLflow parent run"

@@ -80,6 +80,10 @@ def run(
         typer.echo(f"  failed {name}: {error}", err=True)
     if summary.interrupted:
         typer.echo("interrupted: runs in flight were put back to pending; run the command again to resume", err=True)
+    elif summary.exit_code == 0:  # every run done: the headline goes on the MLflow parent (as `report` puts it)
+        from dapo_ablate.cli.report_cmd import log_experiment_headline
+
+        typer.echo(log_experiment_headline(spec))
     raise typer.Exit(summary.exit_code)
 
 

@@ -142,3 +142,29 @@ def test_report_puts_the_headline_on_the_parent_run(local_ray, tmp_path: Path):
     assert "Headline:" in result.output and "+29.8 pp" in result.output  # the console summary opens with it
     # what `dapo-ablate run` calls at its end: the same numbers, and the sentence back
     assert log_experiment_headline(spec_path).startswith("All factors on (OF+CH) vs baseline (all off): +29.8 pp")
+
+
+def test_run_ends_with_the_headline_on_the_parent_run(local_ray, tmp_path: Path, monkeypatch):
+    from mlflow import MlflowClient
+    from typer.testing import CliRunner
+
+    from dapo_ablate.ablation.executor import CELL_FN_ENV
+    from dapo_ablate.ablation.ledger import Ledger
+    from dapo_ablate.ablation.spec import load_spec
+    from dapo_ablate.cli.main import app
+
+    out = tmp_path / "out"
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump({
+        "name": "headline-run", "trainer": {}, "factors": ["overlong_filter", "clip_higher"], "seeds": 2,
+        "output_dir": str(out), "ledger": f"sqlite:///{out}/ledger.db", "tracking": {"uri": f"sqlite:///{out}/mlflow.db"},
+    }))  # fmt: skip
+    monkeypatch.setenv(CELL_FN_ENV, "test_headline:noisy_cell")
+    result = CliRunner().invoke(app, ["run", str(spec_path), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "All factors on (OF+CH) vs baseline (all off): +29.8 pp [" in result.output
+    spec = load_spec(spec_path)
+    with Ledger(spec.ledger) as ledger:
+        parent_id = ledger.get_experiment(spec.name).mlflow_parent_run_id
+    metrics = MlflowClient(spec.tracking.uri).get_run(parent_id).data.metrics
+    assert metrics["headline/full_vs_baseline"] == pytest.approx(0.298, abs=1e-9)
