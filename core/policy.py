@@ -73,11 +73,13 @@ class BuiltinRecipe:
         return module.warmstart_example(rng, self.task)
 
 
-BUILTIN_SIZES: dict[str, dict[str, int]] = {
+BUILTIN_SIZES: dict[str, dict[str, Any]] = {
     "small": {},  # BuiltinRecipe's defaults: hidden 96, 3 layers, MLP 256 (0.3M parameters)
-    "large": {"hidden_size": 160, "num_layers": 4, "intermediate_size": 512},  # 1.3M parameters
+    "large": {"hidden_size": 160, "num_layers": 4, "intermediate_size": 512, "lr": 2e-3},  # 1.3M parameters
 }
-"""`model.builtin_size` -> the recipe's shape (heads stay 4 query / 2 key-value)."""
+"""`model.builtin_size` -> the recipe's shape (heads stay 4 query / 2 key-value) and warm-start
+learning rate: at the small policy's 5e-3 the large one fitted the traces worse in 600 steps
+(step-0 avg@32 0.251 on addition against 0.612 at 2e-3)."""
 
 BUILTIN_TASKS: dict[str, TaskSpec | ComparisonSpec] = {"addition": TaskSpec(), "comparison": ComparisonSpec()}
 """`data.builtin_task` -> the task spec its warm-start draws from (addition: 2-6 numbers, whatever
