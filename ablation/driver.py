@@ -10,7 +10,7 @@ import re
 import time
 from collections import Counter, deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from dapo_ablate.ablation.database import experiment_lock
 from dapo_ablate.ablation.ledger import DONE, FAILED, PENDING, RUNNING, Ledger
@@ -42,9 +42,13 @@ class _Driver:
     """One invocation's state: the ledger, MLflow, the queue and the tasks in flight."""
 
     def __init__(self, spec: ExperimentSpec, plan: Plan, cell_fn, *, progress: bool, max_concurrent: int | None,
-                 ledger: Ledger | None, local: bool, retry_failed: bool = False):
+                 ledger: Ledger | None, local: bool, retry_failed: bool = False,
+                 check_stop: Callable[[], None] | None = None):
         self.spec, self.plan, self.cell_fn, self.ledger, self.local = spec, plan, cell_fn, ledger, local
         self.retry_failed = retry_failed
+        self.check_stop = check_stop or (lambda: None)
+        """Raises KeyboardInterrupt if Ctrl-C or SIGTERM came, even one whose own interrupt a
+        library swallowed (executor._SigtermAsInterrupt); asked at every step of the loop."""
         self.name = spec.name
         self.host = this_host()
         self.planned: dict[str, PlannedRun] = {run.run_id: run for run in plan.runs}
@@ -193,6 +197,7 @@ class _Driver:
         )
         try:
             while queue or len(self.pool):
+                self.check_stop()
                 while queue and self.pool.free() > 0:
                     run_id = queue.popleft()
                     if self.pool.submit(run_id, self.planned[run_id].config.to_dict(), max_attempts=budget[run_id],

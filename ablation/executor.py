@@ -118,19 +118,25 @@ def run_experiment(
     address = address if address is not None else spec.executor.address
     fn = resolve_cell_fn(cell_fn)
     with sigterm_as_interrupt() as stop:
+        started_ray = False
         try:
             preflight(spec, address)
             # A database server is checked before Ray starts; a SQLite ledger is only created after.
             ledger = None if sqlite_path(spec.ledger) else Ledger(spec.ledger)
             started_ray = connect_ray(address, spec)
+            stop.check()  # a Ctrl-C that Ray's start-up swallowed (see _SigtermAsInterrupt)
         except KeyboardInterrupt:  # before the driver started: nothing was claimed or written
+            if started_ray:
+                import ray
+
+                ray.shutdown()
             raise Interrupted(bool(stop.received)) from None
         stop.install()  # again: Ray's start-up puts its own SIGTERM handler (an abort) in place
         try:
             from dapo_ablate.ablation.driver import _Driver  # the driver imports this module's helpers
 
             driver = _Driver(spec, plan, fn, progress=progress, max_concurrent=max_concurrent, ledger=ledger,
-                             local=not address, retry_failed=retry_failed)
+                             local=not address, retry_failed=retry_failed, check_stop=stop.check)
             summary = driver.run()
             summary.terminated = bool(stop.received)
             return summary
@@ -151,38 +157,63 @@ class Interrupted(Exception):
 
 
 class _SigtermAsInterrupt:
-    """SIGTERM raising KeyboardInterrupt in the main thread while installed; `received` lists the
-    SIGTERMs that came."""
+    """SIGTERM, and Ctrl-C (SIGINT) where Python's default handler has it, raising
+    KeyboardInterrupt in the main thread while installed, and remembered: `received` lists the
+    SIGTERMs that came (the exit status is then 143), `signals` every stop signal.
+
+    Remembered because a KeyboardInterrupt can be swallowed before it reaches the driver: a Ctrl-C
+    landing while `import ray` initialises ray._raylet is raised inside Cython's set-up of that
+    module, which discards it ("Exception ignored in: <module 'collections.abc'>", "Cython module
+    failed to patch module with custom type"), and the driver then ran the whole experiment.
+    `check()`, once Ray has started and at every step of the driver's loop, raises it again."""
 
     def __init__(self) -> None:
         self.received: list[int] = []
-        self.previous: Any = None
+        self.signals: list[int] = []
+        self.previous: dict[int, Any] = {}
+        """Signal -> the handler in place before the first `install()`."""
 
-    def _on_term(self, signum: int, frame: Any) -> None:
-        self.received.append(signum)
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.signals.append(signum)
+        if signum == signal.SIGTERM:
+            self.received.append(signum)
         raise KeyboardInterrupt
 
     def install(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGTERM, self._on_term)
-            if self.previous is None:
-                self.previous = previous
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            current = signal.getsignal(signum)
+            if signum == signal.SIGINT and current not in (signal.default_int_handler, self._on_signal):
+                continue  # ignored (a background job: Ctrl-C is not for it) or the caller's own handler
+            previous = signal.signal(signum, self._on_signal)
+            self.previous.setdefault(signum, previous)
+
+    def restore(self) -> None:
+        for signum, previous in self.previous.items():
+            signal.signal(signum, previous)
+
+    def check(self) -> None:
+        """Raise KeyboardInterrupt if a stop signal came (its own KeyboardInterrupt may have been
+        swallowed on the way)."""
+        if self.signals:
+            raise KeyboardInterrupt
 
 
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[_SigtermAsInterrupt]:
     """Within the block, SIGTERM is a clean cancel exactly like Ctrl-C: it raises
     KeyboardInterrupt in the main thread (runs in flight go back to pending, the summary is
-    printed, the MLflow parent is KILLED; before the driver starts, `Interrupted`). Ray's start-up
-    installs its own handler (which aborts the process with a stack dump): call ``install()``
-    again after it. Outside the main thread (no signals there) it does nothing."""
+    printed, the MLflow parent is KILLED; before the driver starts, `Interrupted`), and both are
+    remembered for `check()`. Ray's start-up installs its own SIGTERM handler (which aborts the
+    process with a stack dump): call ``install()`` again after it. Outside the main thread (no
+    signals there) it does nothing."""
     stop = _SigtermAsInterrupt()
     stop.install()
     try:
         yield stop
     finally:
-        if stop.previous is not None:
-            signal.signal(signal.SIGTERM, stop.previous)
+        stop.restore()
 
 
 # ---------------------------------------------------------------------------------- checks
