@@ -54,7 +54,7 @@ from dapo_ablate.ablation.preflight import (  # noqa: F401 - re-exported: execut
     preflight,
 )
 from dapo_ablate.ablation.pool import KEPT_RESULT  # noqa: F401 - re-exported
-from dapo_ablate.ablation.reaper import start_reaper
+from dapo_ablate.ablation.reaper import _start_time, descendants, start_reaper
 from dapo_ablate.ablation.tracking import Tracker, sqlite_path
 
 if TYPE_CHECKING:
@@ -268,10 +268,11 @@ def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
         )
     # address="local": always a new Ray of our own; a bare ray.init() would join whatever cluster
     # Ray's current-cluster file names (a colleague's `ray start`, another driver's, a crashed one)
+    before = _children_now()
     try:
         ray.init(address="local", num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
     except BaseException:  # Ctrl-C or SIGTERM while Ray starts: stop what it has started so far
-        ray.shutdown()
+        _stop_interrupted_ray(before)
         raise
     start_reaper()  # the local Ray's processes die with this driver, even after a SIGKILL
     if executor.gpus_per_run > ray.cluster_resources().get("GPU", 0):
@@ -280,6 +281,31 @@ def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
             f"executor.gpus_per_run ({executor.gpus_per_run:g}) exceeds the GPUs Ray finds here; set it to 0 or join a GPU cluster with --address"
         )
     return True
+
+
+def _children_now() -> set[tuple[int, int | None]]:
+    """(pid, start time) of every process under this one (none known without /proc: macOS)."""
+    if not os.path.isdir("/proc"):
+        return set()
+    me = os.getpid()
+    return {(pid, _start_time(pid)) for pid in descendants([me]) if pid != me}
+
+
+def _stop_interrupted_ray(before: set[tuple[int, int | None]]) -> None:
+    """Stop what an interrupted ray.init had started. ray.shutdown() stops only what Ray had
+    registered by then: the raylet's dashboard and runtime-env agents (about 200 MB) outlived
+    it, orphaned, and the reaper is only started after ray.init. So every process started under
+    this driver since ray.init began (`before`: the ones there already) is killed too."""
+    import ray
+
+    started = _children_now() - before  # now: the agents are the raylet's children until it dies
+    ray.shutdown()
+    for pid, start in started:
+        if start is not None and _start_time(pid) == start:  # never a reused pid
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def this_host() -> str:

@@ -4,12 +4,15 @@ A Ctrl-C landing while `import ray` initialises ray._raylet is raised inside Cyt
 that module, which discards it ("Exception ignored in: <module 'collections.abc'>"); the driver
 then ran the whole experiment (the chaos campaign's driver alive 90 s after Ctrl-C). The
 signal itself is remembered and the driver stops at its next step. Here the swallowing is done
-by the test, around a real signal sent to this process."""
+by the test, around a real signal sent to this process. And what an interrupted ray.init had
+started does not outlive it."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from test_executor import calls, rows, write_spec
 from dapo_ablate.ablation import executor as executor_module
 from dapo_ablate.ablation.design import expand
 from dapo_ablate.ablation.driver import _Driver
-from dapo_ablate.ablation.executor import Interrupted, run_experiment
+from dapo_ablate.ablation.executor import Interrupted, connect_ray, run_experiment
 from dapo_ablate.ablation.spec import load_spec
 
 
@@ -57,6 +60,33 @@ def test_a_ctrl_c_swallowed_while_ray_starts_stops_before_anything_is_written(tm
     assert {signum: signal.getsignal(signum) for signum in before} == before  # the caller's handlers are back
 
 
+def test_what_an_interrupted_ray_init_started_does_not_outlive_it(tmp_path, monkeypatch):
+    import ray
+
+    if ray.is_initialized():
+        pytest.skip("needs a process without Ray (this module's local_ray starts after this test)")
+    started = []
+
+    def interrupted_init(**kwargs):
+        """ray.init as far as a Ctrl-C lets it go: a process (the raylet) that has started one
+        of its own (an agent, which outlives its orphaned parent), then the interrupt."""
+        raylet = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                                   "agent = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+                                   "print(agent.pid, flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+        started.extend([raylet, int(raylet.stdout.readline())])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ray, "init", interrupted_init)
+    with pytest.raises(KeyboardInterrupt):
+        connect_ray(None, load_spec(write_spec(tmp_path)))
+    raylet, agent = started
+    assert raylet.wait(timeout=60) == -signal.SIGKILL  # (a safety net for a live one, not a time budget)
+    deadline = time.monotonic() + 60  # the same safety net: the agent, not this process's child, is polled
+    while alive(agent) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(agent)
+
+
 def test_a_ctrl_c_swallowed_while_runs_are_in_flight_stops_the_driver_at_its_next_step(local_ray, tmp_path, monkeypatch):
     start_child = _Driver._start_child
 
@@ -75,3 +105,12 @@ def test_a_ctrl_c_swallowed_while_runs_are_in_flight_stops_the_driver_at_its_nex
     assert sum(calls(spec).values()) <= 1  # no run was started after the Ctrl-C
     statuses = [row["status"] for row in rows(spec).values()]
     assert "running" not in statuses and statuses.count("done") <= 1  # the run in flight went back to pending
+
+
+def alive(pid: int) -> bool:
+    """`pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
