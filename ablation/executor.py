@@ -125,12 +125,16 @@ def run_experiment(
             ledger = None if sqlite_path(spec.ledger) else Ledger(spec.ledger)
             started_ray = connect_ray(address, spec)
             stop.check()  # a Ctrl-C that Ray's start-up swallowed (see _SigtermAsInterrupt)
-        except KeyboardInterrupt:  # before the driver started: nothing was claimed or written
+        except (KeyboardInterrupt, SystemExit) as stopped:  # before the driver started: nothing was claimed or written
+            # SystemExit(15): a SIGTERM met Ray's own handler (sys.exit), in place while ray.init runs
+            by_ray = isinstance(stopped, SystemExit)
+            if by_ray and stopped.code != signal.SIGTERM:
+                raise
             if started_ray:
                 import ray
 
                 ray.shutdown()
-            raise Interrupted(bool(stop.received)) from None
+            raise Interrupted(bool(stop.received) or by_ray) from None
         stop.install()  # again: Ray's start-up puts its own SIGTERM handler (an abort) in place
         try:
             from dapo_ablate.ablation.driver import _Driver  # the driver imports this module's helpers

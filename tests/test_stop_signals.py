@@ -60,6 +60,22 @@ def test_a_ctrl_c_swallowed_while_ray_starts_stops_before_anything_is_written(tm
     assert {signum: signal.getsignal(signum) for signum in before} == before  # the caller's handlers are back
 
 
+def test_a_sigterm_under_rays_own_handler_while_ray_starts_exits_143(tmp_path, monkeypatch):
+    def terminated_while_starting(address, spec):
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # what ray.init puts in place
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)  # the handler interrupts this sleep
+        raise AssertionError("SIGTERM did not interrupt Ray's start")
+
+    monkeypatch.setattr(executor_module, "connect_ray", terminated_while_starting)
+    spec = load_spec(write_spec(tmp_path))
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted) as caught:
+        run_experiment(spec, expand(spec), progress=False)
+    assert caught.value.exit_code == 143  # not 15, Ray's exit status, without a word
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
 def test_what_an_interrupted_ray_init_started_does_not_outlive_it(tmp_path, monkeypatch):
     import ray
 
