@@ -252,15 +252,18 @@ def release_orphans(ledger: Ledger, experiment: str, host: str) -> int:
 
 def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
     """Join `address`, or start a local Ray sized to this machine; True if this call started
-    Ray (and so should shut it down). A Ray already initialised in this process is reused."""
-    import ray
+    Ray (and so should shut it down). A Ray already initialised in this process is reused.
+    A Ctrl-C while Ray is imported or starts is held back until it has started (`ctrl_c_held`)."""
+    with ctrl_c_held():
+        import ray
 
     if ray.is_initialized():
         return False
     quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
     if address:
         try:  # with the cluster's token when it uses token authentication (ablation/ray_connect.py)
-            join_cluster(address, spec.executor.auth_token_file, **quiet)
+            with ctrl_c_held():
+                join_cluster(address, spec.executor.auth_token_file, **quiet)
         except RayConnectError as err:
             raise ExecutorError(str(err)) from None
         return True
@@ -274,8 +277,9 @@ def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
     # Ray's current-cluster file names (a colleague's `ray start`, another driver's, a crashed one)
     before = _children_now()
     try:
-        ray.init(address="local", num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
-    except BaseException:  # Ctrl-C or SIGTERM while Ray starts: stop what it has started so far
+        with ctrl_c_held():
+            ray.init(address="local", num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
+    except BaseException:  # Ctrl-C (once Ray started) or SIGTERM while Ray starts: stop what it has started
         _stop_interrupted_ray(before)
         raise
     start_reaper()  # the local Ray's processes die with this driver, even after a SIGKILL
@@ -285,6 +289,34 @@ def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
             f"executor.gpus_per_run ({executor.gpus_per_run:g}) exceeds the GPUs Ray finds here; set it to 0 or join a GPU cluster with --address"
         )
     return True
+
+
+@contextmanager
+def ctrl_c_held() -> Iterator[None]:
+    """Within the block a Ctrl-C is held back and raised as the block ends (a second one
+    interrupts at once). Ray cannot be interrupted safely while it is imported or starts: a
+    KeyboardInterrupt inside ray.init's connect() leaves a half-built core worker whose io thread
+    then crashes the driver (SIGSEGV in CoreWorker::RecordMetrics, after the "interrupted"
+    sentence), and one while ray._raylet initialises is discarded by Cython. An ignored SIGINT (a
+    background job) or one outside the main thread is left alone."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        if held:
+            raise KeyboardInterrupt
+        held.append(signum)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        previous(signal.SIGINT, None)  # the caller's handler: KeyboardInterrupt, remembered by a stop handler
 
 
 def _children_now() -> set[tuple[int, int | None]]:

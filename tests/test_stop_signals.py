@@ -4,8 +4,9 @@ A Ctrl-C landing while `import ray` initialises ray._raylet is raised inside Cyt
 that module, which discards it ("Exception ignored in: <module 'collections.abc'>"); the driver
 then ran the whole experiment (the chaos campaign's driver alive 90 s after Ctrl-C). The
 signal itself is remembered and the driver stops at its next step. Here the swallowing is done
-by the test, around a real signal sent to this process. And what an interrupted ray.init had
-started does not outlive it."""
+by the test, around a real signal sent to this process. A Ctrl-C while Ray starts is held until
+it has started (cut short, it crashed the driver), and what an interrupted ray.init had started
+does not outlive it."""
 
 from __future__ import annotations
 
@@ -101,6 +102,27 @@ def test_what_an_interrupted_ray_init_started_does_not_outlive_it(tmp_path, monk
     while alive(agent) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(agent)
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_a_ctrl_c_while_ray_starts_is_held_until_it_has_started_and_a_second_one_is_not(tmp_path, monkeypatch, presses):
+    import ray
+
+    if ray.is_initialized():
+        pytest.skip("needs a process without Ray (this module's local_ray starts after this test)")
+    steps = []
+
+    def init(**kwargs):
+        """ray.init: a Ctrl-C (or two) while it starts its core worker, which must not be cut short."""
+        for _ in range(presses):
+            os.kill(os.getpid(), signal.SIGINT)
+            steps.append("ctrl-c")
+        steps.append("started")
+
+    monkeypatch.setattr(ray, "init", init)
+    with pytest.raises(KeyboardInterrupt):
+        connect_ray(None, load_spec(write_spec(tmp_path)))
+    assert steps == (["ctrl-c", "started"] if presses == 1 else ["ctrl-c"])
 
 
 def test_a_ctrl_c_swallowed_while_runs_are_in_flight_stops_the_driver_at_its_next_step(local_ray, tmp_path, monkeypatch):
