@@ -141,7 +141,14 @@ def run_experiment(
 
             driver = _Driver(spec, plan, fn, progress=progress, max_concurrent=max_concurrent, ledger=ledger,
                              local=not address, retry_failed=retry_failed, check_stop=stop.check)
-            summary = driver.run()
+            try:
+                summary = driver.run()
+            except KeyboardInterrupt:
+                if driver.pool is not None:  # a second Ctrl-C as the driver ended: its runs were given back
+                    raise
+                # while the driver opened the ledger and MLflow (the experiment and its pending runs
+                # may be recorded): without this, Typer's silent exit 130, even for a SIGTERM
+                raise Interrupted(bool(stop.received), written=True) from None
             summary.terminated = bool(stop.received)
             return summary
         finally:
@@ -152,11 +159,12 @@ def run_experiment(
 
 
 class Interrupted(Exception):
-    """Ctrl-C or SIGTERM before the driver started (during the checks or Ray's start): nothing
-    was claimed, trained or written. `exit_code`: 130, or 143 for SIGTERM."""
+    """Ctrl-C or SIGTERM before any run started (during the checks, Ray's start, or while the
+    driver opened its stores: `written`): nothing was claimed or trained. `exit_code`: 130, or
+    143 for SIGTERM."""
 
-    def __init__(self, terminated: bool) -> None:
-        super().__init__("interrupted before any run started; nothing was run or written")
+    def __init__(self, terminated: bool, written: bool = False) -> None:
+        super().__init__("interrupted before any run started; nothing was run" + ("" if written else " or written"))
         self.exit_code = TERMINATED_EXIT if terminated else INTERRUPTED_EXIT
 
 

@@ -77,6 +77,20 @@ def test_a_sigterm_under_rays_own_handler_while_ray_starts_exits_143(tmp_path, m
     assert signal.getsignal(signal.SIGTERM) == before
 
 
+def test_a_sigterm_while_the_driver_opens_its_stores_exits_143_with_a_sentence(tmp_path, monkeypatch):
+    def terminated_while_opening(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)  # the handler interrupts this sleep
+        raise AssertionError("SIGTERM did not interrupt the driver")
+
+    monkeypatch.setattr(executor_module, "connect_ray", lambda address, spec: False)
+    monkeypatch.setattr(_Driver, "_open_stores", terminated_while_opening)
+    spec = load_spec(write_spec(tmp_path))
+    with pytest.raises(Interrupted) as caught:  # not a bare KeyboardInterrupt (Typer: a silent 130)
+        run_experiment(spec, expand(spec), progress=False)
+    assert caught.value.exit_code == 143 and "nothing was run" in str(caught.value)
+
+
 def test_what_an_interrupted_ray_init_started_does_not_outlive_it(tmp_path, monkeypatch):
     import ray
 
