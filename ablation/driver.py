@@ -68,6 +68,8 @@ class _Driver:
         """Ledger run id -> MLflow id of the child runs of the runs in flight."""
         self.pool: RunPool | None = None
         """The runs in flight (created when scheduling starts)."""
+        self.live_off: set[str] = set()
+        """Runs whose live MLflow logging stopped (the store stayed down)."""
 
     def run(self) -> ExperimentSummary:
         try:
@@ -210,6 +212,8 @@ class _Driver:
         except BaseException:
             self._abandon()
             raise
+        finally:
+            self.pool.close()
 
     def _start_child(self, run_id: str) -> dict[str, str]:
         """The run's MLflow child, RUNNING, before its task starts; the task's environment names
@@ -267,7 +271,7 @@ class _Driver:
         """Results kept on disk by a driver whose ledger write failed are recorded now."""
         rows = self._plan_rows()
         undone = [run_id for run_id, row in rows.items() if row["status"] != DONE]
-        for run_id in record_kept(self.ledger, self.run_root, undone, lambda run_id: self.planned[run_id].name):
+        for run_id in record_kept(self.ledger, self.run_root, undone, lambda run_id: self.planned[run_id].name, self.host):
             self.display_note_later.append(f"{self.planned[run_id].name}: recorded its kept result (not retrained)")
 
     # -- MLflow --------------------------------------------------------------------------------
@@ -289,11 +293,17 @@ class _Driver:
             retry_transient(lambda: self.ledger.set_mlflow_run(run_id, mlflow_id), f"record the MLflow run of {child.name}")
 
     def _on_event(self, run_id: str, kind: str, step: int, data: dict[str, Any]) -> None:
-        """A run's training step or evaluation, logged to its MLflow child while it trains."""
-        if run_id in self.live and kind in ("step", "eval"):
+        """A run's training step or evaluation, logged to its MLflow child while it trains. Best
+        effort: when the store stays down, live logging stops for that run with a note (the
+        result is logged in full when the run finishes); the runs go on."""
+        if run_id in self.live and kind in ("step", "eval") and run_id not in self.live_off:
             mlflow_id = self.live[run_id]
-            self._mlflow(lambda: self.tracker.log_event(mlflow_id, kind, step, data),
-                         f"log {self.planned[run_id].name}'s {kind} {step} to MLflow")
+            try:
+                self._mlflow(lambda: self.tracker.log_event(mlflow_id, kind, step, data),
+                             f"log {self.planned[run_id].name}'s {kind} {step} to MLflow")
+            except ExecutorError as err:
+                self.live_off.add(run_id)
+                self.display.note(f"{self.planned[run_id].name}: live MLflow logging stopped ({err})")
 
     def _end_child(self, run_id: str, status: str) -> None:
         """A run in flight stopped without a result: its child run shows FAILED or KILLED."""

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dapo_ablate.ablation.ledger import Ledger
+from dapo_ablate.ablation.preflight import ExecutorError
 from dapo_ablate.ablation.transient import retry_transient
 
 DONE, FAILED, TIMED_OUT, LOST = "done", "failed", "timed_out", "lost"
@@ -52,7 +53,6 @@ class Outcome:
     kind: str
     result: dict[str, Any] | None = None
     error: str = ""
-    exception: BaseException | None = None
 
 
 @dataclass
@@ -100,6 +100,8 @@ class RunPool:
         acts on an evaluation at once), not only when a run finishes or the poll interval ends."""
         self.flights: dict[str, _InFlight] = {}
         """Run id -> its task in flight."""
+        self.unsettled: set[str] = set()
+        """Runs whose task ended and whose outcome the driver has not recorded yet."""
         self.last_beat = time.monotonic()
 
     # -- state ---------------------------------------------------------------------------------
@@ -157,12 +159,11 @@ class RunPool:
         if self.events is not None and self._next_event is None:
             self._next_event = self.events.actor.get.remote(None)
         waiting = list(refs) + ([self._next_event] if self._next_event is not None else [])
-        ready, _ = ray.wait(waiting, num_returns=1, timeout=max(0.05, min(waits)))
-        outcomes: list[Outcome] = []
+        ray.wait(waiting, num_returns=1, timeout=max(0.05, min(waits)))
         first = []
-        # (asked again, not taken from `ready`: with a run's result also ready, ray.wait may have
-        # returned only that. An event still on its way after its run's result is dropped: the
-        # result holds the whole curve, and the drivers log what the events did not.)
+        # (asked again, not taken from ray.wait's answer: with a run's result also ready, it may
+        # have returned only that. An event still on its way after its run's result is dropped:
+        # the result holds the whole curve, and the drivers log what the events did not.)
         if self._next_event is not None and ray.wait([self._next_event], timeout=0)[0]:
             try:
                 first = [ray.get(self._next_event)]
@@ -170,22 +171,35 @@ class RunPool:
                 self.events = None
             self._next_event = None
         self.drain_events(first)  # first: a finished task's events are all queued before its result
+        # every run finished by now (not only the one ray.wait woke up for), before heartbeats
+        # and deadlines judge the rest: a finished run is never timed out or given up as lost
+        finished = ray.wait(list(refs), num_returns=len(refs), timeout=0)[0]
+        outcomes = [self._collect(refs[ref]) for ref in finished if self._is_flight(refs[ref], ref)]
         if time.monotonic() - self.last_beat >= self.beat_s:
             outcomes += self._heartbeat()
             self.last_beat = time.monotonic()
-        for ref in ready:
-            run_id = refs.get(ref)  # (None: the events queue's get)
-            flight = self.flights.get(run_id) if run_id is not None else None
-            if flight is None or flight.ref is not ref:  # cancelled meanwhile (a prune, a lost lease)
-                continue
-            del self.flights[run_id]
-            try:
-                outcomes.append(Outcome(run_id, DONE, result=ray.get(ref)))
-            except Exception as err:  # the run's failure, not the driver's: the driver records it
-                from dapo_ablate.ablation.executor import describe_error
-
-                outcomes.append(Outcome(run_id, FAILED, error=describe_error(err), exception=err))
         return outcomes + self._time_out()
+
+    def _is_flight(self, run_id: str, ref: Any) -> bool:
+        flight = self.flights.get(run_id)
+        return flight is not None and flight.ref is ref  # else cancelled meanwhile (a prune, a lost lease)
+
+    def _collect(self, run_id: str) -> Outcome:
+        """A finished task's outcome; its result is kept on disk at once, so that a driver stopped
+        before recording it (Ctrl-C, a store that stays down) never has it trained again. Until
+        the driver records or fails it, the run is `unsettled` (given back by `abandon`)."""
+        import ray
+
+        flight = self.flights.pop(run_id)
+        self.unsettled.add(run_id)
+        try:
+            result = ray.get(flight.ref)
+        except Exception as err:  # the run's failure, not the driver's: the driver records it
+            from dapo_ablate.ablation.executor import describe_error
+
+            return Outcome(run_id, FAILED, error=describe_error(err))
+        keep_result(self.run_root, run_id, result)
+        return Outcome(run_id, DONE, result=result)
 
     def drain_events(self, first: list[tuple] | None = None) -> None:
         """Hand the events the runs in flight sent since the last call (`first`: the one the
@@ -221,8 +235,8 @@ class RunPool:
         lost = []
         for run_id in list(self.flights):
             held = retry_transient(lambda: self.ledger.heartbeat(run_id, self.host), f"renew the lease of {self.names(run_id)}")
-            if not held:
-                self.cancel(run_id, release=False)
+            if not held:  # its job (if any) is the taker's now: it re-attaches to it, so it keeps running
+                self.cancel(run_id, release=False, stop_job=False)
                 lost.append(Outcome(run_id, LOST, error="its lease was taken over by another driver"))
         return lost
 
@@ -241,23 +255,31 @@ class RunPool:
 
     def fail(self, run_id: str, error: str) -> None:
         retry_transient(lambda: self.ledger.fail(run_id, error, self.host), f"record the failure of {self.names(run_id)}")
+        self.unsettled.discard(run_id)
 
     def record(self, run_id: str, result: dict[str, Any]) -> bool:
-        """`record_result` for a run of this pool. False if another driver had finished it."""
-        return record_result(self.ledger, self.run_root, run_id, result, self.names(run_id))
+        """`record_result` for a run of this pool. False if another driver had finished it;
+        ValueError / TypeError for a result the ledger cannot hold (its kept file is dropped:
+        the driver fails the run)."""
+        recorded = record_result(self.ledger, self.run_root, run_id, result, self.names(run_id))
+        self.unsettled.discard(run_id)
+        return recorded
 
     # -- stopping --------------------------------------------------------------------------------
 
     def cancel(self, run_id: str, *, release: bool = True, stop_job: bool = True) -> None:
         """Stop one run in flight: its Ray task and (`stop_job`) its Ray job; `release` gives it
-        back to pending in the ledger (a pruned trial's run) -- the caller records anything else."""
+        back to pending in the ledger (a pruned trial's run) -- unless it has finished meanwhile,
+        then its result is recorded instead: a finished run is never paid for twice. The caller
+        records anything else."""
         import ray
 
         flight = self.flights.pop(run_id, None)
         if flight is None:
             return
         if release:  # first: Ctrl-C may have stopped Ray itself
-            retry_transient(lambda: self.ledger.release(run_id, self.host), f"give back {self.names(run_id)}")
+            if not self._record_if_finished(flight):
+                retry_transient(lambda: self.ledger.release(run_id, self.host), f"give back {self.names(run_id)}")
         try:
             ray.cancel(flight.ref, force=True)
         except Exception:  # noqa: BLE001 - a Ray stopped by Ctrl-C has nothing left to cancel
@@ -270,46 +292,109 @@ class RunPool:
             except Exception:  # noqa: BLE001 - the job's failure is recorded by its next attempt
                 pass
 
+    def _record_if_finished(self, flight: _InFlight) -> bool:
+        """True if the run had finished with a result, now recorded."""
+        import ray
+
+        try:
+            if not ray.wait([flight.ref], timeout=0)[0]:
+                return False
+            result = ray.get(flight.ref)
+        except Exception:  # noqa: BLE001 - failed, or Ray is gone: given back like a run in flight
+            return False
+        try:
+            keep_result(self.run_root, flight.run_id, result)
+            record_result(self.ledger, self.run_root, flight.run_id, result, self.names(flight.run_id))
+        except ExecutorError:
+            raise
+        except (ValueError, TypeError):
+            return False
+        return True
+
     def abandon(self) -> list[str]:
-        """Ctrl-C, SIGTERM or a driver error: give every run in flight back to pending and cancel
-        its task; its Ray job (if any) keeps running for the next invocation to re-attach to. The
-        runs given back."""
-        released = list(self.flights)
+        """Ctrl-C, SIGTERM or a driver error: give every run in flight, and every run whose outcome
+        was not recorded yet, back to pending and cancel its task; its Ray job (if any) keeps
+        running for the next invocation to re-attach to, and a result kept on disk is recorded
+        by the next invocation. The runs given back."""
+        released = [*self.flights, *sorted(self.unsettled - set(self.flights))]
         for run_id in released:
             try:
                 self.ledger.release(run_id, self.host)  # no retries: the store may be what failed
             except Exception:  # noqa: BLE001 - the lease then expires and the run is claimable again
                 pass
             self.cancel(run_id, release=False, stop_job=False)
+        self.unsettled.clear()
         return released
+
+    def close(self) -> None:
+        """Stop the events queue's actor (a pending get would keep it alive in a reused Ray)."""
+        import ray
+
+        queue, self.events, self._next_event = self.events, None, None
+        if queue is not None:
+            try:
+                ray.kill(queue.actor)
+            except Exception:  # noqa: BLE001 - Ray already stopped: nothing is left to stop
+                pass
+
+
+def keep_result(run_root: Path, run_id: str, result: dict[str, Any]) -> None:
+    """Write a finished run's result to its folder until the ledger holds it (atomic); a result
+    JSON cannot hold is not kept (the ledger refuses it too, and the driver fails the run)."""
+    path = run_root / run_id / KEPT_RESULT
+    try:
+        text = json.dumps(result, default=_plain)
+    except (TypeError, ValueError):
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def record_result(ledger: Ledger, run_root: Path, run_id: str, result: dict[str, Any], name: str) -> bool:
-    """Keep the result on disk, then write it to the ledger, retrying transient database errors;
-    the file goes once the ledger holds the result. If the database stays down the driver stops
-    with a sentence about the database, and the next invocation records the kept result
-    (`record_kept`) instead of training the run again. False if another driver had finished it."""
+    """Keep the result on disk (if `keep_result` has not), then write it to the ledger, retrying
+    transient database errors; the file goes once the ledger holds the result. If the database
+    stays down the driver stops with a sentence about the database, and the next invocation
+    records the kept result (`record_kept`) instead of training the run again. A result the
+    ledger cannot hold (ValueError / TypeError) drops its file and raises. False if another
+    driver had finished the run."""
     path = run_root / run_id / KEPT_RESULT
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, default=_plain))
-    os.replace(tmp, path)
-    recorded = retry_transient(lambda: ledger.finish(run_id, result), f"record {name}", kept=path)
+    if not path.is_file():
+        keep_result(run_root, run_id, result)
+    try:
+        recorded = retry_transient(lambda: ledger.finish(run_id, result), f"record {name}", kept=path)
+    except ExecutorError:  # the database stays down: the kept result is for the next invocation
+        raise
+    except (ValueError, TypeError):
+        path.unlink(missing_ok=True)  # retraining gives it again; a kept copy would block every rerun
+        raise
     path.unlink(missing_ok=True)
     return recorded
 
 
-def record_kept(ledger: Ledger, run_root: Path, run_ids: list[str], names: Callable[[str], str] = str) -> list[str]:
+def record_kept(ledger: Ledger, run_root: Path, run_ids: list[str], names: Callable[[str], str] = str,
+                host: str | None = None) -> list[str]:
     """Record the results kept on disk by a driver whose ledger write failed (or that died between
-    the two writes); the runs recorded. `run_ids`: the runs that are not done in the ledger."""
+    the two writes); the runs recorded. `run_ids`: the runs that are not done in the ledger. A
+    kept result the ledger cannot hold fails its run (with `host`) and its file goes."""
     recorded = []
     for run_id in run_ids:
         path = run_root / run_id / KEPT_RESULT
-        if path.is_file():
+        if not path.is_file():
+            continue
+        try:
             result = json.loads(path.read_text())
             retry_transient(lambda: ledger.finish(run_id, result), f"record {names(run_id)}", kept=path)
+        except ExecutorError:  # the database is down again: the file stays for the next invocation
+            raise
+        except (ValueError, TypeError) as err:  # (json's errors are ValueErrors)
+            error = f"the run finished but its kept result cannot be stored: {type(err).__name__}: {err}"
+            retry_transient(lambda: ledger.fail(run_id, error[:2000], host), f"record the failure of {names(run_id)}")
             path.unlink(missing_ok=True)
-            recorded.append(run_id)
+            continue
+        path.unlink(missing_ok=True)
+        recorded.append(run_id)
     return recorded
 
 

@@ -9,6 +9,7 @@ children and events, Optuna tells and heartbeats.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +26,10 @@ _TRANSIENT_TEXT = (
     "ssl syscall error", "broken pipe", "temporarily unavailable", "too many connections",
 )
 _PERMANENT_TEXT = ("no such table", "no such column", "syntax error", "does not exist", "permission denied for")
+
+_STORE_MODULES = ("sqlalchemy", "psycopg", "sqlite3", "mlflow", "optuna", "requests", "urllib3", "dapo_ablate.ablation.ledger")
+"""Where a store's errors come from; only their messages are read for the clues above."""
+_HTTP_5XX = re.compile(r"\b(50[0-4]) (error|server|internal|bad gateway|service unavailable|gateway)|too many 5\d\d", re.I)
 
 LEDGER = "the ledger database"
 MLFLOW = "the MLflow tracking store"
@@ -56,10 +61,11 @@ def is_transient(err: BaseException) -> bool:
         names = {klass.__name__ for klass in kind.__mro__}
         if "OperationalError" in names or "InterfaceError" in names:  # sqlalchemy / DBAPI (psycopg, sqlite3)
             return True
-        if kind.__module__.startswith(("requests", "urllib3")) and ("ConnectionError" in names or "Timeout" in names):
-            return True
-        if any(part in text for part in _TRANSIENT_TEXT):
-            return True
+        module = kind.__module__
+        if module.startswith(("requests", "urllib3")) and names & {"ConnectionError", "Timeout", "RetryError"}:
+            return True  # (RetryError: an HTTP store that kept answering 5xx)
+        if module.startswith(_STORE_MODULES) and (any(part in text for part in _TRANSIENT_TEXT) or _HTTP_5XX.search(text)):
+            return True  # only a store's own error is read for clues: a user's value or path never is
     return False
 
 

@@ -29,6 +29,7 @@ Optuna storage are retried through database blips like the ledger's (`ablation.t
 from __future__ import annotations
 
 import re
+import signal
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -53,7 +54,7 @@ from dapo_ablate.ablation.executor import (
     this_host,
 )
 from dapo_ablate.ablation.ledger import Ledger
-from dapo_ablate.ablation.pool import DONE, FAILED, LOST, TIMED_OUT, Outcome, RunPool
+from dapo_ablate.ablation.pool import DONE, FAILED, LOST, TIMED_OUT, Outcome, RunPool, record_kept
 from dapo_ablate.ablation.tracking import default_artifact_location
 from dapo_ablate.ablation.transient import OPTUNA, retry_transient
 from dapo_ablate.core.config import ConfigError
@@ -113,14 +114,24 @@ def run_sweep(
     fn = resolve_cell_fn(cell_fn)
     address = address if address is not None else spec.executor.address
     with sigterm_as_interrupt() as stop:
+        started_ray = False
         try:
             preflight(spec, address)  # type: ignore[arg-type]  # reads only the fields both specs share
             driver = _SweepDriver(spec, fn, progress=progress, n_trials=n_trials, local=not address)
             driver.open_study()  # before Ray starts: a database mistake is reported at once
             started_ray = connect_ray(address, spec)  # type: ignore[arg-type]
-        except KeyboardInterrupt:  # before the driver started: no trial was asked
-            raise Interrupted(bool(stop.received)) from None
+            stop.check()  # a Ctrl-C that Ray's start-up swallowed
+        except (KeyboardInterrupt, SystemExit) as stopped:  # before the driver started: no trial was asked
+            by_ray = isinstance(stopped, SystemExit)  # SystemExit(15): Ray's own SIGTERM handler during ray.init
+            if by_ray and stopped.code != signal.SIGTERM:
+                raise
+            if started_ray:
+                import ray
+
+                ray.shutdown()
+            raise SweepInterrupted(bool(stop.received) or by_ray) from None
         stop.install()  # again: Ray's start-up puts its own SIGTERM handler (an abort) in place
+        driver.check_stop = stop.check
         try:
             summary = driver.run()
             summary.terminated = bool(stop.received)
@@ -130,6 +141,15 @@ def run_sweep(
                 import ray
 
                 ray.shutdown()
+
+
+class SweepInterrupted(Interrupted):
+    """Ctrl-C or SIGTERM before the sweep's driver started: no trial was asked or run (the study
+    and its ledger entry may exist already)."""
+
+    def __init__(self, terminated: bool) -> None:
+        super().__init__(terminated)
+        self.args = ("interrupted before any trial started; nothing was run (the study is kept for the next run)",)
 
 
 # ---------------------------------------------------------------------------------- driver
@@ -174,26 +194,37 @@ class _SweepDriver:
         self.held_elsewhere: set[tuple[int, str]] = set()
         """Runs another driver (or another trial of ours) is training: re-checked every tick."""
         self.summary = SweepSummary(spec.name, self.n_trials)
+        self.check_stop: Callable[[], None] = lambda: None
+        """Raises KeyboardInterrupt for a Ctrl-C or SIGTERM that arrived where it could not be raised."""
         self.display = TrialDisplay(self.n_trials, spec.metric, spec.direction, progress)
 
     def run(self) -> SweepSummary:
         started = time.time()
         self._open_tracking()
         self._recover()
+        failure: BaseException | None = None
         try:
             with self.display:
                 self.display.start(studies.counted_trials(self.study.get_trials(deepcopy=False)))
                 self._loop()
         except KeyboardInterrupt:
             self.summary.interrupted = True
-        finally:
-            self._abandon()
-            self._summarize(started)
-            status = "KILLED" if self.summary.interrupted else "FINISHED" if self.summary.exit_code == 0 else "FAILED"
-            self._finish_tracking(status)
-            self.ledger.close()
-            self.storage.engine.dispose()
+        except BaseException as err:  # the first error is the one the user sees, whatever cleanup meets
+            failure = err
+        # each cleanup step on its own: a database that is down must not hide the error above
+        for step in (self._abandon, lambda: self._summarize(started), self._finish_tracking_now,
+                     lambda: self.pool is not None and self.pool.close(), self.ledger.close, self.storage.engine.dispose):
+            try:
+                step()
+            except Exception as err:  # noqa: BLE001
+                failure = failure or err
+        if failure is not None:
+            raise failure
         return self.summary
+
+    def _finish_tracking_now(self) -> None:
+        status = "KILLED" if self.summary.interrupted else "FINISHED" if self.summary.exit_code == 0 else "FAILED"
+        self._finish_tracking(status)
 
     # -- set-up ---------------------------------------------------------------------------------
 
@@ -236,6 +267,9 @@ class _SweepDriver:
             self.display.note(f"trial {number}: its driver stopped; queued again")
         studies.fail_stale(self.study)
         release_orphans(self.ledger, self.spec.name, self.host)
+        undone = [row["run_id"] for row in self.ledger.runs_table(self.spec.name) if row["status"] != "done"]
+        for run_id in record_kept(self.ledger, self.run_root, undone, host=self.host):  # a dead driver's finished runs
+            self.display.note(f"run {run_id}: recorded its kept result (not retrained)")
         self.logged = self.mlflow.logged_trials()
         for trial in self.study.get_trials(deepcopy=False, states=studies.FINISHED):
             if trial.number not in self.logged:
@@ -257,6 +291,7 @@ class _SweepDriver:
         )
         last_beat = time.monotonic()
         while True:
+            self.check_stop()
             self._fill()
             if not len(self.pool) and not self.queue and not self.held_elsewhere:
                 return
@@ -365,9 +400,12 @@ class _SweepDriver:
         curves = [active.curves.get(run.run_id, {}) for run in objective]
         steps = set.intersection(*(set(curve) for curve in curves)) - active.reported - {0}
         for step in sorted(steps):
-            active.trial.report(sum(curve[step] for curve in curves) / len(curves), step)
+            value = sum(curve[step] for curve in curves) / len(curves)
+            retry_transient(lambda: active.trial.report(value, step), f"report trial {active.number}'s step {step}", store=OPTUNA)
             active.reported.add(step)
-            if step < last and len(active.results) < len(active.plan.runs) and active.trial.should_prune():
+            if step < last and len(active.results) < len(active.plan.runs) and retry_transient(
+                active.trial.should_prune, f"ask the pruner about trial {active.number}", store=OPTUNA
+            ):
                 self._prune(active, step)
                 return
 

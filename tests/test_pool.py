@@ -196,3 +196,24 @@ def test_the_cli_exits_143_with_a_sentence_when_stopped_before_the_driver_starte
     result = CliRunner().invoke(app, [command, str(path), "--no-progress"])
     assert result.exit_code == 143
     assert "interrupted before any run started; nothing was run or written" in result.output
+
+
+def unstorable_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:
+    """The CH-only cell returns a result the ledger refuses (an unknown key whose name reads
+    like a database clue); the others are fine."""
+    result = counting_cell(config, run_dir, eval_cache_dir)
+    techniques = config["techniques"]
+    if techniques["clip_higher"] and not techniques["overlong_filter"]:
+        result["timeouts"] = 3
+    return result
+
+
+def test_a_result_the_ledger_refuses_fails_its_run_and_blocks_no_later_run(local_ray, tmp_path, quick_retries):
+    path = write_spec(tmp_path, executor={"retries": 0})
+    spec, summary = run(path, unstorable_cell)  # not a database error: no retries, no driver stop
+    assert summary.exit_code == 1 and len(summary.failures) == 1
+    (error,) = summary.failures.values()
+    assert "cannot be stored" in error and "database" not in error
+    assert not list((tmp_path / "out" / spec.name).glob("*/finished-result.json"))
+    spec, again = run(path, unstorable_cell)  # the next invocation starts normally
+    assert again.already_done == 3
