@@ -13,7 +13,7 @@ running. Its submission id is a pure function of the run (``dapo-ablate-<experim
 so a rerun that claims the run again finds the job and re-attaches to it (running: waits; finished:
 reads its result; failed while nobody watched: reports that failure) instead of starting it again.
 A failure is raised once with the tail of the job's log; the retry that follows submits attempt
-n + 1. A job the driver stopped (`stop_job`: the run timed out, lost its lease or was pruned) had
+n + 1. A job the driver stopped (`stop_job`: the run timed out or was pruned) had
 its end recorded by the driver, so the next attempt is submitted at once. The submission id is
 sent to the driver (``on_event("job", ...)``, which writes it to the ledger) and written to
 ``job.json`` in the run's folder.
@@ -144,8 +144,8 @@ def job_cell(
 
 
 def stop_job(submission_id: str, wait_s: float = STOP_WAIT_S) -> bool:
-    """Stop the Ray job `submission_id` on the joined cluster (a run that timed out, lost its lease
-    or was pruned); True if it was running. Waits up to `wait_s` until Ray reports it ended (Ray
+    """Stop the Ray job `submission_id` on the joined cluster (a run that timed out or was
+    pruned; a lost lease leaves it running: the driver that took the run re-attaches to it); True if it was running. Waits up to `wait_s` until Ray reports it ended (Ray
     sends SIGTERM, then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S, 3 s by default), so that a retry
     claimed right after finds it STOPPED and submits the next attempt. Not for Ctrl-C or a driver's
     death: those leave the job running for a rerun to re-attach to."""
