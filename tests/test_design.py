@@ -269,6 +269,8 @@ def test_estimate_scales_from_the_quickstart_reference():
     assert estimate_run_seconds(reference) == pytest.approx(REFERENCE_SECONDS)
     double = TrainerConfig(**{**TINY, "schedule": {"total_steps": 40}})
     assert estimate_run_seconds(double) == pytest.approx(2 * REFERENCE_SECONDS)
+    large = TrainerConfig(**{**TINY, "model": {"builtin_size": "large"}})  # the 1.30M-parameter policy: 3x the CPU
+    assert estimate_run_seconds(large) == pytest.approx(3 * REFERENCE_SECONDS)
 
     plan = plan_of(design="cumulative", executor={"address": "ray://head:10001", "max_concurrent": 3})
     est = plan.estimate(seconds_per_run=60)
