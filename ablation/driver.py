@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from collections import Counter, deque
 from pathlib import Path
@@ -90,7 +91,12 @@ class _Driver:
         rows = self._plan_rows()
         if not self.summary.interrupted and all(row["status"] == DONE for row in rows.values()):
             status = "FINISHED"
-        self.tracker.end_parent(self.parent_id, status)
+        try:
+            self._mlflow(lambda: self.tracker.end_parent(self.parent_id, status), "end the MLflow parent run")
+        except Exception as err:  # noqa: BLE001 - e.g. a Ctrl-C cut an MLflow write and its SQLite lock
+            if not self.summary.interrupted:  # lingers: the ledger holds the truth, the summary still comes
+                raise
+            print(f"{self.name}: the MLflow parent run was left RUNNING ({str(err).splitlines()[0][:200]})", file=sys.stderr)
         return self._summarise(rows, time.time() - started)
 
     def _execute_plan(self) -> None:
