@@ -136,6 +136,8 @@ def run_sweep(
             summary = driver.run()
             summary.terminated = bool(stop.received)
             return summary
+        except KeyboardInterrupt:  # while opening MLflow or recovering, before any trial was asked
+            raise SweepInterrupted(bool(stop.received)) from None
         finally:
             if started_ray:
                 import ray
