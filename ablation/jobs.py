@@ -40,7 +40,7 @@ LOG_TAIL_CHARS = 1500
 STOP_WAIT_S = 60.0
 """`stop_job` waits at most this long for a stopped job to end (Ray's SIGKILL comes after 3 s)."""
 POLL_S = 1.0
-AGENT_WAIT_S = 120.0
+AGENT_WAIT_S = 600.0  # a head just started (or a loaded one) may take minutes to bring its job agent up
 ACTIVE = ("PENDING", "RUNNING")
 
 
