@@ -126,15 +126,7 @@ def run_experiment(
             started_ray = connect_ray(address, spec)
             stop.check()  # a Ctrl-C that Ray's start-up swallowed (see _SigtermAsInterrupt)
         except (KeyboardInterrupt, SystemExit) as stopped:  # before the driver started: nothing was claimed or written
-            # SystemExit(15): a SIGTERM met Ray's own handler (sys.exit), in place while ray.init runs
-            by_ray = isinstance(stopped, SystemExit)
-            if by_ray and stopped.code != signal.SIGTERM:
-                raise
-            if started_ray:
-                import ray
-
-                ray.shutdown()
-            raise Interrupted(bool(stop.received) or by_ray) from None
+            raise stopped_at_start(stopped, stop, started_ray) from None
         stop.install()  # again: Ray's start-up puts its own SIGTERM handler (an abort) in place
         try:
             from dapo_ablate.ablation.driver import _Driver  # the driver imports this module's helpers
@@ -156,6 +148,21 @@ def run_experiment(
                 import ray
 
                 ray.shutdown()
+
+
+def stopped_at_start(stopped: BaseException, stop: _SigtermAsInterrupt, started_ray: bool,
+                     kind: type[Interrupted] | None = None) -> Interrupted:
+    """The `Interrupted` (or `kind`) for a Ctrl-C or SIGTERM that came before a driver started,
+    once the Ray it had started is shut down. A SystemExit is Ray's own SIGTERM handler (sys.exit,
+    in place while ray.init runs) only with code 15; any other is raised again as it is."""
+    by_ray = isinstance(stopped, SystemExit)
+    if by_ray and stopped.code != signal.SIGTERM:
+        raise stopped
+    if started_ray:
+        import ray
+
+        ray.shutdown()
+    return (kind or Interrupted)(bool(stop.received) or by_ray)
 
 
 class Interrupted(Exception):

@@ -29,7 +29,6 @@ Optuna storage are retried through database blips like the ledger's (`ablation.t
 from __future__ import annotations
 
 import re
-import signal
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ from dapo_ablate.ablation.executor import (
     release_orphans,
     resolve_cell_fn,
     sigterm_as_interrupt,
+    stopped_at_start,
     this_host,
 )
 from dapo_ablate.ablation.ledger import Ledger
@@ -122,14 +122,7 @@ def run_sweep(
             started_ray = connect_ray(address, spec)  # type: ignore[arg-type]
             stop.check()  # a Ctrl-C that Ray's start-up swallowed
         except (KeyboardInterrupt, SystemExit) as stopped:  # before the driver started: no trial was asked
-            by_ray = isinstance(stopped, SystemExit)  # SystemExit(15): Ray's own SIGTERM handler during ray.init
-            if by_ray and stopped.code != signal.SIGTERM:
-                raise
-            if started_ray:
-                import ray
-
-                ray.shutdown()
-            raise SweepInterrupted(bool(stop.received) or by_ray) from None
+            raise stopped_at_start(stopped, stop, started_ray, SweepInterrupted) from None
         stop.install()  # again: Ray's start-up puts its own SIGTERM handler (an abort) in place
         driver.check_stop = stop.check
         try:
