@@ -1,13 +1,11 @@
 """The run pool shared by the factorial driver and the sweep (ablation/pool.py) and the transient
 retries of every store write (ablation/transient.py): a blip in a claim or a heartbeat is ridden
-out, a sweep's run past run_timeout_s fails its trial, SIGTERM before Ray starts is a clean stop.
+out, a sweep's run past run_timeout_s fails its trial (stop signals: tests/test_stop_signals.py).
 The database fails by injection (a real SQLite ledger whose methods raise what a dropped
 connection raises); the runs are real Ray tasks."""
 
 from __future__ import annotations
 
-import os
-import signal
 import sqlite3
 import time
 from pathlib import Path
@@ -17,10 +15,8 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from test_executor import calls, rows, run, write_spec
 from test_faults import dropped_connection
 
-from dapo_ablate.ablation import executor as executor_module
 from dapo_ablate.ablation import transient
-from dapo_ablate.ablation.design import expand
-from dapo_ablate.ablation.executor import ExecutorError, Interrupted, run_experiment
+from dapo_ablate.ablation.executor import ExecutorError, Interrupted
 from dapo_ablate.ablation.ledger import Ledger, LedgerError
 from dapo_ablate.ablation.spec import load_spec
 from dapo_ablate.ablation.transient import is_transient, retry_transient
@@ -135,23 +131,6 @@ def test_a_database_that_stays_down_during_heartbeats_stops_the_driver_with_a_se
         run(write_spec(tmp_path, executor={"retries": 0, "lease_s": 4, "max_concurrent": 1}), forever_cell)
     states = {row["status"] for row in rows(load_spec(tmp_path / "spec.yaml")).values()}
     assert "running" not in states  # the run in flight was given back on the way out
-
-
-# -- SIGTERM before Ray starts --------------------------------------------------------------------
-def test_sigterm_before_ray_starts_is_a_clean_stop_with_nothing_written(tmp_path, monkeypatch):
-    def terminated_while_starting(address, spec):
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(60)  # the handler interrupts this sleep
-        raise AssertionError("SIGTERM did not interrupt Ray's start")
-
-    monkeypatch.setattr(executor_module, "connect_ray", terminated_while_starting)
-    spec = load_spec(write_spec(tmp_path))
-    before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(Interrupted) as caught:
-        run_experiment(spec, expand(spec), progress=False)
-    assert caught.value.exit_code == 143
-    assert not (tmp_path / "out" / "ledger.db").exists()  # nothing claimed or recorded
-    assert signal.getsignal(signal.SIGTERM) == before  # the caller's handler is back
 
 
 # -- the sweep runs on the same pool ---------------------------------------------------------------
