@@ -75,15 +75,21 @@ def test_a_design_without_the_full_cell_has_no_gain():
     assert "headline/full_vs_baseline" not in headline_metrics(h)  # NaN is not logged
 
 
-def test_no_headline_before_anything_finished(tmp_path: Path):
-    from dapo_ablate.cli.report_cmd import log_experiment_headline
 
+def write_two_factor_spec(tmp_path: Path, name: str, seeds: int) -> Path:
+    """A spec over OF and CH whose stores and outputs live under tmp_path/out."""
     out = tmp_path / "out"
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump({
-        "name": "nothing-yet", "trainer": {}, "factors": ["overlong_filter", "clip_higher"], "seeds": 1,
+        "name": name, "trainer": {}, "factors": ["overlong_filter", "clip_higher"], "seeds": seeds,
         "output_dir": str(out), "ledger": f"sqlite:///{out}/ledger.db", "tracking": {"uri": f"sqlite:///{out}/mlflow.db"},
     }))  # fmt: skip
+    return spec_path
+
+def test_no_headline_before_anything_finished(tmp_path: Path):
+    from dapo_ablate.cli.report_cmd import log_experiment_headline
+
+    out, spec_path = tmp_path / "out", write_two_factor_spec(tmp_path, "nothing-yet", seeds=1)
     assert log_experiment_headline(spec_path).startswith("no headline: experiment 'nothing-yet' has no ledger")
     assert not out.exists()  # reading creates nothing
 
@@ -114,12 +120,7 @@ def test_report_puts_the_headline_on_the_parent_run(local_ray, tmp_path: Path):
     from dapo_ablate.cli.main import app
     from dapo_ablate.cli.report_cmd import log_experiment_headline
 
-    out = tmp_path / "out"
-    spec_path = tmp_path / "spec.yaml"
-    spec_path.write_text(yaml.safe_dump({
-        "name": "headline-exp", "trainer": {}, "factors": ["overlong_filter", "clip_higher"], "seeds": 2,
-        "output_dir": str(out), "ledger": f"sqlite:///{out}/ledger.db", "tracking": {"uri": f"sqlite:///{out}/mlflow.db"},
-    }))  # fmt: skip
+    spec_path = write_two_factor_spec(tmp_path, "headline-exp", seeds=2)
     spec = load_spec(spec_path)
     summary = run_experiment(spec, expand(spec), cell_fn=noisy_cell, progress=False)
     assert summary.exit_code == 0 and summary.finished == 8
@@ -153,12 +154,7 @@ def test_run_ends_with_the_headline_on_the_parent_run(local_ray, tmp_path: Path,
     from dapo_ablate.ablation.spec import load_spec
     from dapo_ablate.cli.main import app
 
-    out = tmp_path / "out"
-    spec_path = tmp_path / "spec.yaml"
-    spec_path.write_text(yaml.safe_dump({
-        "name": "headline-run", "trainer": {}, "factors": ["overlong_filter", "clip_higher"], "seeds": 2,
-        "output_dir": str(out), "ledger": f"sqlite:///{out}/ledger.db", "tracking": {"uri": f"sqlite:///{out}/mlflow.db"},
-    }))  # fmt: skip
+    spec_path = write_two_factor_spec(tmp_path, "headline-run", seeds=2)
     monkeypatch.setenv(CELL_FN_ENV, "test_headline:noisy_cell")
     result = CliRunner().invoke(app, ["run", str(spec_path), "--no-progress"])
     assert result.exit_code == 0, result.output
