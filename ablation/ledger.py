@@ -49,8 +49,6 @@ Stored values
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -90,6 +88,7 @@ from dapo_ablate.ablation.ledger_models import (
     Run,
     SchemaVersion,
 )
+from dapo_ablate.ablation.ledger_values import result_values, to_json
 
 __all__ = [
     "DEFAULT_LEASE_S",
@@ -110,13 +109,6 @@ DEFAULT_MAX_ATTEMPTS = 3
 """A failed run is claimable again while it has been attempted fewer times than this."""
 
 _POSTGRES_INIT_LOCK = 0x0DA90_1ED6E5  # pg_advisory_xact_lock key serialising schema creation
-_RESULT_DEFAULTS: dict[str, Any] = {
-    "eval_curve": [],
-    "signals": [],
-    "tokens_generated": 0,
-    "tokens_discarded": 0,
-    "wall_s": 0.0,
-}
 
 
 class LedgerError(RuntimeError):
@@ -161,7 +153,7 @@ class Ledger:
         self._is_sqlite = self._url.get_backend_name() == "sqlite"
         if self._is_sqlite:
             _make_parent_folder(self._url, self.url)
-        self._engine = make_engine(self._url, json_serializer=_to_json)
+        self._engine = make_engine(self._url, json_serializer=to_json)
         self._write_engine = self._engine.execution_options(**{WRITE_OPTION: True})
         self._insert = sqlite_insert if self._is_sqlite else postgresql_insert
         try:
@@ -284,7 +276,7 @@ class Ledger:
         evaluation step), ``signals`` (list of per-step dicts), ``tokens_generated``,
         ``tokens_discarded``, ``wall_s``.
         """
-        values = _result_values(result)
+        values = result_values(result)
         now = _now()
         stmt = (
             update(Run)
@@ -541,39 +533,6 @@ def _run_row(run: RunSpec, now: datetime) -> dict[str, Any]:
         "attempts": 0,
         "created_at": now,
     }
-
-
-def _result_values(result: dict[str, Any]) -> dict[str, Any]:
-    unknown = set(result) - set(_RESULT_DEFAULTS) - {"metrics"}
-    if unknown:
-        raise ValueError(f"unknown result keys {sorted(unknown)}; expected metrics and "
-                         f"{sorted(_RESULT_DEFAULTS)}")
-    if not isinstance(result.get("metrics"), dict):
-        raise ValueError("a run result needs `metrics`, a dict of metric name -> value")
-    values = {**_RESULT_DEFAULTS, **result}
-    values["tokens_generated"] = int(values["tokens_generated"])
-    values["tokens_discarded"] = int(values["tokens_discarded"])
-    values["wall_s"] = float(values["wall_s"])
-    return values
-
-
-def _json_safe(value: Any) -> Any:
-    """JSON-able copy of `value`: NaN/inf -> None, numpy/torch scalars -> Python numbers."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if value is None or isinstance(value, (str, int)):
-        return value
-    if isinstance(value, dict):
-        return {str(key): _json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
-    if hasattr(value, "item"):  # numpy / torch scalar
-        return _json_safe(value.item())
-    raise TypeError(f"cannot store a {type(value).__name__} in the ledger: {value!r}")
-
-
-def _to_json(value: Any) -> str:
-    return json.dumps(_json_safe(value), allow_nan=False)
 
 
 def _resolve_url(url: str) -> URL:
