@@ -59,6 +59,14 @@ def run_cell(
     return ledger_result(result)
 
 
+def submits_jobs(cell_fn: Callable[..., Any]) -> bool:
+    """True for the cell functions that submit a verl cell as a Ray job (`run_cell`, `jobs.job_cell`);
+    False for a stand-in (tests, debugging)."""
+    from dapo_ablate.ablation.jobs import job_cell
+
+    return cell_fn in (run_cell, job_cell)
+
+
 def ledger_result(result: Any) -> dict[str, Any]:
     """A `RunResult` as the dict `Ledger.finish` stores.
 

@@ -6,7 +6,6 @@ kept results, retries) happens here."""
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from collections import Counter, deque
@@ -17,6 +16,7 @@ from dapo_ablate.ablation.database import experiment_lock
 from dapo_ablate.ablation.ledger import DONE, FAILED, PENDING, RUNNING, Ledger
 from dapo_ablate.ablation.progress import EventLines
 from dapo_ablate.ablation.preflight import ExecutorError
+from dapo_ablate.ablation.spec import run_root
 from dapo_ablate.ablation.tracking import ChildRun, default_artifact_location, flatten
 
 if TYPE_CHECKING:
@@ -34,6 +34,10 @@ from dapo_ablate.ablation.executor import (
 from dapo_ablate.ablation.pool import DONE as DONE_OUTCOME
 from dapo_ablate.ablation.pool import FAILED as FAILED_OUTCOME
 from dapo_ablate.ablation.pool import LOST, MLFLOW_RUN_ENV, TIMED_OUT, Outcome, RunPool, record_kept
+
+JOB_ENV = "DAPO_ABLATE_VERL_JOB"  # backends.verl_job.JOB_ENV: a verl run's job, handed to its task
+JOB_WATCHER = {"num_cpus": 0, "num_gpus": 0}
+"""Resources of a task that only submits a Ray job and waits for it: none (the job holds its own)."""
 from dapo_ablate.ablation.tracking import absolute_tracking_uri
 from dapo_ablate.ablation.transient import MLFLOW, retry_transient
 
@@ -56,14 +60,15 @@ class _Driver:
         executor = spec.executor
         self.lease_s, self.retries = executor.lease_s, executor.retries
         self.max_concurrent = max_concurrent or executor.max_concurrent
-        root = Path(spec.output_dir).expanduser().resolve()
-        self.run_root = root / re.sub(r"[^\w.-]+", "_", spec.name)
-        self.eval_cache = root / "eval-cache"
+        self.run_root = run_root(spec)
+        self.eval_cache = self.run_root.parent / "eval-cache"
         self.progress = progress
         self.summary = ExperimentSummary(self.name, {})
         self.tries: Counter[str] = Counter()
         """Attempts per run made by this invocation."""
         self.display_note_later: list[str] = []
+        self.verl_jobs: dict[str, Any] = {}
+        """Run id -> its verl job (`backends.verl_job.VerlJob`), for verl runs."""
         """Lines for the display, gathered before it starts."""
         self.live: dict[str, str] = {}
         """Ledger run id -> MLflow id of the child runs of the runs in flight."""
@@ -142,6 +147,7 @@ class _Driver:
         tracking = self.spec.tracking
         location = tracking.artifact_location or default_artifact_location(tracking.uri, self.spec.output_dir)
         self.tracker = open_tracker(tracking.uri, location, self.name)
+        self._check_verl_cluster()
         self.ledger = self.ledger or Ledger(self.spec.ledger)
         self.ledger.ensure_experiment(self.name, self.spec.to_dict())
         self.ledger.add_runs(self.name, self.plan.run_specs())
@@ -160,6 +166,26 @@ class _Driver:
                                                  tags=tags, params=params)
         self.ledger.set_mlflow_parent(self.name, self.parent_id)
         self.tracker.log_dict(self.parent_id, self.spec.to_dict(), "spec.json")
+
+    def _check_verl_cluster(self) -> None:
+        """verl runs: their jobs built (as the dry run prints them), this package copied where the
+        jobs ship it from, and every node checked for what a verl job needs (one sentence if not)."""
+        verl_runs = [run for run in self.plan.runs if run.config.backend == "verl"]
+        if not verl_runs:
+            return
+        from dapo_ablate.ablation.backends.verl import LOSS_MODULE
+        from dapo_ablate.ablation.backends.verl_cluster import check_cluster
+        from dapo_ablate.ablation.backends.verl_job import REQUIREMENTS, verl_job, write_package_copy
+        from dapo_ablate.ablation.cell import submits_jobs
+
+        if not submits_jobs(self.cell_fn):
+            return  # a stand-in cell function (tests, debugging) submits no verl job
+        self.verl_jobs = {run.run_id: verl_job(self.spec, run) for run in verl_runs}
+        write_package_copy(self.spec)
+        job = next(iter(self.verl_jobs.values()))
+        runtime_env = job.runtime_env("check")
+        runtime_env["env_vars"].update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="1", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
+        check_cluster(runtime_env, REQUIREMENTS, job.env["MLFLOW_TRACKING_URI"], self.name, [LOSS_MODULE])
 
     def _plan_rows(self) -> dict[str, dict[str, Any]]:
         return {row["run_id"]: row for row in self.ledger.runs_table(self.name) if row["run_id"] in self.planned}
@@ -208,8 +234,10 @@ class _Driver:
                 self.check_stop()
                 while queue and self.pool.free() > 0:
                     run_id = queue.popleft()
+                    verl = self.planned[run_id].config.backend == "verl"
                     if self.pool.submit(run_id, self.planned[run_id].config.to_dict(), max_attempts=budget[run_id],
-                                        prepare=lambda run_id=run_id: self._start_child(run_id)):
+                                        prepare=lambda run_id=run_id: self._start_child(run_id),
+                                        resources=JOB_WATCHER if verl else None):
                         self.tries[run_id] += 1
                     self.display.update(running=len(self.pool))
                 for outcome in self.pool.poll():
@@ -223,10 +251,13 @@ class _Driver:
 
     def _start_child(self, run_id: str) -> dict[str, str]:
         """The run's MLflow child, RUNNING, before its task starts; the task's environment names
-        it (a verl job logs into it)."""
+        it (a verl job logs into it) and, for a verl run, holds its job as the dry run printed it."""
         self.live[run_id] = self._mlflow(lambda: self.tracker.start_child(self.parent_id, self._child_run(run_id, {})),
                                          f"start the MLflow run of {self.planned[run_id].name}")
-        return {MLFLOW_RUN_ENV: self.live[run_id]}
+        env = {MLFLOW_RUN_ENV: self.live[run_id]}
+        if run_id in self.verl_jobs:
+            env[JOB_ENV] = self.verl_jobs[run_id].to_json()
+        return env
 
     def _settle(self, outcome: Outcome, queue: deque[str]) -> None:
         """Record what became of one run in flight."""

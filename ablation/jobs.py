@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 RESULT_MARKER = "DAPO_ABLATE_RESULT "
+MLFLOW_RUN_ENV = "DAPO_ABLATE_MLFLOW_RUN_ID"  # the cell's MLflow child run (set by the driver: pool.MLFLOW_RUN_ENV)
 CONFIG_ENV = "DAPO_ABLATE_JOB_CONFIG"
 ADDRESS_ENV = "DAPO_ABLATE_JOBS_ADDRESS"
 GPUS_ENV = "DAPO_ABLATE_JOB_GPUS"
@@ -82,24 +83,6 @@ def builtin_entrypoint(run_dir: str, eval_cache_dir: str | None) -> str:
     return " ".join(shlex.quote(word) for word in (sys.executable, "-m", "dapo_ablate.ablation.jobs", run_dir, eval_cache_dir or ""))
 
 
-def verl_entrypoint(config: dict[str, Any], run_dir: str) -> tuple[str, dict[str, str]]:
-    """verl's command and environment; the MLflow child run comes from the driver
-    ($DAPO_ABLATE_MLFLOW_RUN_ID), so that verl logs into the cell's own run."""
-    from dapo_ablate.ablation.backends.verl import ENTRYPOINT, job_env, verl_overrides
-    from dapo_ablate.core.config import build_trainer_config
-
-    run_id = os.environ.get("DAPO_ABLATE_MLFLOW_RUN_ID")
-    uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if not run_id or not uri:
-        raise RuntimeError(
-            "a verl cell needs the cell's MLflow child run (DAPO_ABLATE_MLFLOW_RUN_ID) and MLFLOW_TRACKING_URI in its "
-            "environment; `dapo-ablate run` sets both, a cell function called another way must set them itself"
-        )
-    gpus = float(os.environ.get(GPUS_ENV, "8"))
-    overrides = verl_overrides(build_trainer_config(config), gpus=gpus, run_name=Path(run_dir).name)
-    return " ".join([ENTRYPOINT, *(shlex.quote(o) for o in overrides)]), job_env(uri, run_id)
-
-
 def job_cell(
     config: dict[str, Any], run_dir: str, eval_cache_dir: str | None,
     on_event: Callable[[str, int, dict[str, Any]], None] | None = None,
@@ -138,8 +121,9 @@ def job_cell(
     if config.get("backend") == "verl":
         from dapo_ablate.ablation.backends.verl_results import result_from_mlflow
 
-        return result_from_mlflow(os.environ["MLFLOW_TRACKING_URI"], os.environ["DAPO_ABLATE_MLFLOW_RUN_ID"],
-                                  wall_s=_job_wall_s(client.get_job_info(sid)), config=config)
+        job = _verl_job()
+        return result_from_mlflow(job.env["MLFLOW_TRACKING_URI"], _mlflow_run_id(),
+                                  wall_s=_job_wall_s(client.get_job_info(sid)), config=config, job_log=logs)
     return result_from_logs(logs, sid)
 
 
@@ -170,21 +154,37 @@ def _job_info(client: Any, sid: str) -> Any:
         raise
 
 
+def _verl_job() -> Any:
+    """The cell's verl job, built by the driver (`backends.verl_job`; what a dry run prints)."""
+    from dapo_ablate.ablation.backends.verl_job import JOB_ENV, VerlJob
+
+    if not os.environ.get(JOB_ENV):
+        raise RuntimeError(f"a verl cell needs its job in ${JOB_ENV}; `dapo-ablate run` sets it")
+    return VerlJob.from_json(os.environ[JOB_ENV])
+
+
+def _mlflow_run_id() -> str:
+    run_id = os.environ.get(MLFLOW_RUN_ENV)
+    if not run_id:
+        raise RuntimeError(f"a verl cell needs the cell's MLflow child run in ${MLFLOW_RUN_ENV}; `dapo-ablate run` sets it")
+    return run_id
+
+
 def _submit(client: Any, sid: str, config: dict[str, Any], run_dir: str, eval_cache_dir: str | None) -> None:
-    env = {CONFIG_ENV: json.dumps(config), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     if config.get("backend") == "verl":
-        entrypoint, verl_env = verl_entrypoint(config, run_dir)
-        env.update(verl_env)
+        # the job as the driver built it; its GPUs are verl's own placement groups, not the entrypoint's
+        job = _verl_job()
+        entrypoint, runtime_env, cpus, gpus = job.entrypoint, job.runtime_env(_mlflow_run_id()), job.num_cpus, 0.0
     else:
-        entrypoint = builtin_entrypoint(run_dir, eval_cache_dir)
+        env = {CONFIG_ENV: json.dumps(config), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+        entrypoint, runtime_env = builtin_entrypoint(run_dir, eval_cache_dir), {"env_vars": env}
+        cpus, gpus = float(os.environ.get(CPUS_ENV, "1")), float(os.environ.get(GPUS_ENV, "0"))
     deadline = time.monotonic() + AGENT_WAIT_S
     while True:
         try:
             client.submit_job(
-                entrypoint=entrypoint, submission_id=sid, runtime_env={"env_vars": env},
-                entrypoint_num_cpus=float(os.environ.get(CPUS_ENV, "1")),
-                entrypoint_num_gpus=float(os.environ.get(GPUS_ENV, "0")),
-                metadata={"dapo_ablate_run_dir": run_dir},
+                entrypoint=entrypoint, submission_id=sid, runtime_env=runtime_env,
+                entrypoint_num_cpus=cpus, entrypoint_num_gpus=gpus, metadata={"dapo_ablate_run_dir": run_dir},
             )
             return
         except RuntimeError as err:  # a head just started has no job agent yet ("try again later")

@@ -119,11 +119,12 @@ class RunPool:
     # -- submit --------------------------------------------------------------------------------
 
     def submit(self, run_id: str, config: dict[str, Any], *, max_attempts: int,
-               prepare: Callable[[], dict[str, str]] | None = None) -> bool:
+               prepare: Callable[[], dict[str, str]] | None = None, resources: dict[str, float] | None = None) -> bool:
         """Claim `run_id` and start its task; False if the ledger would not give it (done, held by
         another driver, or out of attempts). `prepare()`, called once the run is claimed and
         before its task starts (the factorial driver creates its MLflow child there), returns
-        extra environment for the task; if it raises, the claim is given back."""
+        extra environment for the task; if it raises, the claim is given back. `resources`: the
+        task's own instead of the pool's (a task that only submits a Ray job holds none)."""
         claimed = retry_transient(lambda: self.ledger.claim(run_id, self.host, lease_s=self.lease_s, max_attempts=max_attempts),
                                   f"claim {self.names(run_id)}")
         if not claimed:
@@ -133,7 +134,7 @@ class RunPool:
         except BaseException:
             self.ledger.release(run_id, self.host)
             raise
-        ref = self.task.options(max_retries=0, **self.resources).remote(
+        ref = self.task.options(max_retries=0, **(self.resources if resources is None else resources)).remote(
             self.cell_fn, config, str(self.run_root / run_id), str(self.eval_cache), self.events, run_id, env,
         )
         deadline = time.monotonic() + self.timeout_s if self.timeout_s else float("inf")

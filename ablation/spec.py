@@ -113,9 +113,16 @@ class ExecutorSpec(_Section):
     Ray 2.5x heads use token authentication when a token exists). None: RAY_AUTH_TOKEN,
     RAY_AUTH_TOKEN_PATH, else ~/.ray/auth_token. Only read when the cluster asks for a token."""
     cpus_per_run: float = Field(1.0, ge=0)
-    """CPUs each run declares to Ray (match the trainer's model.threads on CPU)."""
+    """CPUs each run declares to Ray (match the trainer's model.threads on CPU); backend verl: the
+    CPUs of the job's entrypoint (verl's driver process)."""
     gpus_per_run: float = Field(0.0, ge=0)
-    """GPUs each run declares to Ray (fractions share a GPU)."""
+    """GPUs each run uses. Built-in trainer: what its Ray task declares (fractions share a GPU).
+    backend verl: the GPUs of the cell's verl job, a whole number on one node or on whole nodes
+    (trainer.nnodes x trainer.n_gpus_per_node); the job's own placement groups hold them, the task
+    that submits and watches the job holds none."""
+    gpus_per_node: int = Field(8, ge=1)
+    """backend verl: GPUs per node of the cluster; a job of more GPUs than this spans
+    gpus_per_run / gpus_per_node whole nodes."""
     max_concurrent: int | None = Field(None, ge=1)
     """Most runs at a time; None: as many as the CPUs (or the cluster's resources) allow."""
     retries: int = Field(1, ge=0)
@@ -398,6 +405,12 @@ class ExperimentSpec(TrainerBasedSpec):
     def factor_names(self) -> list[str]:
         """Canonical factor names in spec order (technique names, knob leaf names)."""
         return [entry if isinstance(entry, str) else next(iter(entry)) for entry in self.factors]
+
+
+def run_root(spec: ExperimentSpec) -> Path:
+    """The experiment's run folders' parent, absolute: ``output_dir/<name, other characters as _>``
+    (a run's folder is ``run_root(spec) / <run id>``)."""
+    return Path(spec.output_dir).expanduser().resolve() / re.sub(r"[^\w.-]+", "_", spec.name)
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:

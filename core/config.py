@@ -241,6 +241,36 @@ class ScheduleConfig(_Frozen):
     """Seed of evaluation sampling, shared by all runs so their evaluations use common random numbers."""
 
 
+class VerlConfig(_Frozen):
+    """backend verl only: the settings of verl's DAPO recipe (recipe/dapo/run_dapo_qwen2.5_32b.sh)
+    that the built-in trainer has no use for. Defaults are verl 0.9.1's own; the paper-scale example
+    sets the recipe's values. Ignored by the built-in trainer."""
+
+    max_prompt_length: int = Field(2048, ge=1)
+    """data.max_prompt_length: longest prompt in tokens (recipe: 2048)."""
+    truncation: Literal["error", "left", "right", "middle"] = "error"
+    """data.truncation: what verl does with a longer prompt (verl: error; recipe: left)."""
+    sequence_parallel_size: int = Field(1, ge=1)
+    """actor/ref ulysses_sequence_parallel_size (recipe, 32B on 8-GPU nodes: 8)."""
+    param_offload: bool = False
+    """actor/ref fsdp_config.param_offload: keep parameters on the CPU between uses (recipe: true)."""
+    optimizer_offload: bool = False
+    """actor fsdp_config.optimizer_offload: keep AdamW state on the CPU (recipe: true)."""
+    max_token_len_per_gpu: int | None = Field(None, ge=1)
+    """Dynamic batch size's token budget per GPU for the update and the log-prob passes (actor
+    ppo_max_token_len_per_gpu, ref/rollout log_prob_max_token_len_per_gpu); None: one longest
+    sequence, max_prompt_length + rollout.max_response_len (the recipe's)."""
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    """vLLM's max_num_batched_tokens; None: max_prompt_length + rollout.max_response_len (the
+    recipe's; verl's own 8192 is below one 20k-token response)."""
+    max_checkpoints: int | None = Field(None, ge=1)
+    """trainer.max_actor_ckpt_to_keep: the newest N checkpoints of a run are kept (None: all, verl's
+    and the recipe's default). Checkpoints go to the run's folder (schedule.checkpoint_every)."""
+    overrides: tuple[str, ...] = ()
+    """Extra Hydra overrides appended to every cell's verl command (a cluster's own settings, e.g.
+    ``trainer.device=npu``). Keys the five techniques decide are refused: set the technique instead."""
+
+
 class TrainerConfig(_Frozen):
     """Everything `train()` needs. Build it with `load_trainer_config` or `TrainerConfig(**dict)`."""
 
@@ -256,6 +286,7 @@ class TrainerConfig(_Frozen):
     optim: OptimConfig = OptimConfig()
     batch: BatchConfig = BatchConfig()
     schedule: ScheduleConfig = ScheduleConfig()
+    verl: VerlConfig = VerlConfig()
 
     @field_validator("model")
     @classmethod

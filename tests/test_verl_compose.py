@@ -24,7 +24,7 @@ import pytest
 from dapo_ablate.ablation.backends.verl import (
     OVERLONG_FILTER_LOSS,
     VerlTranslationError,
-    cluster_overrides,
+    job_shape,
     verl_overrides,
 )
 from dapo_ablate.ablation.design import expand
@@ -43,7 +43,8 @@ from omegaconf import OmegaConf
 from verl.utils.config import omega_conf_to_dataclass
 config_dir = os.path.join(importlib.util.find_spec("verl").submodule_search_locations[0], "trainer", "config")
 read = ["actor_rollout_ref.actor.policy_loss.loss_mode", "actor_rollout_ref.actor.clip_ratio_high",
-        "actor_rollout_ref.actor.loss_agg_mode", "algorithm.filter_groups.enable", "data.gen_batch_size",
+        "actor_rollout_ref.actor.loss_agg_mode", "algorithm.filter_groups.enable",
+        "algorithm.filter_groups.max_inflight_gen_batches", "trainer.use_v1", "trainer.nnodes", "trainer.n_gpus_per_node",
         "reward.reward_kwargs.overlong_buffer_cfg.enable", "reward.reward_manager.name",
         "actor_rollout_ref.rollout.val_kwargs.n", "actor_rollout_ref.actor.ppo_mini_batch_size"]
 with initialize_config_dir(config_dir=config_dir, version_base=None):
@@ -81,7 +82,8 @@ def compose(python: str, override_lists: list[list[str]]) -> list[dict]:
 
 def paper_cells() -> list[tuple[TrainerConfig, list[str]]]:
     plan = expand(load_spec(EXAMPLE))
-    return [(run.config, verl_overrides(run.config, gpus=16, project="paper-verl", run_name=run.name)) for run in plan.runs]
+    return [(run.config, verl_overrides(run.config, nnodes=16, gpus_per_node=8, project="paper-verl", run_name=run.name,
+                                        run_dir=f"/runs/{run.run_id}")) for run in plan.runs]
 
 
 def test_the_overrides_of_all_32_cells_compose_into_verls_config_and_a_wrong_key_fails():
@@ -98,7 +100,9 @@ def test_the_overrides_of_all_32_cells_compose_into_verls_config_and_a_wrong_key
         assert values["actor_rollout_ref.actor.clip_ratio_high"] == pytest.approx(0.28 if t.clip_higher else 0.2)
         assert values["actor_rollout_ref.actor.loss_agg_mode"] == ("token-mean" if t.token_level_loss else "seq-mean-token-mean")
         assert values["algorithm.filter_groups.enable"] is t.dynamic_sampling
-        assert values["data.gen_batch_size"] == (1536 if t.dynamic_sampling else 512)
+        assert values["algorithm.filter_groups.max_inflight_gen_batches"] == (3 if t.dynamic_sampling else 1)  # 1536 / 512
+        assert values["trainer.use_v1"] is True  # the legacy trainer would ignore filter_groups
+        assert (values["trainer.nnodes"], values["trainer.n_gpus_per_node"]) == (16, 8)
         assert values["reward.reward_kwargs.overlong_buffer_cfg.enable"] is t.soft_overlong
         assert values["reward.reward_manager.name"] == "dapo"
         assert values["actor_rollout_ref.rollout.val_kwargs.n"] == 32
@@ -143,6 +147,19 @@ def test_what_verl_cannot_do_is_refused_in_one_sentence(change: dict, field: str
     assert message.startswith(field) and "backend verl" in message and "\n" not in message
 
 
-def test_cluster_overrides_split_gpus_into_nodes_of_eight():
-    assert "trainer.nnodes=4" in cluster_overrides(32, "p", "r") and "trainer.n_gpus_per_node=8" in cluster_overrides(32, "p", "r")
-    assert "trainer.nnodes=1" in cluster_overrides(2, "p", "r") and "trainer.n_gpus_per_node=2" in cluster_overrides(2, "p", "r")
+def test_job_shape_splits_gpus_into_whole_nodes_and_refuses_the_rest():
+    assert job_shape(128, 8) == (16, 8) and job_shape(2, 8) == (1, 2) and job_shape(8, 8) == (1, 8) and job_shape(12, 4) == (3, 4)
+    for gpus, per_node, words in ((12, 8, "whole number of nodes"), (0, 8, "at least 1"), (1.5, 8, "whole number of GPUs")):
+        with pytest.raises(VerlTranslationError) as err:
+            job_shape(gpus, per_node)
+        assert str(err.value).startswith("executor.gpus_per_run") and words in str(err.value)
+
+
+def test_an_extra_override_of_a_key_a_technique_decides_is_refused():
+    base = paper_cells()[0][0]
+    for override in ("actor_rollout_ref.actor.loss_agg_mode=token-mean", "+algorithm.filter_groups.enable=true", "trainer.use_v1=false"):
+        config = base.with_overrides({"verl.overrides": [override]})
+        with pytest.raises(VerlTranslationError, match="a technique decides"):
+            verl_overrides(config)
+    allowed = base.with_overrides({"verl.overrides": ["trainer.device=npu"]})
+    assert verl_overrides(allowed)[-1] == "trainer.device=npu"

@@ -3,7 +3,8 @@
 `overlong_filtered_policy_loss` (registered in verl as ``dapo_overlong_filter``) must equal
 ``dapo_ablate.core.algorithms.clipped_policy_loss`` with the truncated rows masked, to 1e-6, for
 both aggregations and with and without the dual clip. It is plain torch, so this runs here without
-verl; verl's registry hook is checked where verl is importable.
+verl; verl's registry hook and verl's own V1 loss path are tested in the verl environment
+(tests/test_verl_v1_loss.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 
 from dapo_ablate.ablation.backends.verl import NO_DUAL_CLIP
 from dapo_ablate.ablation.backends.verl_loss import (
+    MAX_RESPONSE_LEN_ENV,
     overlong_filtered_policy_loss,
     register,
     truncated_rows,
@@ -45,7 +47,7 @@ def batch(seed: int) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("clip_ratio_c", [None, 3.0])
 def test_equals_the_builtin_clipped_loss_with_truncated_rows_masked(seed: int, token_level: bool, clip_ratio_c: float | None):
     b = batch(seed)
-    truncated = truncated_rows(b["mask"])
+    truncated = truncated_rows(b["mask"], T)
     assert truncated.tolist() == [i in (1, 4, 7, 10) for i in range(B)]
     expected, _ = clipped_policy_loss(
         b["new"], b["old"], b["adv"], b["mask"] * (~truncated).unsqueeze(-1), eps_low=0.2, eps_high=0.28,
@@ -53,7 +55,7 @@ def test_equals_the_builtin_clipped_loss_with_truncated_rows_masked(seed: int, t
     )
     got, metrics = overlong_filtered_policy_loss(
         b["old"], b["new"], b["adv"].unsqueeze(-1).expand(B, T), b["mask"], clip_ratio_low=0.2, clip_ratio_high=0.28,
-        clip_ratio_c=clip_ratio_c if clip_ratio_c is not None else NO_DUAL_CLIP,
+        clip_ratio_c=clip_ratio_c if clip_ratio_c is not None else NO_DUAL_CLIP, max_response_length=T,
         loss_agg_mode="token-mean" if token_level else "seq-mean-token-mean",
     )
     assert abs(float(got) - float(expected)) < 1e-6
@@ -64,18 +66,20 @@ def test_equals_the_builtin_clipped_loss_with_truncated_rows_masked(seed: int, t
 
 
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
-def test_verls_entry_point_with_its_global_counts_equals_the_filtered_loss(mode: str):
+def test_verls_entry_point_with_its_global_counts_equals_the_filtered_loss(mode: str, monkeypatch):
     """Through the registered signature, with verl's global_batch_info of one rank and two
     micro-batches: the micro-batch losses add up to the filtered loss of the whole batch."""
+    monkeypatch.setenv(MAX_RESPONSE_LEN_ENV, str(T))
     b = batch(3)
     full, _ = overlong_filtered_policy_loss(b["old"], b["new"], b["adv"].unsqueeze(-1).expand(B, T), b["mask"],
-                                            clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, loss_agg_mode=mode)
+                                            clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, max_response_length=T,
+                                            loss_agg_mode=mode)
     info = {"dp_size": 1, "batch_num_tokens": int(b["mask"].sum()), "global_batch_size": B}
     config = ActorConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, global_batch_info=info)
     # two micro-batches with the same kept share of tokens / rows (two truncated rows each)
     order = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
     halves = [order[:6], order[6:]]
-    kept_share = [float((b["mask"][h] * (~truncated_rows(b["mask"][h])).unsqueeze(-1)).sum()) / float(b["mask"][h].sum()) for h in halves]
+    kept_share = [float((b["mask"][h] * (~truncated_rows(b["mask"][h], T)).unsqueeze(-1)).sum()) / float(b["mask"][h].sum()) for h in halves]
     total = 0.0
     for h in halves:
         loss, _ = verl_policy_loss(b["old"][h], b["new"][h], b["adv"][h].unsqueeze(-1).expand(len(h), T), b["mask"][h], mode, config)
@@ -86,7 +90,8 @@ def test_verls_entry_point_with_its_global_counts_equals_the_filtered_loss(mode:
         assert abs(total - float(full)) < 1e-6
 
 
-def test_rollout_importance_weights_are_refused():
+def test_rollout_importance_weights_are_refused(monkeypatch):
+    monkeypatch.setenv(MAX_RESPONSE_LEN_ENV, str(T))
     b = batch(0)
     config = ActorConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, global_batch_info={})
     with pytest.raises(ValueError, match="tis_cap"):
@@ -102,50 +107,3 @@ def test_registration_without_verl_is_a_no_op():
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
         assert register() is True and get_policy_loss_fn("dapo_overlong_filter") is verl_policy_loss
-
-
-# Runs in the verl environment with this environment's torch (and dapo_ablate) added after its own
-# packages: verl imports our module through VERL_USE_EXTERNAL_MODULES, and the registered loss
-# equals verl's own `vanilla` loss on the batch with the truncated rows masked.
-IN_VERL = r"""
-import site, sys
-site.addsitedir(sys.argv[1])
-import torch, verl
-from omegaconf import OmegaConf
-from verl.trainer.ppo.core_algos import get_policy_loss_fn
-from dapo_ablate.ablation.backends.verl_loss import truncated_rows, verl_policy_loss
-ours, vanilla = get_policy_loss_fn("dapo_overlong_filter"), get_policy_loss_fn("vanilla")
-assert ours is verl_policy_loss, ours
-g = torch.Generator().manual_seed(0)
-B, T = 12, 16
-lengths = torch.randint(1, T, (B,), generator=g); lengths[[1, 4, 7, 10]] = T
-mask = (torch.arange(T)[None] < lengths[:, None]).double()
-old = -torch.rand(B, T, generator=g, dtype=torch.float64) * 3
-new = old + torch.randn(B, T, generator=g, dtype=torch.float64) * 0.4
-adv = torch.randn(B, generator=g, dtype=torch.float64)[:, None].expand(B, T)
-keep = mask * (~truncated_rows(mask))[:, None]
-for mode in ("token-mean", "seq-mean-token-mean"):
-    cfg = OmegaConf.create({"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "clip_ratio_c": 3.0, "global_batch_info": {}})
-    a, _ = ours(old, new, adv, mask, mode, cfg)
-    b, _ = vanilla(old, new, adv, keep, mode, cfg)
-    assert abs(float(a) - float(b)) < 1e-6, (mode, float(a), float(b))
-    print(mode, float(a), float(b))
-"""
-
-
-def test_verl_imports_the_loss_module_and_its_registered_loss_equals_verls_vanilla_on_the_filtered_batch():
-    import os
-    import subprocess
-    import sysconfig
-    from pathlib import Path
-
-    python = os.environ.get("DAPO_VERL_PYTHON", "")
-    if not python or not Path(python).is_file():
-        if os.environ.get("DAPO_REQUIRE_VERL") == "1":
-            pytest.fail(f"DAPO_REQUIRE_VERL=1 but DAPO_VERL_PYTHON ({python!r}) is not a python with verl installed")
-        pytest.skip("no verl environment (set DAPO_VERL_PYTHON to its python; .ci/run builds one)")
-    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "dapo_ablate.ablation.backends.verl_loss"}
-    result = subprocess.run([python, "-c", IN_VERL, sysconfig.get_paths()["purelib"]], env=env,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "token-mean" in result.stdout and "seq-mean-token-mean" in result.stdout

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from dapo_ablate.ablation.backends.verl import job_env
+from dapo_ablate.core.config import build_trainer_config
 from dapo_ablate.ablation.backends.verl_results import result_from_history, result_from_mlflow, score_name
 from dapo_ablate.ablation.ledger import Ledger, RunSpec
 
@@ -97,6 +98,7 @@ def test_a_verl_run_in_mlflow_reads_back_as_the_ledger_result(logger: str, tmp_p
     from dapo_ablate.ablation.tracking import flatten
 
     config = paper_cell()
+    config["schedule"]["total_steps"] = 4  # what was logged below: the run trained to its end
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
     child = client.create_run(client.create_experiment("paper"), run_name="cell 11111 seed 0")  # the driver's child,
@@ -104,7 +106,8 @@ def test_a_verl_run_in_mlflow_reads_back_as_the_ledger_result(logger: str, tmp_p
     params = [Param(key, str(value)) for key, value in {**flatten(config), "seed": 0}.items()]
     for start in range(0, len(params), 100):
         client.log_batch(run_id, params=params[start:start + 100])
-    log_like_verl(logger, {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **job_env(uri, run_id)})
+    env = {**job_env(build_trainer_config(config), uri), "MLFLOW_RUN_ID": run_id}
+    log_like_verl(logger, {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env})
     assert client.get_run(run_id).data.params["data/train_batch_size"] == "512"  # verl attached to the child
 
     result = result_from_mlflow(uri, run_id, wall_s=3600.0, config=config)
@@ -141,6 +144,10 @@ def test_a_verl_run_in_mlflow_reads_back_as_the_ledger_result(logger: str, tmp_p
         result["metrics"], result["eval_curve"], result["tokens_generated"])
 
     assert result_from_mlflow(uri, run_id)["wall_s"] > 0  # without the job's duration: the run's own span
+
+    short = {**config, "schedule": {**config["schedule"], "total_steps": 400}}  # verl exited 0 after 4 of 400 steps
+    with pytest.raises(RuntimeError, match="verl's job ended after 4 of 400 training steps .*ValueError: boom"):
+        result_from_mlflow(uri, run_id, wall_s=1.0, config=short, job_log="step 4\nValueError: boom")
 
     empty = client.create_run(client.get_experiment_by_name("paper").experiment_id).info.run_id
     with pytest.raises(RuntimeError, match=f"verl logged no validation .* into MLflow run {empty}"):

@@ -9,14 +9,25 @@ The five toggles (on / off):
 - Overlong Filtering: ``actor.policy_loss.loss_mode=dapo_overlong_filter`` (our loss, registered in
   verl's policy-loss registry by ``dapo_ablate.ablation.backends.verl_loss``, which verl imports
   through ``VERL_USE_EXTERNAL_MODULES``; verl has no Overlong Filtering of its own) / ``vanilla``.
+  A response is truncated when its length reaches ``rollout.max_response_len``, which the job's
+  environment gives the loss (``DAPO_ABLATE_MAX_RESPONSE_LEN``): verl's V1 trainer pads each
+  micro-batch only to its own longest response, so the tensor's width says nothing.
 - Clip-Higher: ``clip_ratio_low=eps_low, clip_ratio_high=eps_high`` / both ``eps_low``.
 - Soft Overlong Punishment: the ``dapo`` reward manager always scores (+1 / -1, as the paper);
   ``reward.reward_kwargs.overlong_buffer_cfg.enable`` true / false, ``len=overlong_cache``,
   ``penalty_factor``, ``max_resp_len=max_response_len``.
 - Token-Level Loss: ``loss_agg_mode=token-mean`` / ``seq-mean-token-mean`` (GRPO's mean of means).
-- Dynamic Sampling: ``algorithm.filter_groups.{enable=true, metric=acc, max_num_gen_batches=
-  max_gen_rounds}`` with ``data.gen_batch_size=gen_prompts_per_round`` (None: 3 x prompts_per_step)
-  / ``enable=false`` and ``gen_batch_size=prompts_per_step``.
+- Dynamic Sampling: ``algorithm.filter_groups.{enable=true, metric=acc}`` / ``enable=false``, on
+  verl's V1 trainer (``trainer.use_v1=true``, set explicitly: the legacy trainer ignores
+  filter_groups without a word). V1's replay buffer is not the recipe's loop of 3 x batch rounds
+  stopped after max_num_gen_batches (10): it starts each step with prompts_per_step prompts,
+  dispatches 2 new prompts for every group it evicts (all correct or all wrong), one prompt at a
+  time, keeps at most ``max_inflight_gen_batches x prompts_per_step`` prompts in flight, trains once
+  prompts_per_step mixed groups are finished and discards the surplus. Its only bound is that
+  in-flight one: ``max_inflight_gen_batches = ceil(gen_prompts_per_round / prompts_per_step)`` (3 by
+  default, the recipe's 3 x batch). It has no round limit: ``algorithm.max_gen_rounds`` has no verl
+  counterpart (``max_num_gen_batches=0``; V1 ignores it and warns otherwise), and a step whose
+  groups are never mixed keeps sampling.
 
 Open points, decided here:
 
@@ -24,6 +35,11 @@ Open points, decided here:
   ``algorithm.clip_ratio_c`` is set, so None becomes ``clip_ratio_c=1e9`` (never active).
 - Mini-batches: ours count responses, verl's prompts: ``ppo_mini_batch_size = mini_batch_size /
   group_size`` (refused unless it divides). ``micro_batch_size`` None -> verl's dynamic batch size.
+- Scale: ``trainer.nnodes`` x ``trainer.n_gpus_per_node`` from ``executor.gpus_per_run`` and
+  ``executor.gpus_per_node`` (`job_shape`); the recipe's performance settings from
+  ``trainer.verl`` (sequence parallelism, offload, token budgets, truncation, checkpoints kept);
+  checkpoints in the run's own folder (``trainer.default_local_dir``, on shared storage), so a retried
+  job resumes from the last one (verl's ``resume_mode=auto``).
 - Evaluation: ``val_kwargs`` n=eval_k, do_sample, eval temperature / top_p; verl logs avg@k as
   ``val-core/<data_source>/acc/mean@<k>``. ``schedule.eval_seed`` has no verl counterpart (verl's
   validation uses ``rollout.seed``).
@@ -31,7 +47,8 @@ Open points, decided here:
 
 Refused, in one sentence each (`VerlTranslationError`): the built-in model or data, the ``hf``
 rollout engine, non +1/-1 rewards, a noisy verifier, truncated samples left out of group stats,
-``advantage_eps`` other than verl's 1e-6, and a chat template turned off.
+``advantage_eps`` other than verl's 1e-6, a chat template turned off, a GPU count that is not a
+whole number of nodes, and a ``trainer.verl.overrides`` entry that sets a key a technique decides.
 """
 
 from __future__ import annotations
@@ -46,8 +63,8 @@ ENTRYPOINT = "python3 -m verl.trainer.main_ppo"
 LOSS_MODULE = "dapo_ablate.ablation.backends.verl_loss"
 OVERLONG_FILTER_LOSS = "dapo_overlong_filter"
 NO_DUAL_CLIP = 1e9
-MAX_PROMPT_LENGTH = 2048  # the DAPO scripts' data.max_prompt_length
-GPUS_PER_NODE = 8
+MAX_RESPONSE_LEN_ENV = "DAPO_ABLATE_MAX_RESPONSE_LEN"
+"""The job's environment gives the Overlong Filtering loss the response ceiling (verl_loss)."""
 VERL_VERSION = "0.9.1"
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
@@ -81,6 +98,11 @@ def check_translatable(config: TrainerConfig) -> None:
         raise _refuse("algorithm.advantage_eps", f"({algo.advantage_eps:g}) is fixed at 1e-6 in verl's GRPO", "leave it at 1e-6")
     if not config.model.use_chat_template:
         raise _refuse("model.use_chat_template", "false is not available (verl applies the chat template)", "leave it true")
+    decided = technique_keys(config)
+    for override in config.verl.overrides:
+        key = override_key(override)
+        if key in decided:
+            raise _refuse("verl.overrides", f"sets {key}, which a technique decides", "set the technique (or its knob) instead")
     if config.batch.mini_batch_size % algo.group_size:
         raise _refuse(
             "batch.mini_batch_size", f"({config.batch.mini_batch_size}) is not a multiple of group_size ({algo.group_size})",
@@ -91,38 +113,50 @@ def check_translatable(config: TrainerConfig) -> None:
 def technique_overrides(config: TrainerConfig) -> list[str]:
     """The overrides the five toggles decide."""
     t, algo, batch = config.techniques, config.algorithm, config.batch
-    eps_high = algo.eps_high if t.clip_higher else algo.eps_low
-    gen_batch = (algo.gen_prompts_per_round or 3 * batch.prompts_per_step) if t.dynamic_sampling else batch.prompts_per_step
     buffer = "+reward.reward_kwargs.overlong_buffer_cfg"
+    inflight = math.ceil(config.gen_prompts_per_round / batch.prompts_per_step) if t.dynamic_sampling else 1
     return [
+        "trainer.use_v1=true",
         f"{A}.policy_loss.loss_mode={OVERLONG_FILTER_LOSS if t.overlong_filter else 'vanilla'}",
         f"{A}.clip_ratio_low={algo.eps_low}",
-        f"{A}.clip_ratio_high={eps_high}",
+        f"{A}.clip_ratio_high={config.eps_high_effective}",
         f"{A}.clip_ratio_c={algo.clip_ratio_c if algo.clip_ratio_c is not None else NO_DUAL_CLIP}",
         "reward.reward_manager.name=dapo",
         f"{buffer}.enable={_bool(t.soft_overlong)}",
         f"{buffer}.len={algo.overlong_cache}",
         f"{buffer}.penalty_factor={algo.overlong_penalty_factor}",
-        f"{buffer}.log=false",
+        f"{buffer}.log={_bool(t.soft_overlong)}",
         f"+reward.reward_kwargs.max_resp_len={config.rollout.max_response_len}",
         f"{A}.loss_agg_mode={'token-mean' if t.token_level_loss else 'seq-mean-token-mean'}",
         f"algorithm.filter_groups.enable={_bool(t.dynamic_sampling)}",
         "algorithm.filter_groups.metric=acc",
-        f"algorithm.filter_groups.max_num_gen_batches={algo.max_gen_rounds}",
-        f"data.gen_batch_size={gen_batch}",
+        "algorithm.filter_groups.max_num_gen_batches=0",
+        f"algorithm.filter_groups.max_inflight_gen_batches={inflight}",
     ]
+
+
+def override_key(override: str) -> str:
+    """``+a.b=1`` -> ``a.b`` (Hydra's add / force-add / delete prefixes dropped)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def technique_keys(config: TrainerConfig) -> set[str]:
+    """The verl keys the techniques decide (a user's extra override may not set them)."""
+    return {override_key(o) for o in technique_overrides(config)}
 
 
 def knob_overrides(config: TrainerConfig) -> list[str]:
     """Every other knob: model, data, rollout, algorithm, optimiser, batch, schedule, seeds."""
-    m, d, r, algo, o, b, s = (config.model, config.data, config.rollout, config.algorithm, config.optim,
-                              config.batch, config.schedule)
+    m, d, r, algo, o, b, s, v = (config.model, config.data, config.rollout, config.algorithm, config.optim,
+                                 config.batch, config.schedule, config.verl)
+    longest = v.max_prompt_length + r.max_response_len  # one whole sequence
     out = [
         f"actor_rollout_ref.model.path={m.path}",
         f"actor_rollout_ref.model.enable_gradient_checkpointing={_bool(m.gradient_checkpointing)}",
         f"data.train_files={d.train}",
         f"data.val_files={d.eval}",
-        f"data.max_prompt_length={MAX_PROMPT_LENGTH}",
+        f"data.max_prompt_length={v.max_prompt_length}",
+        f"data.truncation={v.truncation}",
         f"data.max_response_length={r.max_response_len}",
         f"data.train_batch_size={b.prompts_per_step}",
         f"data.seed={s.seed}",
@@ -148,6 +182,12 @@ def knob_overrides(config: TrainerConfig) -> list[str]:
         f"{R}.dtype={'bfloat16' if m.dtype == 'float32' else m.dtype}",
         f"{R}.gpu_memory_utilization={r.gpu_memory_utilization}",
         f"{R}.tensor_model_parallel_size={r.tensor_parallel_size}",
+        f"{R}.max_num_batched_tokens={v.max_num_batched_tokens or longest}",
+        f"{R}.enable_chunked_prefill=true",
+        f"{A}.ulysses_sequence_parallel_size={v.sequence_parallel_size}",
+        f"{A}.fsdp_config.param_offload={_bool(v.param_offload)}",
+        f"{A}.fsdp_config.optimizer_offload={_bool(v.optimizer_offload)}",
+        f"actor_rollout_ref.ref.fsdp_config.param_offload={_bool(v.param_offload)}",
         f"{R}.val_kwargs.n={r.eval_k}",
         f"{R}.val_kwargs.do_sample=true",
         f"{R}.val_kwargs.temperature={r.eval_temperature}",
@@ -156,9 +196,11 @@ def knob_overrides(config: TrainerConfig) -> list[str]:
         f"trainer.test_freq={s.eval_every or -1}",
         "trainer.val_before_train=true",
         f"trainer.save_freq={s.checkpoint_every or -1}",
+        f"trainer.max_actor_ckpt_to_keep={v.max_checkpoints if v.max_checkpoints is not None else 'null'}",
+        "trainer.resume_mode=auto",
     ]
-    if b.micro_batch_size is None:
-        tokens = 2 * (MAX_PROMPT_LENGTH + r.max_response_len)
+    if b.micro_batch_size is None:  # dynamic batch size (the recipe's), ref and rollout log-probs follow the actor
+        tokens = v.max_token_len_per_gpu or longest
         out += [f"{A}.use_dynamic_bsz=true", f"{A}.ppo_max_token_len_per_gpu={tokens}"]
     else:
         out += [f"{A}.ppo_micro_batch_size_per_gpu={b.micro_batch_size}"]
@@ -167,36 +209,59 @@ def knob_overrides(config: TrainerConfig) -> list[str]:
     return out
 
 
-def cluster_overrides(gpus: float, project: str, run_name: str) -> list[str]:
-    """Nodes and GPUs of one cell's job, and MLflow as its logger (the run itself is chosen by
-    ``MLFLOW_RUN_ID`` in the job's environment, so verl logs into the cell's child run)."""
-    gpus_int = max(1, math.ceil(gpus))
-    nodes = max(1, math.ceil(gpus_int / GPUS_PER_NODE))
+def job_shape(gpus_per_run: float, gpus_per_node: int) -> tuple[int, int]:
+    """(nnodes, n_gpus_per_node) of a job of `gpus_per_run` GPUs on nodes of `gpus_per_node`:
+    a whole number of GPUs, on one node or on whole nodes (verl's resource pool is nnodes x
+    n_gpus_per_node)."""
+    if gpus_per_run < 1 or gpus_per_run != int(gpus_per_run):
+        raise VerlTranslationError(
+            f"executor.gpus_per_run ({gpus_per_run:g}) must be a whole number of GPUs, at least 1, on backend verl; "
+            "set the GPUs each verl job trains on (e.g. 128 for 16 nodes of 8)"
+        )
+    gpus = int(gpus_per_run)
+    if gpus <= gpus_per_node:
+        return 1, gpus
+    if gpus % gpus_per_node:
+        raise VerlTranslationError(
+            f"executor.gpus_per_run ({gpus}) is not a whole number of nodes of executor.gpus_per_node ({gpus_per_node}) "
+            f"on backend verl; use a multiple of {gpus_per_node}"
+        )
+    return gpus // gpus_per_node, gpus_per_node
+
+
+def cluster_overrides(nnodes: int, gpus_per_node: int, project: str, run_name: str, run_dir: str) -> list[str]:
+    """Nodes and GPUs of one cell's job, its checkpoints in the run's folder, and MLflow as its
+    logger (the run itself is chosen by ``MLFLOW_RUN_ID`` in the job's environment, so verl logs
+    into the cell's child run)."""
     return [
-        f"trainer.nnodes={nodes}",
-        f"trainer.n_gpus_per_node={min(gpus_int, GPUS_PER_NODE)}",
+        f"trainer.nnodes={nnodes}",
+        f"trainer.n_gpus_per_node={gpus_per_node}",
+        f"trainer.default_local_dir={run_dir}/checkpoints",
         "trainer.logger=[console,mlflow]",
         f"trainer.project_name={project}",
         f"trainer.experiment_name={run_name}",
     ]
 
 
-def verl_overrides(config: TrainerConfig, *, gpus: float = 8, project: str = "dapo-ablate", run_name: str = "cell") -> list[str]:
-    """Every override of one cell (refusing what verl cannot do)."""
+def verl_overrides(config: TrainerConfig, *, nnodes: int = 1, gpus_per_node: int = 8, project: str = "dapo-ablate",
+                   run_name: str = "cell", run_dir: str = "cell") -> list[str]:
+    """Every override of one cell (refusing what verl cannot do); the user's own
+    ``trainer.verl.overrides`` come last."""
     check_translatable(config)
-    return technique_overrides(config) + knob_overrides(config) + cluster_overrides(gpus, project, run_name)
+    return (technique_overrides(config) + knob_overrides(config)
+            + cluster_overrides(nnodes, gpus_per_node, project, run_name, run_dir) + list(config.verl.overrides))
 
 
-def job_env(tracking_uri: str, mlflow_run_id: str = "$MLFLOW_RUN_ID") -> dict[str, str]:
-    """Environment of a verl job: our loss module imported by verl, MLflow into the cell's run."""
-    return {"VERL_USE_EXTERNAL_MODULES": LOSS_MODULE, "MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_RUN_ID": mlflow_run_id}
+def job_env(config: TrainerConfig, tracking_uri: str) -> dict[str, str]:
+    """Environment of a verl job (besides ``MLFLOW_RUN_ID``, the cell's MLflow child run, set when
+    it is submitted): our loss module imported by verl with the response ceiling, MLflow's store."""
+    return {"VERL_USE_EXTERNAL_MODULES": LOSS_MODULE, MAX_RESPONSE_LEN_ENV: str(config.rollout.max_response_len),
+            "MLFLOW_TRACKING_URI": tracking_uri}
 
 
-def verl_command(overrides: list[str], env: dict[str, str] | None = None) -> str:
+def verl_command(overrides: list[str]) -> str:
     """The shell command of a cell (what a Ray job's entrypoint runs)."""
-    prefix = " ".join(f"{k}={shlex.quote(v) if not v.startswith('$') else v}" for k, v in (env or {}).items())
-    body = " ".join([ENTRYPOINT, *(shlex.quote(o) for o in overrides)])
-    return f"{prefix} {body}" if prefix else body
+    return " ".join([ENTRYPOINT, *(shlex.quote(o) for o in overrides)])
 
 
 def _bool(value: bool) -> str:

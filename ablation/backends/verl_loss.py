@@ -10,9 +10,12 @@ against ``dapo_ablate.core.algorithms.clipped_policy_loss`` here.
 The loss is verl's ``vanilla`` clipped surrogate (decoupled bounds, dual clip, ratio clamp) with the
 truncated responses taken out of the token mask *and* of the denominator:
 
-- truncated = a response whose mask fills the whole response window (verl pads every response to
-  ``data.max_response_length``, so only a response cut at the ceiling fills it; one that ends with
-  EOS on the very last position is indistinguishable and counts as truncated too);
+- truncated = a response whose length (its mask's sum) reaches the response ceiling,
+  ``rollout.max_response_len``, which the job's environment gives as ``DAPO_ABLATE_MAX_RESPONSE_LEN``
+  (verl's own ``response_length/clip_ratio`` counts the same responses). Never the tensor's width:
+  verl's V1 trainer keeps responses unpadded and pads each micro-batch only to its own longest
+  response, so the longest response of every micro-batch fills the width without being cut. A
+  response that ends with EOS exactly on the ceiling's last token counts as truncated, as in verl.
 - ``token-mean``: sum over kept tokens / number of kept tokens; ``seq-mean-token-mean``: mean over
   kept responses of their token means.
 
@@ -23,17 +26,27 @@ micro-batch per mini-batch on one data-parallel rank, an estimate otherwise).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
 
 LOSS_NAME = "dapo_overlong_filter"
+MAX_RESPONSE_LEN_ENV = "DAPO_ABLATE_MAX_RESPONSE_LEN"  # backends.verl.MAX_RESPONSE_LEN_ENV (this module imports no other)
 
 
-def truncated_rows(response_mask: torch.Tensor, max_response_length: int | None = None) -> torch.Tensor:
-    """[B] bool: responses whose mask reaches the ceiling (default: the mask's width)."""
-    ceiling = max_response_length if max_response_length is not None else response_mask.shape[-1]
-    return response_mask.sum(dim=-1) >= ceiling
+def truncated_rows(response_mask: torch.Tensor, max_response_length: int) -> torch.Tensor:
+    """[B] bool: responses whose length (mask sum) reaches `max_response_length`."""
+    return response_mask.sum(dim=-1) >= max_response_length
+
+
+def response_ceiling() -> int:
+    """The cell's ``rollout.max_response_len``, from the job's environment."""
+    value = os.environ.get(MAX_RESPONSE_LEN_ENV, "")
+    if not value.isdigit():
+        raise RuntimeError(f"{LOSS_NAME} needs the response ceiling in ${MAX_RESPONSE_LEN_ENV} (got {value!r}); "
+                           "the verl backend sets it in every job's environment")
+    return int(value)
 
 
 def _clipped_per_token(old_log_prob, log_prob, advantages, clip_ratio_low, clip_ratio_high, clip_ratio_c):
@@ -57,15 +70,17 @@ def overlong_filtered_policy_loss(
     clip_ratio_low: float,
     clip_ratio_high: float,
     clip_ratio_c: float = 1e9,
+    max_response_length: int,
     loss_agg_mode: str = "token-mean",
-    max_response_length: int | None = None,
     denominator: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The clipped policy loss over non-truncated responses. Tensors [B, T]; `denominator`
-    (kept tokens for token-mean, kept responses for seq-mean-token-mean) defaults to this batch's."""
+    """The clipped policy loss over responses shorter than `max_response_length`. Tensors [B, T]
+    (T may be below the ceiling); `denominator` (kept tokens for token-mean, kept responses for
+    seq-mean-token-mean) defaults to this batch's."""
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1).expand_as(log_prob)
-    keep = (~truncated_rows(response_mask, max_response_length)).unsqueeze(-1) & response_mask.bool()
+    truncated = truncated_rows(response_mask, max_response_length)
+    keep = (~truncated).unsqueeze(-1) & response_mask.bool()
     mask = keep.to(log_prob.dtype)
     per_token, neg_kl, loss1, loss2, clipped, loss3 = _clipped_per_token(
         old_log_prob, log_prob, advantages, clip_ratio_low, clip_ratio_high, clip_ratio_c
@@ -87,7 +102,7 @@ def overlong_filtered_policy_loss(
             "actor/pg_clipfrac": float((torch.gt(loss2, loss1).to(mask.dtype) * mask).sum() / n),
             "actor/ppo_kl": float((-neg_kl * mask).sum() / n),
             "actor/pg_clipfrac_lower": float((torch.gt(clipped, loss3) * (advantages < 0)).to(mask.dtype).mul(mask).sum() / n),
-            "actor/overlong_filtered_frac": float(truncated_rows(response_mask, max_response_length).float().mean()),
+            "actor/overlong_filtered_frac": float(truncated.float().mean()),
         }
     return loss, metrics
 
@@ -113,11 +128,12 @@ def verl_policy_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg
     clip = config.clip_ratio
     low = config.clip_ratio_low if config.clip_ratio_low is not None else clip
     high = config.clip_ratio_high if config.clip_ratio_high is not None else clip
-    keep_rows = ~truncated_rows(response_mask)
+    ceiling = response_ceiling()
+    keep_rows = ~truncated_rows(response_mask, ceiling)
     info = dict(getattr(config, "global_batch_info", None) or {})
     return overlong_filtered_policy_loss(
         old_log_prob, log_prob, advantages, response_mask, clip_ratio_low=low, clip_ratio_high=high,
-        clip_ratio_c=config.get("clip_ratio_c", 3.0), loss_agg_mode=loss_agg_mode,
+        clip_ratio_c=config.get("clip_ratio_c", 3.0), max_response_length=ceiling, loss_agg_mode=loss_agg_mode,
         denominator=_global_denominator(response_mask, keep_rows, loss_agg_mode, info),
     )
 

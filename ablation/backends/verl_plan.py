@@ -1,11 +1,13 @@
-"""What ``validate`` / ``run --dry-run`` print for a verl experiment: every cell's exact verl
-command and a GPU-hour estimate.
+"""What ``validate`` / ``run --dry-run`` print for a verl experiment: every cell's Ray job (the
+entrypoint exactly as submitted, its environment, nodes and GPUs) and a GPU-hour estimate.
 
 The estimate is a FLOP count, not a measurement (no GPU here): per rollout step,
 
 - generation: 2 N FLOPs per generated token at `GENERATION_MFU` of the GPU's bf16 peak (decoding is
-  memory-bound), for ``data.gen_batch_size`` prompts x group_size responses (one round of dynamic
-  sampling; each extra round adds as much again);
+  memory-bound), for the prompts verl's V1 trainer generates x group_size responses: without
+  Dynamic Sampling prompts_per_step; with it prompts_per_step / (1 - `EVICTED_SHARE`) (V1 refills
+  evicted groups until prompts_per_step mixed ones are finished: ``backends.verl``), the share of
+  all-correct or all-wrong groups assumed, not known before a run;
 - training: 8 N FLOPs per trained token (6 N forward-backward + 2 N for the old log-probs) at
   `TRAINING_MFU`, for prompts_per_step x group_size responses of `PROMPT_TOKENS` + their length;
 - evaluation: 2 N per token at `GENERATION_MFU`, eval_k samples of `EVAL_PROBLEMS` problems at the
@@ -20,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from dapo_ablate.ablation.backends.verl import job_env, verl_command, verl_overrides
+from dapo_ablate.ablation.backends.verl_job import VerlJob, verl_job
 from dapo_ablate.core.config import TrainerConfig
 
 if TYPE_CHECKING:
@@ -31,6 +33,8 @@ PEAK_FLOPS = 989e12  # H100 SXM dense bf16
 GENERATION_MFU = 0.05
 TRAINING_MFU = 0.35
 MEAN_RESPONSE_SHARE = 0.5
+EVICTED_SHARE = 0.5
+"""Dynamic Sampling: share of groups assumed all correct or all wrong (evicted) in the estimate."""
 PROMPT_TOKENS = 256
 EVAL_PROBLEMS = 30  # AIME 2024
 
@@ -48,7 +52,7 @@ def gpu_hours(config: TrainerConfig) -> float | None:
         return None
     algo, batch, s = config.algorithm, config.batch, config.schedule
     length = MEAN_RESPONSE_SHARE * config.rollout.max_response_len
-    gen_prompts = (algo.gen_prompts_per_round or 3 * batch.prompts_per_step) if config.techniques.dynamic_sampling else batch.prompts_per_step
+    gen_prompts = batch.prompts_per_step / (1 - EVICTED_SHARE) if config.techniques.dynamic_sampling else batch.prompts_per_step
     generated = gen_prompts * algo.group_size * length
     trained = batch.prompts_per_step * algo.group_size * (PROMPT_TOKENS + length) * batch.epochs
     evaluations = 1 + (s.total_steps // s.eval_every if s.eval_every else 1)
@@ -62,32 +66,38 @@ def uses_verl(plan: Plan) -> bool:
     return any(run.config.backend == "verl" for run in plan.runs)
 
 
-def verl_jobs(spec: ExperimentSpec, plan: Plan) -> list[tuple[str, str]]:
-    """(run name, shell command) of every verl run; raises VerlTranslationError (one sentence)."""
-    gpus = spec.executor.gpus_per_run or 8
-    env = job_env(spec.tracking.uri)
-    return [
-        (run.name, verl_command(verl_overrides(run.config, gpus=gpus, project=spec.name, run_name=run.name), env))
-        for run in plan.runs if run.config.backend == "verl"
-    ]
+def verl_jobs(spec: ExperimentSpec, plan: Plan) -> list[VerlJob]:
+    """The Ray job of every verl run; raises VerlTranslationError (one sentence)."""
+    return [verl_job(spec, run) for run in plan.runs if run.config.backend == "verl"]
 
 
 def format_verl_jobs(spec: ExperimentSpec, plan: Plan) -> str:
-    """The GPU-hour estimate and one verl command per run (MLFLOW_RUN_ID is the run's MLflow child
-    run, filled in when the job is submitted)."""
+    """The GPU-hour estimate, what every job shares, and one entrypoint per run, exactly as the
+    job receives it."""
     jobs = verl_jobs(spec, plan)  # raises VerlTranslationError (one sentence)
     verl_runs = [run for run in plan.runs if run.config.backend == "verl"]
     hours = [gpu_hours(run.config) for run in verl_runs]
-    gpus = spec.executor.gpus_per_run or 8
+    gpus = jobs[0].gpus
     if any(h is None for h in hours):
         estimate = "GPU-hours: unknown (no model size such as -32B in model.path)"
     else:
         total = sum(hours)  # type: ignore[arg-type]
         estimate = (
-            f"GPU-hours (FLOP estimate, H100 bf16, responses at {MEAN_RESPONSE_SHARE:.0%} of the ceiling): "
-            f"{total:,.0f} in all, {total / len(hours):,.0f} per run; {total / gpus:,.0f} h of wall time on "
-            f"{gpus:g} GPUs per run, one run at a time"
+            f"GPU-hours (FLOP estimate, H100 bf16, responses at {MEAN_RESPONSE_SHARE:.0%} of the ceiling, Dynamic "
+            f"Sampling evicting {EVICTED_SHARE:.0%} of groups): {total:,.0f} in all, {total / len(hours):,.0f} per run; "
+            f"{total / gpus:,.0f} h of wall time on {gpus} GPUs per run, one run at a time"
         )
-    lines = [f"verl jobs ({len(jobs)}, one Ray job each; {estimate}):"]
-    lines += [f"  [{name}] {command}" for name, command in jobs]
+    first = jobs[0]
+    shared = all(job.env == first.env for job in jobs)
+    env = " ".join(f"{key}={value}" for key, value in first.env.items()) if shared else "(per job, below)"
+    lines = [
+        f"verl jobs ({len(jobs)}, one Ray job each; {estimate}):",
+        f"  each job: {first.nnodes} node(s) x {first.gpus_per_node} GPU(s) (verl's placement groups), entrypoint "
+        f"{first.num_cpus:g} CPU(s) and no GPU; runtime env: py_modules [{', '.join(first.py_modules)}], "
+        f"env {env} MLFLOW_RUN_ID=<the run's MLflow child run>",
+    ]
+    for job in jobs:
+        lines.append(f"  [{job.run_name}] {job.entrypoint}")
+        if not shared:
+            lines.append("      env " + " ".join(f"{key}={value}" for key, value in job.env.items()))
     return "\n".join(lines)
