@@ -174,15 +174,16 @@ class _Driver:
         if not verl_runs:
             return
         from dapo_ablate.ablation.backends.verl import LOSS_MODULE
-        from dapo_ablate.ablation.backends.verl_cluster import check_cluster
+        from dapo_ablate.ablation.backends.verl_cluster import check_cluster, check_placement
         from dapo_ablate.ablation.backends.verl_job import REQUIREMENTS, verl_job, write_package_copy
         from dapo_ablate.ablation.cell import submits_jobs
 
         if not submits_jobs(self.cell_fn):
             return  # a stand-in cell function (tests, debugging) submits no verl job
         self.verl_jobs = {run.run_id: verl_job(self.spec, run) for run in verl_runs}
-        write_package_copy(self.spec)
         job = next(iter(self.verl_jobs.values()))
+        check_placement(job.nnodes, job.gpus_per_node)
+        write_package_copy(self.spec)
         runtime_env = job.runtime_env("check")
         runtime_env["env_vars"].update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="1", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
         check_cluster(runtime_env, REQUIREMENTS, job.env["MLFLOW_TRACKING_URI"], self.name, [LOSS_MODULE])

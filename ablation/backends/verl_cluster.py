@@ -74,6 +74,23 @@ def _tracking_problem(uri: str, experiment: str) -> str | None:
     return None
 
 
+def check_placement(nnodes: int, gpus_per_node: int) -> None:
+    """Raise ExecutorError (one sentence) unless the connected cluster has `nnodes` alive nodes with
+    `gpus_per_node` GPUs each: verl's resource pool places one bundle of that many GPUs per node,
+    and a job that cannot be placed would wait for nodes that never come."""
+    import ray
+
+    nodes = [node for node in ray.nodes() if node.get("Alive")]
+    fitting = sum(node.get("Resources", {}).get("GPU", 0) >= gpus_per_node for node in nodes)
+    if fitting < nnodes:
+        total = sum(node.get("Resources", {}).get("GPU", 0) for node in nodes)
+        raise ExecutorError(
+            f"a verl job of executor.gpus_per_run {nnodes * gpus_per_node:g} needs {nnodes} node(s) with "
+            f"{gpus_per_node} GPUs each, and the Ray cluster has {fitting} such node(s) ({total:g} GPUs on {len(nodes)} "
+            "node(s)); start the nodes first, or lower executor.gpus_per_run / gpus_per_node"
+        )
+
+
 def check_cluster(runtime_env: dict[str, Any], requirements: dict[str, str], tracking_uri: str, experiment: str,
                   modules: list[str]) -> None:
     """Run `node_problems` on every alive node of the connected Ray cluster; raise ExecutorError
