@@ -141,6 +141,12 @@ def report(
         "--per-effect-tests",
         help="With one seed per cell, test effects one by one (Lenth's ME) instead of the experiment-wise SME.",
     ),
+    equivalence_margin: float = typer.Option(
+        0.02,
+        "--equivalence-margin",
+        help="Transfer studies: a term 'transfers' only when every pair of settings is shown within this margin "
+        "(two one-sided tests), in the metric's units (0.02 = 2 pp of an accuracy); otherwise 'inconclusive'.",
+    ),
 ) -> None:
     """Effects, interactions, order dependence and Shapley values of a factorial, with exact CIs,
     and claims.csv: the claims that pass their family's multiplicity-adjusted test."""
@@ -174,6 +180,7 @@ def report(
             adjust=adjust,
             per_effect_tests=per_effect_tests,
             signals=signals,
+            equivalence_margin=equivalence_margin,
         )
         if logger is not None:
             log_headline(logger, experiment.name, table, factor_names, metric, confidence)

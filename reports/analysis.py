@@ -17,14 +17,15 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from . import shapley as sv
-from .claims import ClaimOptions, build_tests, claims_table
+from .claims import ClaimOptions, Guarantee, build_tests, claims_table, simultaneous_effects
 from .compute import budget_values, compute_table
 from .design import DesignInfo, describe_design, require_design, roman, two_factor_chains
 from .effects import EFFECT_COLUMNS, EffectContrasts, effect_contrasts, lenth_pse, model_prediction_map
-from .inference import LENTH, NONE, OLS, CellFit, Estimates, Noise, estimate, estimate_over_new_seeds, fit_cells
-from .multiplicity import lenth_margins
+from .inference import LENTH, NONE, WELCH, CellFit, Estimates, Noise, estimate, estimate_over_new_seeds, fit_cells
+from .multiplicity import lenth_bar, lenth_margins
 from .orderings import cumulative_means, path_masks, position_means, position_summary, resolve_orderings
 from .table import PAPER_AIME_AVG32, SEED_COLUMN, cell_label, cell_masks, describe_cell, validate_results
 
@@ -65,7 +66,8 @@ class Analysis:
     percent: bool = True  # metric in [0, 1]: display as percentage points
     paper_reference: tuple[int, ...] | None = None  # shown beside the `paper` ordering
     options: ClaimOptions = field(default_factory=ClaimOptions)
-    lenth: dict | None = None  # {"pse", "me", "sme", "m", "d"} with one run per cell
+    lenth: dict | None = None  # {"pse", "me", "sme", "m", "d", "bar"} with one run per cell (bar: lenth_rule)
+    guarantee: Guarantee | None = None  # the error statement of the claims list
 
 
 class CellValues:
@@ -272,10 +274,11 @@ def _shapley_check(shapley: pd.DataFrame, values: CellValues) -> dict | None:
 
 
 def noise_model(fit: CellFit, design: DesignInfo, effects: EffectContrasts, confidence: float) -> tuple[Noise, dict | None]:
-    """Residual variance from the fit; with no residual df, Lenth's PSE for full and regular
-    fractional designs (sigma^2 = PSE^2 / c'G^-1c of an effect, d = m / 3 df); else none."""
+    """The cells' own residual variances when the fit has residual df (``inference``); with none,
+    Lenth's PSE for full and regular fractional designs (sigma^2 = PSE^2 / c'G^-1c of an effect,
+    d = m / 3 df); else none."""
     if fit.df > 0:
-        return Noise(fit.sigma2, fit.df, OLS), None
+        return Noise(fit.sigma2, fit.df, WELCH), None
     if design.kind in ("full", "fraction") and len(effects.names) >= 3:
         point = effects.contrasts @ fit.mu
         pse = lenth_pse(point)
@@ -296,17 +299,12 @@ def _ci_method(fit: CellFit, noise: Noise, lenth: dict | None) -> str:
             "which assumes most effects are zero; every statistic c'mu has SE sqrt(sigma^2 c'G^-1 c)"
         )
     blocks = "with seeds as blocks" if fit.blocked else "without seed blocks (the cells do not share seeds)"
-    text = (
-        f"exact t intervals from the cell-means model {blocks} ({fit.df:.0f} residual df, "
-        f"MSE {fit.sigma2:.4g}); each statistic c'mu has SE sqrt(MSE c'G^-1 c), no resampling"
+    return (
+        f"t intervals from the cell-means model {blocks} ({fit.df:.0f} residual df); each statistic c'mu "
+        "has its SE from every cell's own residual variance (sum_j W_j s_j^2, Welch-Satterthwaite df: se and df "
+        "in intervals.csv), so a noisier cell widens exactly the statistics that lean on it; no resampling, "
+        "no pre-test"
     )
-    if fit.unequal_variances:
-        text += (
-            f"; Bartlett's test finds unequal variances across cells (p = {fit.equal_var_p:.2g}), so each statistic "
-            "uses its own paired seed-level t (seeds - 1 df) or Welch's t (Satterthwaite df) instead: "
-            "see se_method in intervals.csv"
-        )
-    return text
 
 
 def _effects_method(design: DesignInfo, effects: EffectContrasts) -> str:
@@ -426,7 +424,7 @@ def analyze(
     shapley, phi = _shapley_table(values, factors)
     order_gaps = _order_gap_table(values, factors)
     cumulative = _cumulative_table(values, paths, factors)
-    tests, effects = build_tests(info, factors, values, paths, shapley, phi, effects, order_gaps, options, lenth)
+    tests, effects, guarantee = build_tests(info, factors, values, paths, shapley, phi, effects, order_gaps, options, lenth)
     effects = effects[EFFECT_COLUMNS]
     percent = bool(results[metric].between(0, 1).all())
     compute, matched, compute_notes = _compute_views(results, factors, metric, fit, effects, curves, info, confidence)
@@ -459,8 +457,32 @@ def analyze(
         percent=percent,
         paper_reference=PAPER_AIME_AVG32 if any(name == "paper" for name, _ in paths) else None,
         options=options,
-        lenth=lenth,
+        lenth=lenth_rule(lenth, options, guarantee, simultaneous_effects(lenth, options), _tested_effects(tests)),
+        guarantee=guarantee,
     )
+
+
+def _tested_effects(tests: pd.DataFrame) -> int:
+    """Tests in the family of two-factor effects (where one seed's effects are tested)."""
+    return int((tests["family"] == "interactions").sum())
+
+
+def lenth_rule(
+    lenth: dict | None, options: ClaimOptions, guarantee: Guarantee, sidak_m: int | None, tested: int
+) -> dict | None:
+    """``lenth`` with ``bar``: the |effect| an effect must pass to be claimed, as applied. Lenth's
+    simultaneous rule at the family's share alpha / F over ``sidak_m`` effects (all effects of the
+    settings it pools); with --per-effect-tests the family's own adjustment applies instead, and
+    the bar is that of its first (strictest) step over the family's tests (``bar_last``: the last)."""
+    if lenth is None:
+        return None
+    n_families = 1 if options.adjust == "none" else guarantee.n_families
+    if sidak_m is not None:
+        return lenth | {"bar": lenth_bar(lenth["pse"], lenth["d"], sidak_m, options.alpha, n_families), "bar_last": None}
+    tested = max(tested, 1) if options.adjust != "none" else 1
+    first = float(stats.t.ppf(1 - options.alpha / (2 * n_families * tested), lenth["d"]) * lenth["pse"])
+    last = float(stats.t.ppf(1 - options.alpha / (2 * n_families), lenth["d"]) * lenth["pse"])
+    return lenth | {"bar": first, "bar_last": last}
 
 
 def _intervals_table(records: list[pd.DataFrame]) -> pd.DataFrame:
@@ -476,15 +498,24 @@ def _compute_views(results, factors, metric, fit, effects, curves, design, confi
     matched = pd.DataFrame(columns=COMPUTE_MATCHED_COLUMNS)
     notes: list[str] = []
     at_budget = budget_values(curves, results, factors, metric) if curves is not None else None
-    if at_budget is not None:
-        budget_results, budget = at_budget
+    if at_budget is not None and len(at_budget[0]):
+        budget_results, budget, not_reached = at_budget
         budget_fit = _fit(budget_results, factors, metric)
         compute["mean_at_budget"] = pd.Series(budget_fit.mu, index=budget_fit.masks).reindex(compute.index)
-        matched = _matched_effects(budget_fit, design, factors, effects, confidence, budget)
+        compute["runs_at_budget"] = pd.Series(budget_fit.n, index=budget_fit.masks).reindex(compute.index).fillna(0)
+        same_cells = np.array_equal(budget_fit.masks, fit.masks)
+        budget_design = design if same_cells else describe_design(budget_fit.masks, len(factors))
+        matched = _matched_effects(budget_fit, budget_design, factors, effects, confidence, budget)
         notes.append(
             f"Equal compute: each run's {metric} at {budget / 1e6:.3g}M generated tokens (the smallest total any "
             "run reached), interpolated linearly between its evaluations; compute_matched.csv sets the effects "
             "there beside the effects at equal steps."
+            + (
+                f" {not_reached} run{'s' if not_reached > 1 else ''} had generated more than that by {'their' if not_reached > 1 else 'its'} "
+                "first evaluation: not reached, left out of that view (not given the first evaluation's value)."
+                if not_reached
+                else ""
+            )
         )
     elif curves is not None:
         notes.append("The evaluation curves lack cumulative token counts for some runs, so no equal-compute view.")

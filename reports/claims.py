@@ -13,8 +13,15 @@ Which families a design gets (see ``multiplicity`` for the adjustment):
   ``steps`` = gains between observed cells that differ in one factor, along the requested
   orderings, add-one and leave-one-out. They are path gains, not main effects.
 
+A transfer study adds the families ``transfer`` (Welch's technique x setting test, estimate the
+largest between-setting gap with its TOST interval) and ``flips`` (a sign change seen on
+simultaneous intervals, estimate the difference between the two settings with the interval
+those imply); see ``transfer``.
+
 A claim is a tested statistic with p_adjusted < alpha; its interval is the statistic's own
-(marginal) confidence interval, which then excludes zero.
+(marginal) confidence interval, which then excludes zero (for the transfer families: the
+intervals named above). ``adjust_tests`` applies the one guarantee the list holds to
+(``Guarantee``, worded in ``Guarantee.sentence``).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import pandas as pd
 
 from .design import DesignInfo
 from .inference import Estimates
-from .multiplicity import across_families, adjust_within, sidak
+from .multiplicity import across_families, adjust_within, bonferroni, sidak
 from .orderings import path_masks
 from .table import cell_label, factor_label
 
@@ -90,24 +97,77 @@ def _step_rows(design: DesignInfo, factors, values, paths) -> pd.DataFrame:
     return _rows("step", "steps", terms, est)
 
 
-def _family_adjusted(tests: pd.DataFrame, options: ClaimOptions, lenth: dict | None, n_families: int) -> np.ndarray:
+@dataclass(frozen=True)
+class Guarantee:
+    """The one error statement the whole claims list holds to (see ``multiplicity``)."""
+
+    adjust: str  # holm | bh | none
+    alpha: float
+    families: tuple[str, ...]  # the families that have tests, in order
+    scope: str = ""  # what the families pool, e.g. "each pooled over the 3 settings"
+
+    @property
+    def n_families(self) -> int:
+        return max(len(self.families), 1)
+
+    def sentence(self) -> str:
+        """The summary's method line for the claims, in words that match what was computed."""
+        names = ", ".join(self.families) or "none"
+        scope = f"; {self.scope}" if self.scope else ""
+        if self.adjust == "none":
+            return (
+                f"Claims: raw p-values, no adjustment (families: {names}{scope}): each sentence holds at "
+                f"{self.alpha:.0%} on its own, and the list as a whole has no error guarantee."
+            )
+        times = f"then times the {self.n_families} families (Bonferroni)" if self.n_families > 1 else "one family"
+        if self.adjust == "bh":
+            return (
+                f"Claims: Benjamini-Hochberg within each family ({names}{scope}), {times}: the false discovery "
+                f"rate of the whole claims list is at most {self.alpha:.0%} (the expected share of false claims "
+                f"among the claims, not the chance of none); a claim needs adjusted p < {self.alpha:.2g}."
+            )
+        return (
+            f"Claims: {'Holm' if self.adjust == 'holm' else self.adjust} adjustment within each family ({names}{scope}), "
+            f"{times}: the family-wise error rate of the whole claims list is at most {self.alpha:.0%} (the chance "
+            f"that any claim in it is false); a claim needs adjusted p < {self.alpha:.2g}."
+        )
+
+
+def _within(rows: pd.DataFrame, options: ClaimOptions, sidak_m: int | None, bonferroni_count: int | None) -> np.ndarray:
+    p = rows["p_value"].to_numpy(float)
+    if bonferroni_count is not None and options.adjust != "none":
+        return bonferroni(p, bonferroni_count)  # simultaneous intervals behind the family (transfer flips)
+    simultaneous = sidak_m is not None and rows["family"].iloc[0] in ("attribution", "interactions")
+    if simultaneous and rows["kind"].isin(["main", "interaction"]).all():
+        return sidak(p, sidak_m)  # Lenth's SME over all m effects
+    return adjust_within(p, options.adjust)
+
+
+def adjust_tests(
+    tests: pd.DataFrame, options: ClaimOptions, sidak_m: int | None, bonferroni_counts: dict[str, int] | None = None,
+    scope: str = "",
+) -> tuple[pd.DataFrame, Guarantee]:  # fmt: skip
+    """``tests`` with ``p_adjusted`` (within each family, then Bonferroni over the families that
+    have a p-value) and ``claimed`` (p_adjusted < alpha), and the guarantee that holds for them.
+
+    ``sidak_m``: one run per cell, Lenth's simultaneous rule over that many effects for the
+    effect families; ``bonferroni_counts``: {family: number of simultaneous intervals}.
+    """
+    tests = tests.reset_index(drop=True).copy()
+    families = tuple(dict.fromkeys(tests.loc[tests["p_value"].notna(), "family"]))
+    guarantee = Guarantee(options.adjust, options.alpha, families, scope)
     adjusted = np.full(len(tests), np.nan)
     for family, rows in tests.groupby("family", sort=False):
-        index = rows.index.to_numpy()
-        p = rows["p_value"].to_numpy(float)
-        simultaneous = lenth is not None and not options.per_effect_tests and family in ("attribution", "interactions")
-        if simultaneous and rows["kind"].isin(["main", "interaction"]).all():
-            within = sidak(p, lenth["m"])  # Lenth's SME over all m effects
-        else:
-            within = adjust_within(p, options.adjust)
-        adjusted[index] = across_families(within, n_families, options.adjust)
-    return adjusted
+        within = _within(rows, options, sidak_m, (bonferroni_counts or {}).get(family))
+        adjusted[rows.index.to_numpy()] = across_families(within, guarantee.n_families, options.adjust)
+    tests["p_adjusted"] = adjusted
+    tests["claimed"] = tests["p_adjusted"] < options.alpha
+    return tests, guarantee
 
 
 def build_tests(design, factors, values, paths, shapley, phi, effects, order_gaps, options, lenth):
-    """(every tested statistic with p_adjusted and ``claimed``, effects table with p_adjusted).
-
-    ``effects`` holds every fitted effect with its ``order`` (of the chain's fitted term).
+    """(every tested statistic with p_adjusted and ``claimed``, effects table with p_adjusted,
+    the guarantee). ``effects`` holds every fitted effect with its ``order`` (of the chain's term).
     """
     resolution_v = design.kind == "full" or (design.kind == "fraction" and (design.resolution or 0) >= 5)
     parts = []
@@ -122,27 +182,30 @@ def build_tests(design, factors, values, paths, shapley, phi, effects, order_gap
     if design.kind == "incomplete":
         parts.append(_step_rows(design, factors, values, paths))
     parts = [p for p in parts if len(p)]
-    if not parts:
-        return pd.DataFrame(columns=[*CLAIM_COLUMNS, "claimed"]), _effects_with_adjusted(effects, None, options, lenth, 1)
-    tests = pd.concat(parts, ignore_index=True)
-    n_families = max(tests.loc[tests["p_value"].notna(), "family"].nunique(), 1)
-    tests["p_adjusted"] = _family_adjusted(tests, options, lenth, n_families)
-    tests["claimed"] = tests["p_adjusted"] < options.alpha
-    return tests[[*CLAIM_COLUMNS, "claimed"]], _effects_with_adjusted(effects, tests, options, lenth, n_families)
+    sidak_m = simultaneous_effects(lenth, options)
+    tests = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=CLAIM_COLUMNS[:-2] + ["family"])
+    tests, guarantee = adjust_tests(tests, options, sidak_m)
+    tests = tests[[*CLAIM_COLUMNS, "claimed"]]
+    return tests, effects_with_adjusted(effects, tests, options, sidak_m, guarantee.n_families), guarantee
 
 
-def _effects_with_adjusted(effects, tests, options, lenth, n_families) -> pd.DataFrame:
+def simultaneous_effects(lenth: dict | None, options: ClaimOptions) -> int | None:
+    """m of Lenth's simultaneous rule, or None when the effect families use their own adjustment."""
+    return None if lenth is None or options.per_effect_tests else int(lenth["m"])
+
+
+def effects_with_adjusted(effects, tests, options, sidak_m, n_families) -> pd.DataFrame:
     """effects.csv's p_adjusted: a row's family value when the summary tests it; other main
     effects (or interactions) are adjusted among themselves the same way."""
     table = effects.copy()
-    if tests is not None:
-        tested = tests[tests["kind"].isin(["main", "interaction"])].set_index("term")["p_adjusted"]
-        table["p_adjusted"] = table["term"].map(tested).astype(float)
+    tested = tests[tests["kind"].isin(["main", "interaction"])].set_index("term")["p_adjusted"]
+    table["p_adjusted"] = table["term"].map(tested).astype(float)
     for order, kind, family in ((1, "main", "attribution"), (2, "interaction", "interactions")):
         rows = table["p_adjusted"].isna() & (table["order"] == order) & table["p_value"].notna()
         if rows.any():
             as_family = pd.DataFrame({"family": family, "kind": kind, "p_value": table.loc[rows, "p_value"].to_numpy()})
-            table.loc[rows, "p_adjusted"] = _family_adjusted(as_family, options, lenth, n_families)
+            within = _within(as_family, options, sidak_m, None)
+            table.loc[rows, "p_adjusted"] = across_families(within, n_families, options.adjust)
     return table
 
 
@@ -155,8 +218,13 @@ def claims_table(tests: pd.DataFrame) -> pd.DataFrame:
 
 
 def short_term(term: str) -> str:
-    """``clip_higher:dynamic_sampling = a:b`` -> ``CH:DS = a:b`` (DAPO's labels where they apply)."""
-    return " = ".join(":".join(factor_label(f) for f in member.split(":")) for member in term.split(" = "))
+    """``clip_higher:dynamic_sampling = -a:b`` -> ``CH:DS = -a:b`` (DAPO's labels where they apply)."""
+
+    def member(text: str) -> str:
+        sign = "-" if text.startswith("-") else ""
+        return sign + ":".join(factor_label(f) for f in text.removeprefix("-").split(":"))
+
+    return " = ".join(member(m) for m in term.split(" = "))
 
 
 def amount(value: float, percent: bool) -> str:
@@ -188,13 +256,20 @@ def claim_sentence(row, percent: bool) -> str:
         )
     if row.kind == "step":
         return f"Path gain {term}: {value} {ci}, at that point of the path only ({_p(row)})."
-    if row.kind == "transfer":  # term: "<statistic> <term> (<high setting> - <low setting>)"
+    if row.kind == "transfer":  # term: "<statistic> <term> (<setting a> - <setting b>)"
         statistic, rest = row.term.split(" ", 1)
         name, pair = rest.rsplit(" (", 1)
+        pair = pair.rstrip(")")
         label = {"main": "main effect of", "shapley": "Shapley value of", "interaction": "interaction"}.get(statistic, statistic)
+        if row.family == "flips":
+            up, down = pair.split(" - ")
+            return (
+                f"The {label} {short_term(name)} flips sign between settings: above zero in {up}, below zero in {down}, "
+                f"each on simultaneous intervals ({_p(row)}); {pair} = {value} {ci}."
+            )
         return (
-            f"The {label} {short_term(name)} differs between settings (technique x setting interaction, {_p(row)}); "
-            f"largest gap {pair.rstrip(')')} = {value} {ci}."
+            f"The {label} {short_term(name)} differs between settings (Welch's technique x setting test, {_p(row)}); "
+            f"largest gap {pair} = {value} {ci}."
         )
     return f"{row.kind} {term}: {value} {ci} ({_p(row)})."
 

@@ -4,8 +4,8 @@ Dynamic sampling can reach a score in fewer training steps while generating many
 (it discards groups whose samples are all right or all wrong): fewer steps is not less compute.
 So gains are also given per million tokens a cell *added* over the baseline, and, where the
 results carry evaluation curves with cumulative token counts, every run's metric is read at one
-common generated-token budget (interpolated between its evaluations) and the effects are
-estimated again at that budget.
+common generated-token budget (interpolated between its evaluations, never extrapolated) and
+the effects are estimated again at that budget.
 """
 
 from __future__ import annotations
@@ -64,18 +64,25 @@ def compute_table(results: pd.DataFrame, factors: list[str], metric: str, means:
 
 
 def _at_budget(curve: pd.DataFrame, metric: str, budget: float) -> float:
-    """A run's metric at ``budget`` cumulative tokens, linear between its evaluations."""
+    """A run's metric at ``budget`` cumulative tokens, linear between its evaluations; NaN when
+    the budget lies outside the curve (never the nearest end's value)."""
     points = curve.sort_values(TOKENS)
-    return float(np.interp(budget, points[TOKENS].to_numpy(float), points[metric].to_numpy(float)))
+    tokens = points[TOKENS].to_numpy(float)
+    if not tokens[0] <= budget <= tokens[-1]:
+        return float("nan")
+    return float(np.interp(budget, tokens, points[metric].to_numpy(float)))
 
 
 def budget_values(
     curves: pd.DataFrame, results: pd.DataFrame, factors: list[str], metric: str
-) -> tuple[pd.DataFrame, float] | None:
-    """(results with ``metric`` replaced by its value at the common budget, budget) or None.
+) -> tuple[pd.DataFrame, float, int] | None:
+    """(results with ``metric`` replaced by its value at the common budget, budget, runs not
+    reached) or None.
 
-    The budget is the smallest final token count of any run, so every run is read inside its own
-    curve. None when the curves lack cumulative ``tokens_generated`` or the metric, or a run of
+    The budget is the smallest final token count of any run, so no curve is read past its end. A
+    run whose curve starts past the budget (its first evaluation already generated more tokens)
+    has no value there: it is "not reached", left out and counted, not given its first value.
+    None when the curves lack cumulative ``tokens_generated`` or the metric, or a run of
     ``results`` has no curve with at least two evaluations.
     """
     if TOKENS not in curves.columns or metric not in curves.columns:
@@ -88,5 +95,6 @@ def budget_values(
     budget = min(float(runs[key][TOKENS].max()) for key in keys)
     if budget <= 0:
         return None
-    values = [_at_budget(runs[key], metric, budget) for key in keys]
-    return results.assign(**{metric: values}), budget
+    values = np.array([_at_budget(runs[key], metric, budget) for key in keys])
+    reached = ~np.isnan(values)
+    return results.assign(**{metric: values})[reached].reset_index(drop=True), budget, int((~reached).sum())

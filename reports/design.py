@@ -55,6 +55,8 @@ class DesignInfo:
         default=()
     )  # fraction: each group's first term is fitted
     defining_words: tuple[Term, ...] = field(default=())  # fraction: terms aliased with the intercept
+    defining_signs: tuple[int, ...] = field(default=())  # +1 / -1 per defining word: I = +-word
+    alias_signs: tuple[tuple[int, ...], ...] = field(default=())  # per group: each member's column = sign x the first's
 
     @property
     def resolution(self) -> int | None:
@@ -67,11 +69,14 @@ class DesignInfo:
         return ", ".join(labels) + more
 
 
-def _alias_structure(masks: np.ndarray, k: int) -> tuple[list[list[Term]], list[Term]] | None:
-    """Alias groups and defining words of a regular fraction, or None when the cells are not one.
+def _alias_structure(masks: np.ndarray, k: int):
+    """(alias groups, their signs, defining words, their signs) of a regular fraction, or None
+    when the cells are not one.
 
     Gram matrix G = C^T C of all 2^k contrast columns (intercept included) over the m cells:
-    regular iff every entry is 0 or +-m (columns orthogonal or aliased).
+    regular iff every entry is 0 or +-m (columns orthogonal or aliased); the sign of G[a, b] is
+    the sign of the alias (the even half of 2^5, an even number of factors on, has every column
+    of ABCDE equal to -1: I = -ABCDE, so A = -BCDE).
     """
     terms: list[Term] = [(), *all_terms(k)]
     columns = np.stack([contrast_column(masks, term) for term in terms], axis=1)
@@ -80,15 +85,17 @@ def _alias_structure(masks: np.ndarray, k: int) -> tuple[list[list[Term]], list[
     if not np.all(np.isin(np.abs(gram), (0, m))):
         return None
     groups: list[list[Term]] = []
+    signs: list[list[int]] = []
     seen: set[int] = set()
     for a in range(len(terms)):
         if a in seen:
             continue
-        group = [terms[b] for b in range(a, len(terms)) if abs(gram[a, b]) == m]
-        seen.update(b for b in range(a, len(terms)) if abs(gram[a, b]) == m)
-        groups.append(group)
-    defining = [term for term in groups[0] if term]  # the group of the intercept
-    return groups[1:], defining
+        members = [b for b in range(a, len(terms)) if abs(gram[a, b]) == m]
+        seen.update(members)
+        groups.append([terms[b] for b in members])
+        signs.append([int(np.sign(gram[a, b])) for b in members])
+    defining = [(term, sign) for term, sign in zip(groups[0], signs[0]) if term]  # the intercept's group
+    return groups[1:], signs[1:], [t for t, _ in defining], [s for _, s in defining]
 
 
 def describe_design(observed_masks: np.ndarray, k: int) -> DesignInfo:
@@ -99,11 +106,14 @@ def describe_design(observed_masks: np.ndarray, k: int) -> DesignInfo:
         return DesignInfo("full", k, observed, missing)
     structure = _alias_structure(np.array(observed), k)
     if structure is not None:
-        groups, defining = structure
+        groups, signs, defining, defining_signs = structure
         # each main effect alone in its group as the fitted term, none constant
         mains_estimable = sum(1 for g in groups if sum(len(t) == 1 for t in g) == 1) == k
         if mains_estimable:
-            return DesignInfo("fraction", k, observed, missing, tuple(map(tuple, groups)), tuple(defining))
+            return DesignInfo(
+                "fraction", k, observed, missing, tuple(map(tuple, groups)), tuple(defining),
+                tuple(defining_signs), tuple(map(tuple, signs)),
+            )  # fmt: skip
     return DesignInfo("incomplete", k, observed, missing)
 
 
@@ -112,19 +122,29 @@ DESIGN_CHOICES = ("any", "full", "fraction-V", "fraction")
 fraction of resolution V or higher), fraction (any regular fraction, or full)."""
 
 
-def alias_chain(group: tuple[Term, ...], factors: list[str], max_order: int | None = 2) -> str:
-    """``a:b = c:d``: the members of an alias group up to ``max_order`` (all when None), joined
-    by `` = ``; the group's first term when none is that short."""
-    shown = [t for t in group if max_order is None or len(t) <= max_order] or [group[0]]
-    return " = ".join(term_name(t, factors) for t in shown)
+def alias_chain(
+    group: tuple[Term, ...], factors: list[str], max_order: int | None = 2, signs: tuple[int, ...] | None = None
+) -> str:
+    """``a:b = -c:d``: the members of an alias group up to ``max_order`` (all when None), joined
+    by `` = ``, each with its sign relative to the first (``signs``; none shown when None); the
+    group's first term when none is that short."""
+    signs = signs or (1,) * len(group)
+    shown = [(t, s) for t, s in zip(group, signs) if max_order is None or len(t) <= max_order] or [(group[0], 1)]
+    return " = ".join(("-" if s < 0 else "") + term_name(t, factors) for t, s in shown)
+
+
+def defining_relation(design: DesignInfo, factors: list[str]) -> str:
+    """``I = -a:b:c:d:e`` with each word's sign (the even half of 2^5 is I = -ABCDE)."""
+    words = [("-" if s < 0 else "") + term_name(w, factors) for w, s in zip(design.defining_words, design.defining_signs)]
+    return " = ".join(["I", *words])
 
 
 def two_factor_chains(design: DesignInfo, factors: list[str]) -> list[str]:
     """Every alias chain of a fraction that holds a main effect or a two-factor interaction
-    and more than one term, in full (all members, every order)."""
+    and more than one term, in full (all members, every order, with signs)."""
     return [
-        alias_chain(group, factors, None)
-        for group in design.alias_groups
+        alias_chain(group, factors, None, signs)
+        for group, signs in zip(design.alias_groups, design.alias_signs)
         if len(group) > 1 and min(map(len, group)) <= 2
     ]
 

@@ -70,7 +70,10 @@ def effect_contrasts(design: DesignInfo, factors: list[str], g: np.ndarray) -> E
         groups = design.alias_groups
         rows = [contrast_column(masks, group[0]) / (len(masks) / 2) for group in groups]
         full_chains = (design.resolution or 0) < 5  # below V every member matters: name them all
-        names = [alias_chain(group, factors, None if full_chains else 2) for group in groups]
+        names = [
+            alias_chain(group, factors, None if full_chains else 2, signs)
+            for group, signs in zip(groups, design.alias_signs)
+        ]
         return EffectContrasts(names, [group[0] for group in groups], np.array(rows), False)
     terms = _model_terms(design)
     if not terms:

@@ -51,11 +51,16 @@ METRIC_COLUMNS = {
     "gap",
     "seed_ci_low",
     "seed_ci_high",
+    "sim_ci_low",
+    "sim_ci_high",
+    "gap_ci_low",
+    "gap_ci_high",
+    "detectable_difference",
 }
 SHARE_COLUMNS = {"share_positive", "discarded_share"}
-COUNT_COLUMNS = {"n", "step", "n_orderings", "paper"}
+COUNT_COLUMNS = {"n", "step", "n_orderings", "paper", "runs_at_budget"}
 TOKEN_COLUMNS = {"tokens_generated", "tokens_discarded", "budget_tokens"}
-P_VALUE_COLUMNS = {"p_value", "p_adjusted"}
+P_VALUE_COLUMNS = {"p_value", "p_adjusted", "p_interaction", "p_flip_adjusted"}
 
 
 def _p_value(p: float) -> str:

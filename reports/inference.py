@@ -2,7 +2,7 @@
 
 Model, seeds as blocks (seed = data order and initialisation, shared by the cells that ran it):
 
-    y_i = mu_{cell(i)} + b_{seed(i)} + e_i,   e_i ~ N(0, sigma^2),   sum_s b_s = 0
+    y_i = mu_{cell(i)} + b_{seed(i)} + e_i,   e_i ~ N(0, sigma_{cell(i)}^2),   sum_s b_s = 0
 
 fitted by least squares in the within-seed form (no dense n x seeds dummy matrix). With
 A the run-by-cell indicator, N = A'B the cell-by-seed count matrix and r_s the runs of seed s,
@@ -10,25 +10,36 @@ the information matrix of the cell means is (Schur complement of the seed block)
 
     G = diag(n) - N diag(1/r) N' + q q' / sum_s(1/r_s),    q = N (1/r),
 
-so mu_hat = G^-1 A'M y, Var(c'mu_hat) = sigma^2 c' G^-1 c and the residual df are
-n - m - (S - 1): the same formula covers balanced data, a missing run and unequal seed counts.
-For balanced data G = s I, mu_hat is the plain cell mean, and the interval of c'mu is
-c'mu_hat +- t(df) sqrt(MSE sum(c^2) / s). The cell means are those of *these* seeds (fixed
-blocks): a contrast (sum c = 0) does not depend on that; a cell's level does, and the report
-says how far the seed means spread.
+so mu_hat = G^-1 A'M y = L y: every statistic c'mu_hat = l'y with run weights l = L'c. The
+residual df are n - m - (S - 1); the same formulas cover balanced data, a missing run and
+unequal seed counts. Seeds are used as blocks when at least two seeds exist and the cells-seeds
+graph is connected (every cell reaches every other through shared seeds); otherwise (e.g. seeds
+numbered per cell) the seed effect is part of the run noise and the model is the one-way layout.
 
-Seeds are used as blocks when at least two seeds exist and the cells-seeds graph is connected
-(every cell reaches every other through shared seeds); otherwise (e.g. seeds numbered per
-cell) the seed effect is part of the run noise and the model is the plain one-way layout.
+Standard errors: one method, whatever the data look like (no pre-test). Each cell keeps its own
+residual variance, because the techniques change how noisy training is (dynamic sampling, the
+length penalty) and a pooled variance under-covers every statistic that leans on a noisy cell
+(choosing between pooled and per-cell by a Bartlett pre-test inflated false claims instead):
 
-Unequal variances: Bartlett's test across cells (on the residuals of cells with >= 2 runs,
-level EQUAL_VARIANCE_ALPHA). When it rejects, each statistic falls back on its own to the
-paired seed-level t (every cell it involves ran the same >= 2 seeds: the statistic is
-computed per seed, t on seeds - 1 df) or else Welch's t with Satterthwaite df; ``se_method``
-names what each statistic used. One run per cell: no residual df; full and regular fractional
-designs then take the noise from Lenth's pseudo standard error (see ``effects``).
+    Var(c'mu_hat) = sum_j W_j sigma_j^2,   W_j = sum_{runs i of cell j} l_i^2,
+    sigma_j^2 estimated by s_j^2 = sum_{i in j} res_i^2 / nu_j,   nu_j = sum_{i in j} (1 - h_ii)
 
-Everything is exact (no resampling): the same table gives the same intervals.
+(h_ii the leverage of run i in the cells + seeds model: the HC2 correction pooled within the
+cell), on
+Welch-Satterthwaite df (sum_j W_j s_j^2)^2 / sum_j (W_j s_j^2)^2 / nu_j. Without seed blocks
+this is exactly Welch's t (W_j = c_j^2 / n_j, nu_j = n_j - 1). s_j^2 is unbiased when the
+variances are equal; when they are not, a cell's estimate also picks up about
+sum_k sigma_k^2 / m^2 through the estimated seed effects (balanced design: E s_j^2 =
+sigma_j^2 (1 - 1/m) + sum_{k != j} sigma_k^2 / (m^2 (1 - 1/m))), 6% of a quiet cell's variance
+when 4 of 32 cells have 3x its sd: slightly wide for the quiet cells, 3% short for the noisy
+ones. For a balanced design and a
+statistic that weighs every cell alike (a factorial effect) the SE equals the pooled one; only
+the df are fewer. A cell with one run (nu_j = 0) has no variance of its own and takes the pooled
+residual variance (residual df); ``se_method`` stays ``welch``. One run per cell: no residual df;
+full and regular fractional designs then take the noise from Lenth's pseudo standard error (see
+``effects``), method ``lenth``.
+
+Everything is exact arithmetic (no resampling): the same table gives the same intervals.
 """
 
 from __future__ import annotations
@@ -39,10 +50,9 @@ import numpy as np
 from scipy import sparse, stats
 from scipy.sparse.csgraph import connected_components
 
-EQUAL_VARIANCE_ALPHA = 0.01
-"""Bartlett's test rejecting equal variances at this level switches to per-statistic fallbacks."""
-
-OLS, PAIRED, WELCH, LENTH, NONE = "ols", "paired", "welch", "lenth", "none"
+WELCH, LENTH, NONE = "welch", "lenth", "none"
+"""Where a statistic's SE comes from: the cells' own residual variances (Welch-Satterthwaite df),
+Lenth's pseudo standard error (one run per cell), or nowhere (no interval)."""
 
 
 @dataclass(frozen=True)
@@ -54,22 +64,18 @@ class CellFit:
     raw_mean: np.ndarray  # [m] plain mean over the cell's runs
     sd: np.ndarray  # [m] sd over the cell's runs (ddof=1; NaN for one run)
     mu: np.ndarray  # [m] estimated cell means (seed-adjusted when blocked)
-    g_inv: np.ndarray  # [m, m] Var(mu_hat) = sigma2 * g_inv
-    sigma2: float  # residual mean square (NaN without residual df)
+    g_inv: np.ndarray  # [m, m] Var(mu_hat) = sigma2 * g_inv under equal variances
+    sigma2: float  # pooled residual mean square (NaN without residual df)
     df: float  # residual degrees of freedom
     blocked: bool  # seeds entered as blocks
     n_seeds: int
     seed_sd: float  # sd of the estimated seed effects b_s (NaN unless blocked)
     mean_inv_r: float  # mean over seeds of 1 / runs of the seed (NaN unless blocked)
-    equal_var_p: float  # Bartlett's p-value (NaN when not testable)
-    cell_var: np.ndarray  # [m] residual variance per cell (for Welch)
+    cell_var: np.ndarray  # [m] s_j^2, the cell's own residual variance (NaN where nu_j = 0)
+    cell_df: np.ndarray  # [m] nu_j, the residual df the cell carries (sum of 1 - leverage)
     cell_index: np.ndarray  # [runs] position of each run's cell in masks
     seed_index: np.ndarray  # [runs] 0..n_seeds-1
     y: np.ndarray  # [runs]
-
-    @property
-    def unequal_variances(self) -> bool:
-        return bool(self.equal_var_p < EQUAL_VARIANCE_ALPHA)
 
 
 def _connected(cell_index: np.ndarray, seed_index: np.ndarray, m: int, s: int) -> bool:
@@ -81,10 +87,15 @@ def _connected(cell_index: np.ndarray, seed_index: np.ndarray, m: int, s: int) -
     return count == 1
 
 
+def _seed_counts(cell_index, seed_index, m: int, s: int) -> tuple[sparse.csr_matrix, np.ndarray]:
+    """(N [m, S] runs per cell and seed, r [S] runs per seed)."""
+    counts = sparse.coo_matrix((np.ones(len(cell_index)), (cell_index, seed_index)), shape=(m, s)).tocsr()
+    return counts, np.bincount(seed_index, minlength=s).astype(float)
+
+
 def _blocked_system(cell_index, seed_index, y, m: int, s: int):
-    """(G, A'My, b-recovery) of the within-seed form; see the module docstring."""
-    counts = sparse.coo_matrix((np.ones(len(y)), (cell_index, seed_index)), shape=(m, s)).tocsr()
-    r = np.bincount(seed_index, minlength=s).astype(float)
+    """(G, A'My) of the within-seed form; see the module docstring."""
+    counts, r = _seed_counts(cell_index, seed_index, m, s)
     seed_sums = np.bincount(seed_index, weights=y, minlength=s)
     n = np.bincount(cell_index, minlength=m).astype(float)
     cell_sums = np.bincount(cell_index, weights=y, minlength=m)
@@ -96,13 +107,22 @@ def _blocked_system(cell_index, seed_index, y, m: int, s: int):
     return g, rhs
 
 
-def _bartlett(residual: np.ndarray, cell_index: np.ndarray, n: np.ndarray) -> float:
-    """Bartlett's p-value for equal residual variance across cells with >= 2 runs (NaN if < 2)."""
-    groups = [residual[cell_index == j] for j in np.flatnonzero(n >= 2)]
-    groups = [g for g in groups if np.var(g) > 0]
-    if len(groups) < 2:
-        return float("nan")
-    return float(stats.bartlett(*groups).pvalue)
+def _leverage(g_inv, cell_index, seed_index, n, blocked: bool, m: int, s: int) -> np.ndarray:
+    """h_ii of every run in the cells (+ seeds) model.
+
+    Blocked: H = P_seeds + MA (A'MA)^- A'M, and row i of MA is z_i = e_cell - N[:, seed] / r_seed,
+    so h_ii = 1 / r_s + z_i' G^-1 z_i (G^-1 is a generalised inverse of A'MA, which is all the
+    quadratic form needs). One-way layout: h_ii = 1 / n_cell.
+    """
+    if not blocked:
+        return 1.0 / n[cell_index]
+    counts, r = _seed_counts(cell_index, seed_index, m, s)
+    gn = np.asarray(counts.T @ g_inv).T  # [m, S] = G^-1 N
+    quad = np.asarray(counts.multiply(gn).sum(axis=0)).ravel()  # N[:, s]' G^-1 N[:, s]
+    rs = r[seed_index]
+    return (
+        1.0 / rs + np.diag(g_inv)[cell_index] - 2 * gn[cell_index, seed_index] / rs + quad[seed_index] / rs**2
+    )
 
 
 def fit_cells(cell_index: np.ndarray, seed_index: np.ndarray, y: np.ndarray, masks: np.ndarray) -> CellFit:
@@ -131,15 +151,16 @@ def fit_cells(cell_index: np.ndarray, seed_index: np.ndarray, y: np.ndarray, mas
     sse = float(residual @ residual)
     sigma2 = sse / df if df > 0 else float("nan")
     sq = np.bincount(cell_index, weights=(y - raw_mean[cell_index]) ** 2, minlength=m)
+    free = 1.0 - _leverage(g_inv, cell_index, seed_index, n, blocked, m, s)
+    cell_df = np.bincount(cell_index, weights=np.clip(free, 0.0, None), minlength=m)
+    cell_df = np.where(cell_df > 1e-9, cell_df, 0.0)  # a one-run cell: h = 1 up to rounding
     with np.errstate(invalid="ignore", divide="ignore"):
         sd = np.where(n > 1, np.sqrt(sq / np.maximum(n - 1, 1)), np.nan)
-        res_sq = np.bincount(cell_index, weights=residual**2, minlength=m)
-        cell_var = np.where(n > 1, res_sq / np.maximum(n - 1, 1), np.nan)
+        cell_var = np.where(cell_df > 0, np.bincount(cell_index, weights=residual**2, minlength=m) / cell_df, np.nan)
     return CellFit(
         masks=masks, n=n, raw_mean=raw_mean, sd=sd, mu=mu, g_inv=g_inv, sigma2=sigma2,
         df=float(max(df, 0)), blocked=blocked, n_seeds=s, seed_sd=seed_sd, mean_inv_r=mean_inv_r,
-        equal_var_p=_bartlett(residual, cell_index, n) if df > 0 else float("nan"),
-        cell_var=cell_var, cell_index=cell_index, seed_index=seed_index, y=y,
+        cell_var=cell_var, cell_df=cell_df, cell_index=cell_index, seed_index=seed_index, y=y,
     )  # fmt: skip
 
 
@@ -153,44 +174,47 @@ class Estimates:
     ci_low: np.ndarray
     ci_high: np.ndarray
     p_value: np.ndarray  # two-sided, H0: the statistic is 0
-    method: np.ndarray  # OLS | PAIRED | WELCH | LENTH | NONE per statistic
+    method: np.ndarray  # WELCH | LENTH | NONE per statistic
 
 
 @dataclass(frozen=True)
 class Noise:
-    """Where the residual variance comes from: the fit, or Lenth's PSE with one run per cell."""
+    """Where the noise level comes from: the cells' own residual variances (WELCH), Lenth's PSE
+    with one run per cell (LENTH: sigma2 and df are its variance and d), or nowhere (NONE).
+    With WELCH, sigma2 and df are the pooled residual mean square and df (descriptive only)."""
 
     sigma2: float
     df: float
-    method: str  # OLS or LENTH (NONE: no estimate)
+    method: str
 
 
-def _paired(fit: CellFit, c: np.ndarray) -> tuple[float, float] | None:
-    """(SE, df) of the per-seed statistic when every involved cell ran the same >= 2 seeds."""
-    involved = np.flatnonzero(c != 0)
-    rows = np.isin(fit.cell_index, involved)
-    seeds_of = [set(fit.seed_index[rows & (fit.cell_index == j)]) for j in involved]
-    common = seeds_of[0]
-    if len(common) < 2 or any(s != common for s in seeds_of) or any(
-        fit.n[j] != len(common) for j in involved
-    ):
-        return None
-    per_seed = np.bincount(
-        fit.seed_index[rows], weights=c[fit.cell_index[rows]] * fit.y[rows], minlength=fit.n_seeds
-    )[sorted(common)]
-    return float(np.std(per_seed, ddof=1) / np.sqrt(len(per_seed))), float(len(per_seed) - 1)
+def cell_weights(fit: CellFit, contrasts: np.ndarray) -> np.ndarray:
+    """W [q, m]: W_j = sum over the runs of cell j of l_i^2, with l the run weights of each row's
+    estimate c'mu_hat = l'y (module docstring); for a contrast sum_j W_j = c'G^-1 c."""
+    u = np.atleast_2d(contrasts) @ fit.g_inv  # [q, m]
+    m, s = len(fit.mu), fit.n_seeds
+    pair, count = np.unique(fit.cell_index * s + fit.seed_index, return_counts=True)
+    cells, seeds = pair // s, pair % s
+    weights = u[:, cells]  # l per (cell, seed) pair
+    if fit.blocked:  # l_i = u'(z_i + q / (kappa r_s)): the second part moves levels only (q'u = 0 for a contrast)
+        counts, r = _seed_counts(fit.cell_index, fit.seed_index, m, s)
+        q, kappa = np.asarray(counts @ (1.0 / r)).ravel(), float(np.sum(1.0 / r))
+        weights = weights - (np.asarray(counts.T @ u.T).T[:, seeds] - (u @ q)[:, None] / kappa) / r[seeds]
+    by_cell = sparse.csr_matrix((count.astype(float), (cells, np.arange(len(pair)))), shape=(m, len(pair)))
+    return np.asarray(by_cell @ (weights**2).T).T
 
 
-def _welch(fit: CellFit, c: np.ndarray) -> tuple[float, float] | None:
-    """(SE, Satterthwaite df) from per-cell variances; None if an involved cell has one run."""
-    involved = np.flatnonzero(c != 0)
-    if (fit.n[involved] < 2).any():
-        return None
-    parts = c[involved] ** 2 * fit.cell_var[involved] / fit.n[involved]
-    total = parts.sum()
-    if total <= 0:
-        return None
-    return float(np.sqrt(total)), float(total**2 / np.sum(parts**2 / (fit.n[involved] - 1)))
+def welch_se(fit: CellFit, contrasts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(SE, Welch-Satterthwaite df) of each contrast row from the cells' own variances; a cell
+    without residual df of its own counts with the pooled variance and the residual df."""
+    own = fit.cell_df > 0
+    var = np.where(own, fit.cell_var, fit.sigma2)
+    nu = np.where(own, fit.cell_df, fit.df)
+    parts = cell_weights(fit, contrasts) * var  # [q, m]
+    total = parts.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        df = total**2 / np.sum(np.where(parts > 0, parts**2 / nu, 0.0), axis=1)
+    return np.sqrt(total), np.where(total > 0, df, np.inf)
 
 
 def estimate(fit: CellFit, contrasts: np.ndarray, noise: Noise, confidence: float) -> Estimates:
@@ -202,49 +226,52 @@ def estimate(fit: CellFit, contrasts: np.ndarray, noise: Noise, confidence: floa
     valid = ~np.isnan(contrasts).any(axis=1)
     c = np.where(valid[:, None], contrasts, 0.0)
     point = np.where(valid, c @ fit.mu, np.nan)
-    unit = np.einsum("ij,jk,ik->i", c, fit.g_inv, c)  # c' G^-1 c
-    se = np.sqrt(noise.sigma2 * unit) if noise.method != NONE else np.full(len(c), np.nan)
-    df = np.full(len(c), noise.df if noise.method != NONE else np.nan)
+    if noise.method == WELCH:
+        se, df = welch_se(fit, c)
+    elif noise.method == LENTH:
+        se = np.sqrt(noise.sigma2 * np.einsum("ij,jk,ik->i", c, fit.g_inv, c))  # c' G^-1 c
+        df = np.full(len(c), noise.df)
+    else:
+        se, df = np.full(len(c), np.nan), np.full(len(c), np.nan)
     method = np.array([noise.method] * len(c), dtype=object)
-    if noise.method == OLS and fit.unequal_variances:
-        for j in np.flatnonzero(valid & (unit > 0)):
-            paired = _paired(fit, c[j])
-            fallback = paired or _welch(fit, c[j])
-            if fallback is not None:
-                se[j], df[j] = fallback
-                method[j] = PAIRED if paired is not None else WELCH
     se = np.where(valid, se, np.nan)
     return _intervals(point, se, df, method, confidence)
 
 
 def estimate_over_new_seeds(fit: CellFit, contrasts: np.ndarray, noise: Noise, confidence: float) -> Estimates:
     """Levels (sum c != 0, e.g. a cell mean) with the seed effect counted as random: what a rerun
-    with new seeds would average. Var = MSE c'G^-1c + (sum c)^2 sigma_b^2 / S, with sigma_b^2 =
-    var(b_hat) - MSE mean(1/r_s) (the seed effects' spread beyond their own noise), so
-
-        Var = (sum c)^2 var(b_hat) / S + MSE (c'G^-1c - (sum c)^2 mean(1/r_s) / S),
-
-    Satterthwaite df from S - 1 and the residual df; a non-positive sigma_b^2 estimate leaves the
-    blocked interval as it is. Without seed blocks the seed effect is already in the noise."""
+    with new seeds would average. Var = Var_these_seeds + (sum c)^2 sigma_b^2 / S, with sigma_b^2 =
+    var(b_hat) - MSE mean(1/r_s) (the seed effects' spread beyond their own noise; MSE is the
+    average run variance, which is what b_hat averages over), Satterthwaite df from the parts
+    (S - 1 df for var(b_hat)); a non-positive sigma_b^2 estimate leaves the interval for these
+    seeds as it is. Without seed blocks the seed effect is already in the noise."""
     fixed = estimate(fit, contrasts, noise, confidence)
-    if not fit.blocked or noise.method != OLS or not np.isfinite(fit.seed_sd):
+    if not fit.blocked or noise.method != WELCH or not np.isfinite(fit.seed_sd):
         return fixed
     c = np.nan_to_num(np.atleast_2d(contrasts))
     total = c.sum(axis=1) ** 2 / fit.n_seeds
     seed_part = total * fit.seed_sd**2
-    noise_part = fit.sigma2 * (np.einsum("ij,jk,ik->i", c, fit.g_inv, c) - total * fit.mean_inv_r)
+    noise_part = fixed.se**2 - total * fit.sigma2 * fit.mean_inv_r
     random = seed_part > total * fit.sigma2 * fit.mean_inv_r  # sigma_b^2 estimate > 0
     var = seed_part + noise_part
-    df = (var**2) / (seed_part**2 / max(fit.n_seeds - 1, 1) + noise_part**2 / noise.df)
-    se = np.where(random, np.sqrt(var), fixed.se)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        df = var**2 / (seed_part**2 / max(fit.n_seeds - 1, 1) + np.maximum(noise_part, 0) ** 2 / fixed.df)
+    se = np.sqrt(np.where(random, var, fixed.se**2))  # var > fixed.se^2 > 0 where random
     df = np.where(random, df, fixed.df)
     return _intervals(fixed.estimate, se, df, fixed.method, confidence)
+
+
+def t_quantile(level: float, df) -> np.ndarray:
+    """t_{level, df} (NaN where df <= 0; the normal quantile for infinite df)."""
+    df = np.asarray(df, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return np.where(df > 0, stats.t.ppf(level, np.where(df > 0, df, 1.0)), np.nan)
 
 
 def _intervals(point, se, df, method, confidence: float) -> Estimates:
     with np.errstate(invalid="ignore", divide="ignore"):
         ok = (df > 0) & (se > 0) & np.isfinite(se)
-        quantile = np.where(ok, stats.t.ppf(0.5 + confidence / 2, np.where(ok, df, 1)), np.nan)
+        quantile = np.where(ok, t_quantile(0.5 + confidence / 2, np.where(ok, df, 1)), np.nan)
         half = quantile * se
         p = np.where(ok, 2 * stats.t.sf(np.abs(point) / np.where(ok, se, 1), np.where(ok, df, 1)), np.nan)
     half = np.where(ok | (se == 0), np.where(se == 0, 0.0, half), np.nan)

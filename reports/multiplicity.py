@@ -1,22 +1,29 @@
-"""Multiplicity: the summary's claims are tested in declared families, and the error rate holds
-for the whole list of claims, not for each sentence alone.
+"""Multiplicity: the summary's claims are tested in declared families, and one stated error
+guarantee holds for the whole list of claims (claims.csv), not for each sentence alone.
 
 Families (``FAMILIES``): ``attribution`` (Shapley values, or main effects where Shapley values
 cannot be defended), ``interactions`` (two-factor interactions or their alias chains),
 ``order`` (gain when added last minus when added first), ``steps`` (gains between observed
-neighbouring cells, for designs that are not factorials).
+neighbouring cells, for designs that are not factorials); a transfer study adds ``transfer``
+(technique x setting tests) and ``flips`` (sign changes between settings), and pools each of the
+others over its settings, so that one guarantee covers every row of its claims.csv.
 
-Within a family the raw p-values are adjusted by Holm (default; family-wise error rate),
-Benjamini-Hochberg (false discovery rate) or not at all. Across the F families that have tests,
-each adjusted value is then multiplied by F (Bonferroni over families), so that at level alpha
-the chance of any false claim in the whole summary is at most alpha when nothing has an effect.
-A claim needs p_adjusted < alpha; with ``none`` the raw p-value is used and the rate holds per
-sentence only.
+Within a family the raw p-values are adjusted by Holm (default), Benjamini-Hochberg or not at
+all; across the F families that have tests each adjusted value is then multiplied by F
+(Bonferroni over families). A claim needs p_adjusted < alpha. What that guarantees:
+
+- ``holm``: the family-wise error rate over the whole list is at most alpha: the chance that
+  one or more claims are false is at most alpha, whatever is true (strong control);
+- ``bh``: the false discovery rate over the whole list is at most alpha: the expected share of
+  false claims among the claims (each family's FDR is at most alpha / F, and the list's FDR is at
+  most their sum); any single list may hold more false claims than under Holm;
+- ``none``: raw p-values, each sentence at alpha on its own; the list as a whole has no guarantee.
 
 One run per cell (Lenth's method): the effects' experiment-wise rule is Lenth's simultaneous
-margin of error SME = t_{gamma, d} PSE with gamma = (1 + (1 - alpha)^(1/m)) / 2 over all m
-effects (d = m / 3); its p-value form is the Sidak adjustment 1 - (1 - p)^m. ``per_effect_tests``
-replaces it with the family's own adjustment (ME = t_{1 - alpha/2, d} PSE per effect).
+margin of error over all m effects, in p-value form the Sidak adjustment 1 - (1 - p)^m, and it
+takes the family's share alpha / F like any other family: the bar an effect must pass is
+``lenth_bar`` (SME at level alpha / F), which is what the summary prints. ``per_effect_tests``
+replaces it with the family's own adjustment of the per-effect Lenth t tests.
 """
 
 from __future__ import annotations
@@ -93,3 +100,20 @@ def lenth_margins(pse: float, m: int, alpha: float) -> tuple[float, float, float
     d = m / 3
     gamma = (1 + (1 - alpha) ** (1 / m)) / 2
     return float(stats.t.ppf(1 - alpha / 2, d) * pse), float(stats.t.ppf(gamma, d) * pse), d
+
+
+def lenth_bar(pse: float, d: float, m: int, alpha: float, n_families: int) -> float:
+    """The smallest |effect| claimed under Lenth's simultaneous rule at level alpha / F over m
+    effects (F = n_families): F * sidak(p, m) < alpha  <=>  p < p* = 1 - (1 - alpha / F)^(1/m),
+    so the bar is t_{1 - p*/2, d} PSE. With F = 1 it is Lenth's SME.
+
+    Example (m = 15, d = 5, alpha = .05, F = 3): p* = 1 - (1 - .05/3)^(1/15) = .001120,
+    t_{.99944, 5} = 6.70, so the bar is 6.70 PSE (SME at F = 1: 5.22 PSE).
+    """
+    p_star = -np.expm1(np.log1p(-alpha / max(n_families, 1)) / m)
+    return float(stats.t.ppf(1 - p_star / 2, d) * pse)
+
+
+def bonferroni(p: np.ndarray, count: int) -> np.ndarray:
+    """min(1, count * p): simultaneous over ``count`` intervals (NaN stays NaN)."""
+    return np.minimum(np.asarray(p, dtype=float) * max(count, 1), 1.0)

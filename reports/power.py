@@ -1,8 +1,13 @@
 """Planning before spending: seeds per cell for a given power, per claims family and design.
 
 For a balanced design with n seeds per cell and seeds as blocks, a statistic c'mu of the cell
-means has SE = sigma sqrt(c'c / n) on (m - 1)(n - 1) residual df (m cells). The report claims
-it when its family-adjusted p-value is below alpha; with one real effect among nulls, Holm's and
+means has SE = sigma sqrt(c'c / n) (m cells). The report takes each cell's own variance
+(``inference``), so the df are Welch-Satterthwaite's, which with equal variances are
+(sum c_j^2)^2 / sum c_j^4 x nu, nu = (n - 1)(m - 1) / m per cell: all (m - 1)(n - 1) residual df
+for a statistic that weighs every cell alike (an effect), far fewer for one that leans on a few
+cells (a Shapley value's four heaviest cells). The df the report estimates from the data are
+lower still, so the power below is a little optimistic for the few-cell statistics. The report
+claims a statistic when its family-adjusted p-value is below alpha; with one real effect among nulls, Holm's and
 Benjamini-Hochberg's first step is the Bonferroni level alpha / (F tests_in_family) (F families),
 so the power to claim a statistic whose true value is ``effect`` is
 
@@ -78,10 +83,22 @@ def power_at(effect: float, se: float, df: float, level: float) -> float:
     return float(min(max(value, 0.0), 1.0))
 
 
-def seeds_needed(effect: float, sigma: float, unit: float, m: int, level: float, power: float) -> tuple[int, float]:
-    """Smallest n >= 2 with power >= ``power`` (SE = sigma sqrt(unit / n), df = (m-1)(n-1))."""
+def welch_df(contrast: np.ndarray, m: int, n: int) -> float:
+    """Welch-Satterthwaite df of c'mu with equal cell variances, n seeds per cell as blocks:
+    (sum c^2)^2 / sum c^4 x (n - 1)(m - 1) / m.
+
+    Example: an effect of the 2^5 (c = +-1/16 over 32 cells), n = 3: 32 x 2 x 31 / 32 = 62, the
+    residual df; one cell against another (c = +-1), n = 3: 2 x 2 x 31 / 32 = 3.875.
+    """
+    c2 = np.asarray(contrast, dtype=float) ** 2
+    return float(c2.sum() ** 2 / np.sum(c2**2) * (n - 1) * (m - 1) / m)
+
+
+def seeds_needed(effect: float, sigma: float, contrast: np.ndarray, m: int, level: float, power: float) -> tuple[int, float]:
+    """Smallest n >= 2 with power >= ``power`` (SE = sigma sqrt(c'c / n), df = ``welch_df``)."""
+    unit = float(np.sum(np.asarray(contrast) ** 2))
     for n in range(2, MAX_SEEDS + 1):
-        achieved = power_at(effect, sigma * np.sqrt(unit / n), (m - 1) * (n - 1), level)
+        achieved = power_at(effect, sigma * np.sqrt(unit / n), welch_df(contrast, m, n), level)
         if achieved >= power:
             return n, achieved
     return MAX_SEEDS + 1, float("nan")
@@ -102,8 +119,9 @@ def plan_seeds(
         for family, (statistic, contrasts) in families.items():
             tests = len(contrasts)
             level = alpha if adjust == "none" else alpha / (len(families) * tests)
-            unit = float(np.max(np.sum(contrasts**2, axis=1)))
-            n, achieved = seeds_needed(effect, sigma, unit, len(cells), level, power)
+            least = contrasts[int(np.argmax(np.sum(contrasts**2, axis=1)))]  # the family's least precise
+            unit = float(np.sum(least**2))
+            n, achieved = seeds_needed(effect, sigma, least, len(cells), level, power)
             rows.append(
                 {
                     "design": name + (f" (resolution {design.resolution})" if design.kind == "fraction" else ""),

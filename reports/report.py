@@ -48,11 +48,12 @@ def _captions(analysis: Analysis) -> dict[str, str]:
         "the others), shared by many orderings, so min and max are left empty there. orderings.csv keeps n_orderings.",
         "shapley": f"Shapley values (mean gain over all orderings) and Banzhaf values (mean over edges = main effect), {conf}{unit}.",
         "effects": f"Factorial effects (-1/+1 coding, effect = 2 x OLS coefficient): main effects and two-factor interactions "
-        f"(aliased terms named as their whole chain), {conf}{unit}, residual df, raw and family-adjusted p-values.",
+        f"(aliased terms named as their whole chain), {conf}{unit}, Welch-Satterthwaite df, raw and family-adjusted p-values.",
         "leave_one_out": f"Leave-one-out (full minus full without the factor) and add-one (baseline plus the factor minus baseline), {conf}{unit}.",
         "compute": "Compute per cell (means over seeds): tokens generated include those discarded by dynamic sampling; "
         f"gain is over the baseline{unit}; gain_per_added_mtok divides it by the million tokens the cell generated "
-        "beyond the baseline (empty where it adds none); mean_at_budget (when shown) is the mean at the equal-compute budget.",
+        "beyond the baseline (empty where it adds none); mean_at_budget (when shown) is the mean at the equal-compute budget "
+        "over the cell's runs_at_budget runs (a run whose curve starts past the budget is not reached and not counted).",
         "compute_matched": "Equal compute: each effect at equal training steps (effect, CI) beside the same effect with every run "
         "read at one generated-token budget (budget_tokens), interpolated linearly between its evaluations"
         f"{unit}. Empty when the results carry no evaluation curves with token counts.",
@@ -336,6 +337,7 @@ def write_report(
     adjust: str = "holm",
     per_effect_tests: bool = False,
     signals: pd.DataFrame | None = None,
+    equivalence_margin: float = 0.02,
 ) -> dict[str, Path]:
     """Analyse ``results`` and write the report files into ``out_dir``; returns {file name: path}.
 
@@ -348,7 +350,8 @@ def write_report(
     step: the factor columns, ``step`` and the trainer's signals), where the data support them;
     report.md; report.html. ``design``: any | full | fraction-V | fraction (see ``design.require_design``);
     ``adjust`` and ``per_effect_tests``: see ``analysis.analyze``. A ``setting`` column naming two
-    or more settings makes it a transfer study (``transfer_report.write_transfer_report``). Raises ReportInputError before
+    or more settings makes it a transfer study (``transfer_report.write_transfer_report``; ``equivalence_margin``,
+    in the metric's units, is the largest difference a "transfers" verdict allows). Raises ReportInputError before
     writing anything when the input cannot be used. ``echo`` (e.g. ``print``) receives the
     plain-language summary.
     """
@@ -360,6 +363,7 @@ def write_report(
         return write_transfer_report(
             results, factors, Path(out_dir), chosen, metric=metric, orderings=orderings, confidence=confidence,
             design=design, adjust=adjust, per_effect_tests=per_effect_tests, echo=echo,
+            equivalence_margin=equivalence_margin,
         )  # fmt: skip
     if curves is not None:
         curves = validate_curves(curves, factors, metric)

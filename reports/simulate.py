@@ -7,7 +7,8 @@ Cell means follow a set function on the factors switched on:
 so a planted main effect ``("a",): 0.06`` adds 6 points whenever a is on, and a planted
 interaction ``("a", "b"): 0.02`` adds 2 more when both are. Each run adds a shared seed effect
 (same for every cell with that seed, as when seeds fix data order and initialisation) and
-independent run noise, both normal.
+independent run noise, both normal; ``noisy_cells`` makes some cells' run noise larger
+(heteroscedastic cells), and ``simulate_settings`` can give each setting its own noise level.
 """
 
 from __future__ import annotations
@@ -40,18 +41,21 @@ def simulate_results(
     cells: list[int] | None = None,
     rng: np.random.Generator | int = 0,
     seeds_per_cell: bool = False,
+    noisy_cells: dict[int, float] | None = None,
 ) -> pd.DataFrame:
     """A tidy results table: one row per (cell, seed), factor columns 0/1, ``seed``, ``metric``.
 
     ``cells`` restricts the design to some bitmasks (e.g. a fraction); default: all 2^k.
     ``seeds_per_cell``: seeds numbered per cell (cell j runs seeds j*seeds ...), each with its
-    own seed effect, so no two cells share one. Compute columns are filled with plausible
-    numbers (more tokens when more factors are on).
+    own seed effect, so no two cells share one. ``noisy_cells``: {cell bitmask: factor} multiplies
+    that cell's run noise sd. Compute columns are filled with plausible numbers (more tokens when
+    more factors are on).
     """
     rng = np.random.default_rng(rng)
     truth = true_cell_means(factors, baseline, planted)
     chosen = list(cells if cells is not None else range(2 ** len(factors)))
     seed_effect = rng.normal(0.0, seed_sd, size=seeds * (len(chosen) if seeds_per_cell else 1))
+    scale = noisy_cells or {}
     rows = []
     for j, (mask, s) in enumerate(product(chosen, range(seeds))):
         label = j if seeds_per_cell else s
@@ -61,7 +65,7 @@ def simulate_results(
             {
                 **levels,
                 SEED_COLUMN: label,
-                metric: truth[mask] + seed_effect[label] + rng.normal(0.0, noise_sd),
+                metric: truth[mask] + seed_effect[label] + rng.normal(0.0, noise_sd * scale.get(mask, 1.0)),
                 "tokens_generated": tokens,
                 "tokens_discarded": 0.1 * tokens * levels.get("dynamic_sampling", 0),
                 "wall_s": tokens / 2e4,
@@ -78,14 +82,19 @@ def simulate_settings(
     baseline: float,
     planted_by_setting: dict[str, dict[tuple[str, ...], float]],
     rng: np.random.Generator | int = 0,
+    noise_sd_by_setting: dict[str, float] | None = None,
     **options,
 ) -> pd.DataFrame:
     """A transfer study: ``simulate_results`` once per setting (its own planted effects, its own
-    seed effects), stacked with a ``setting`` column. ``options`` go to ``simulate_results``."""
+    seed effects), stacked with a ``setting`` column. ``options`` go to ``simulate_results``;
+    ``noise_sd_by_setting`` overrides ``noise_sd`` for the settings it names."""
     rng = np.random.default_rng(rng)
     parts = []
     for name, planted in planted_by_setting.items():
-        table = simulate_results(factors, baseline, planted, rng=rng, **options)
+        own = dict(options)
+        if noise_sd_by_setting and name in noise_sd_by_setting:
+            own["noise_sd"] = noise_sd_by_setting[name]
+        table = simulate_results(factors, baseline, planted, rng=rng, **own)
         table.insert(0, "setting", name)
         table.attrs = {}
         parts.append(table)

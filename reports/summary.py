@@ -12,13 +12,11 @@ import numpy as np
 
 from .analysis import Analysis
 from .claims import amount, claim_sentence, unsupported_sentences
-from .design import roman, term_name
+from .design import defining_relation, roman
 from .headline import headline, headline_lines
-from .inference import LENTH
 from .table import factor_label
 
 EMPTY_SUPPORTED = "None: no statistic passes its family's adjusted test."
-ADJUSTMENT_NAMES = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "no"}
 
 
 def design_line(analysis: Analysis) -> str:
@@ -41,15 +39,15 @@ def _design_lines(analysis: Analysis) -> list[str]:
     lines = [design_line(analysis)]
     design = analysis.design
     if design.kind == "fraction":
-        defining = " = ".join(term_name(w, analysis.factors) for w in design.defining_words)
+        defining = defining_relation(design, analysis.factors)
         if (design.resolution or 0) < 5:
             lines.append(
                 f"WARNING: resolution {roman(design.resolution)} is below V: two-factor interactions cannot be told apart "
-                "from their aliases, and no claim names one member of a chain alone. Defining relation "
-                f"I = {defining}. Every two-factor alias chain:"
+                f"from their aliases, and no claim names one member of a chain alone. Defining relation {defining}. "
+                "Every two-factor alias chain (a minus sign: the chain's effect is the first term minus that one):"
             )
         else:
-            lines.append(f"Defining relation I = {defining}; the alias chains of main effects and two-factor interactions:")
+            lines.append(f"Defining relation {defining}; the alias chains of main effects and two-factor interactions:")
         lines += [f"  {chain}" for chain in analysis.aliases]
     return lines
 
@@ -82,34 +80,36 @@ def _described(analysis: Analysis) -> list[str]:
 
 
 def _lenth_line(analysis: Analysis) -> list[str]:
+    """The one-seed rule as applied: the bar printed is the bar the claims used (``lenth_rule``)."""
     lenth = analysis.lenth
     if lenth is None:
         return []
-    me, sme = amount(lenth["me"], analysis.percent)[1:], amount(lenth["sme"], analysis.percent)[1:]
-    rule = (
-        "each effect is tested on its own against ME (--per-effect-tests)"
-        if analysis.options.per_effect_tests
-        else "an effect is claimed only past SME (experiment-wise over all effects)"
-    )
+    show = lambda value: amount(value, analysis.percent)[1:]  # noqa: E731
+    options, guarantee = analysis.options, analysis.guarantee
+    share = options.alpha / (1 if options.adjust == "none" else guarantee.n_families)
+    if not options.per_effect_tests:
+        rule = (
+            f"an effect is claimed only past {show(lenth['bar'])}: Lenth's simultaneous margin over the "
+            f"{lenth['m']} effects at level {share:.2g}"
+            + (f" (the {options.alpha:.0%} split over {guarantee.n_families} families)" if share < options.alpha else "")
+            + f"; the SME at {options.alpha:.0%} alone would be {show(lenth['sme'])}"
+        )
+    elif lenth["bar"] == lenth["bar_last"]:
+        rule = f"each effect is tested on its own (--per-effect-tests): claimed past {show(lenth['bar'])}"
+    else:
+        rule = (
+            f"effects are tested one by one (--per-effect-tests), then adjusted within their family at level "
+            f"{share:.2g}: the first claim needs {show(lenth['bar'])}, the last {show(lenth['bar_last'])}"
+        )
     return [
-        f"With one seed per cell the noise level is inferred from the small effects (Lenth): margin of error "
-        f"ME = {me}, simultaneous margin SME = {sme} over {lenth['m']} effects; {rule}. "
+        f"With one seed per cell the noise level is inferred from the small effects (Lenth, PSE {show(lenth['pse'])}): "
+        f"margin of error ME = {show(lenth['me'])} per effect, unadjusted; {rule}. "
         "Run more seeds for intervals that do not assume most effects are zero."
     ]
 
 
 def _method_lines(analysis: Analysis) -> list[str]:
-    options = analysis.options
-    families = sorted(set(analysis.tests["family"])) if len(analysis.tests) else []
-    adjustment = (
-        f"Claims: {ADJUSTMENT_NAMES[options.adjust]} adjustment within each family ({', '.join(families) or 'none'}), "
-        + (
-            (f"then times the {len(families)} families (Bonferroni)" if len(families) > 1 else "one family")
-            + f", so that all claims together hold at {options.alpha:.0%}; a claim needs adjusted p < {options.alpha:.2g}."
-            if options.adjust != "none"
-            else f"raw p-values: each sentence holds at {options.alpha:.0%} on its own, the list as a whole does not."
-        )
-    )
+    adjustment = analysis.guarantee.sentence()
     methods = set(analysis.intervals["se_method"])
     return [
         f"Intervals ({analysis.confidence:.0%}): {analysis.ci_method}.",

@@ -1,67 +1,88 @@
 """Transfer across settings: does each technique's effect hold in another model, prompt
 distribution, reward environment or length regime?
 
-One model over all settings: the cell index is (setting, cell), seeds are blocks *within*
-their setting (a seed of one setting shares nothing with a seed of another), so the joint
-information matrix is block-diagonal, G = diag(G_1, ..., G_S), with one residual variance
-pooled over the settings (df = sum of the settings' residual df). Every statistic of a setting
-(main effect, Shapley value, two-factor interaction) is a contrast c_s over that setting's
-cells, placed in its block. For each term:
+Each setting is its own experiment: its own cells, its own seeds (a seed of one setting shares
+nothing with a seed of another) and, above all, its own noise. A 7B model is less noisy than a
+1.5B one and a hard prompt mix noisier than an easy one, so no variance is pooled over settings:
+every term's value in a setting (main effect, Shapley value, two-factor interaction) is the
+number that setting's own analysis reports, with its own SE and df (the cells' own variances,
+or the setting's own Lenth PSE with one seed) -- the same interval as in its own tables. A
+setting without a noise estimate gives "not enough data"; it never borrows another's variance.
 
-- per setting: c_s'mu with its exact t interval (``inference.estimate``);
-- technique x setting interaction: H0 c_1'mu = ... = c_S'mu, the Wald F test with
-  D = [c_s - c_S]_{s<S}: F = (D mu)' (D G^-1 D')^+ (D mu) / ((S - 1) sigma^2) on (S - 1, df);
-  Holm (or the report's adjustment) over the family of all terms tested;
-- heterogeneity summary: Cochran's Q = sum_s w_s (theta_s - theta_bar)^2, w_s = 1 / se_s^2
-  (each setting's own residual variance where it has one), I^2 = max(0, (Q - (S-1)) / Q);
-- verdict: ``not enough data`` (a setting lacks the estimate or there is no noise estimate),
-  ``flips sign`` (interaction significant after adjustment and one setting's interval lies
-  above zero while another's lies below), ``differs in size`` (significant otherwise),
-  ``transfers`` (not significant, and no two settings' intervals exclude zero on opposite
-  sides; if they do, the test cannot tell: ``not enough data``).
+Across settings the S estimates of a term are independent, each with an estimated variance on
+its own df. The technique x setting test is Welch's (1951) heterogeneity test on them
+(``heterogeneity.welch_heterogeneity``): the classic test of equal means under unequal
+variances, with the df correction that small per-setting df need. Why not a random-effects
+model: it answers another question (a population of settings these were drawn from) and needs
+the between-setting variance, which three settings cannot estimate; the settings here are
+chosen, fixed conditions, and the question is whether the effect differs among *them*.
+Cochran's Q and I^2 (each setting's own SE) are shown as descriptions, with no test behind them.
 
-With one seed per cell there is no residual df: the noise comes from Lenth's pseudo standard
-error pooled over every setting's factorial effects (assumes most effects are zero), as in the
-single-setting report.
+Verdict per term (first that applies):
+
+- ``not enough data``: a setting lacks the estimate or its noise estimate;
+- ``flips sign``: on simultaneous intervals (every term in every setting at once: Bonferroni
+  over the T x S intervals at the flips family's share of alpha) one setting's value is above
+  zero and another's below; ``sim_ci_low``/``sim_ci_high`` are those intervals;
+- ``differs in size``: Welch's test rejects after the report's adjustment (family ``transfer``);
+- ``transfers``: the effects are equivalent within +-margin (``--equivalence-margin``, default
+  2 pp): two one-sided tests at alpha for every pair of settings (TOST; intersection-union, so no
+  adjustment over the pairs), i.e. ``detectable_difference`` -- the far end of the widest
+  pair's (1 - 2 alpha) interval (90% at alpha 5%), the largest difference the data cannot
+  exclude -- is below the margin. It is a verdict per term at level alpha, not a row of
+  claims.csv (which lists effects and differences, under the report's guarantee);
+- ``inconclusive``: no difference detected, and the data cannot exclude one as large as the
+  margin: an absence of evidence, not evidence of transfer.
+
+``gap`` is the largest between-setting contrast (highest minus lowest setting) with its
+(1 - 2 alpha) interval (``gap_ci_low``/``gap_ci_high``), the interval the TOST reads.
+
+One guarantee for the report (``multiplicity``): the settings' own families (attribution,
+interactions, order, steps) are each pooled over the settings, and with ``transfer`` and
+``flips`` they share alpha by Bonferroni over families, so every row of the report's claims.csv
+is covered by one family-wise (``--adjust holm``) or false-discovery-rate (``bh``) statement.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from . import shapley as sv
-from .analysis import Analysis, CellValues, analyze
-from .claims import CLAIM_COLUMNS, ClaimOptions
-from .effects import effect_contrasts, lenth_pse
-from .inference import LENTH, NONE, OLS, CellFit, Noise, _bartlett, estimate
-from .multiplicity import adjust_within
+from .analysis import Analysis, analyze, lenth_rule
+from .claims import CLAIM_COLUMNS, ClaimOptions, Guarantee, adjust_tests, claims_table, effects_with_adjusted
+from .heterogeneity import cochran_q, detectable_difference, difference_interval, flip_p, welch_heterogeneity
 from .table import ReportInputError
 
 SETTING_COLUMN = "setting"
-VERDICTS = ("transfers", "differs in size", "flips sign", "not enough data")
+VERDICTS = ("transfers", "differs in size", "flips sign", "inconclusive", "not enough data")
 TRANSFER_COLUMNS = [
     "statistic", "term", "setting", "estimate", "ci_low", "ci_high", "p_interaction", "p_adjusted", "q", "i2", "verdict",
+    "se", "df", "sim_ci_low", "sim_ci_high", "p_flip_adjusted", "gap", "gap_ci_low", "gap_ci_high",
+    "detectable_difference",
 ]  # fmt: skip
 RANK_COLUMNS = ["setting_a", "setting_b", "kendall_tau", "p_value", "n_factors"]
+DEFAULT_MARGIN = 0.02  # 2 pp of an accuracy stored as a fraction
+TRANSFER_FAMILIES = ("transfer", "flips")
 
 
 @dataclass
 class TransferAnalysis:
-    """Per-setting analyses and the across-settings tables."""
+    """Per-setting analyses (claims adjusted for the whole report) and the across-settings tables."""
 
     settings: list[str]
     analyses: dict[str, Analysis]
     transfer: pd.DataFrame  # TRANSFER_COLUMNS, one row per (statistic, term, setting)
     ranks: pd.DataFrame  # RANK_COLUMNS: Kendall's tau of Shapley values per pair of settings
-    claims: pd.DataFrame  # CLAIM_COLUMNS, kind "transfer", family "transfer"
-    noise_method: str
-    df: float
+    claims: pd.DataFrame  # CLAIM_COLUMNS, kind "transfer", families "transfer" and "flips"
     options: ClaimOptions
+    guarantee: Guarantee  # one statement for every claim of the report
+    margin: float  # equivalence margin, in the metric's units
+    equivalence_alpha: float  # TOST level per side, per term (intersection-union over the pairs)
+    simultaneous_alpha: float  # two-sided, per interval behind "flips sign"
 
     @property
     def percent(self) -> bool:
@@ -94,188 +115,146 @@ def _per_setting(results, factors, settings, **options) -> dict[str, Analysis]:
     return analyses
 
 
-def _residuals(fit: CellFit) -> np.ndarray:
-    partial = fit.y - fit.mu[fit.cell_index]
-    if not fit.blocked:
-        return partial
-    counts = np.bincount(fit.seed_index, minlength=fit.n_seeds)
-    return partial - (np.bincount(fit.seed_index, weights=partial, minlength=fit.n_seeds) / counts)[fit.seed_index]
-
-
-def joint_fit(fits: list[CellFit]) -> CellFit:
-    """One cell-means model over all settings: block-diagonal G^-1, seeds nested in settings,
-    residual variance pooled (sum SSE / sum df)."""
-    offsets = np.cumsum([0] + [len(f.mu) for f in fits])
-    seed_offsets = np.cumsum([0] + [f.n_seeds for f in fits])
-    m = int(offsets[-1])
-    g_inv = np.zeros((m, m))
-    for f, o in zip(fits, offsets):
-        g_inv[o : o + len(f.mu), o : o + len(f.mu)] = f.g_inv
-    df = float(sum(f.df for f in fits))
-    sse = sum(f.sigma2 * f.df for f in fits if f.df > 0)
-    cat = lambda name: np.concatenate([getattr(f, name) for f in fits])  # noqa: E731
-    cell_index = np.concatenate([f.cell_index + o for f, o in zip(fits, offsets)])
-    n = cat("n")
-    residual = np.concatenate([_residuals(f) for f in fits])
-    return CellFit(
-        masks=np.arange(m), n=n, raw_mean=cat("raw_mean"), sd=cat("sd"), mu=cat("mu"), g_inv=g_inv,
-        sigma2=sse / df if df > 0 else float("nan"), df=df, blocked=any(f.blocked for f in fits),
-        n_seeds=int(seed_offsets[-1]), seed_sd=float("nan"), mean_inv_r=float("nan"),
-        equal_var_p=_bartlett(residual, cell_index, n) if df > 0 else float("nan"),
-        cell_var=cat("cell_var"), cell_index=cell_index,
-        seed_index=np.concatenate([f.seed_index + o for f, o in zip(fits, seed_offsets)]), y=cat("y"),
-    )  # fmt: skip
-
-
 @dataclass
-class _Terms:
-    """Per statistic kind: term names and, per setting, contrast rows over that setting's cells."""
+class TermValues:
+    """One term's value in every setting, as that setting's own tables report it."""
 
-    statistic: str
-    names: list[str]
-    rows: list[np.ndarray]  # per setting [terms, m_s]; NaN rows where the setting cannot estimate
+    statistic: str  # main | shapley | interaction
+    term: str
+    estimate: np.ndarray  # [S]
+    se: np.ndarray
+    df: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
 
+    @property
+    def p_value(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return 2 * stats.t.sf(np.abs(self.estimate) / self.se, self.df)
 
-def _setting_terms(analysis: Analysis) -> tuple[CellValues, object]:
-    values = CellValues(analysis.fit, analysis.design, Noise(float("nan"), 0.0, NONE), analysis.confidence)
-    return values, effect_contrasts(analysis.design, analysis.factors, np.linalg.inv(analysis.fit.g_inv))
-
-
-def _collect_terms(analyses: list[Analysis], factors: list[str]) -> list[_Terms]:
-    """Main effects, Shapley values and two-factor interactions, matched across settings by name."""
-    per = [_setting_terms(a) for a in analyses]
-    main = _Terms("main", list(factors), [])
-    shapley = _Terms("shapley", list(factors), [])
-    names2 = list(dict.fromkeys(n for _, e in per for n, o in zip(e.names, e.orders) if o == 2))
-    pairs = _Terms("interaction", names2, [])
-    for values, effects in per:
-        m = len(values.fit.mu)
-        index = {name: j for j, name in enumerate(effects.names)}
-        pick = lambda names: np.array(  # noqa: E731
-            [effects.contrasts[index[n]] if n in index else np.full(m, np.nan) for n in names]
-        ).reshape(len(names), m)
-        main.rows.append(pick(factors))
-        shapley.rows.append(values.contrasts(sv.shapley_values))
-        pairs.rows.append(pick(names2))
-    return [t for t in (main, shapley, pairs) if t.names]
+    @property
+    def complete(self) -> bool:
+        return bool(np.isfinite(self.estimate).all() and np.isfinite(self.se).all() and (self.se > 0).all())
 
 
-def _joint_rows(rows_by_setting: list[np.ndarray], j: int, sizes: list[int]) -> np.ndarray:
-    """[S, M]: term j of each setting placed in its own block of the joint cell vector."""
-    offsets = np.cumsum([0] + sizes)
-    out = np.zeros((len(sizes), offsets[-1]))
-    for s, rows in enumerate(rows_by_setting):
-        out[s, offsets[s] : offsets[s + 1]] = rows[j]
+_SOURCES = {"main": ("effects", "effect"), "interaction": ("effects", "effect"), "shapley": ("shapley", "shapley")}
+
+
+def term_values(analyses: list[Analysis]) -> list[TermValues]:
+    """Main effects, Shapley values and two-factor interactions (or chains), matched across
+    settings by name, read from each setting's intervals (so transfer.csv repeats its numbers)."""
+    names = {
+        "main": [n for a in analyses for n in a.all_effects.loc[a.all_effects["order"] == 1, "term"]],
+        "shapley": [f for a in analyses for f in a.shapley.loc[a.shapley["shapley"].notna(), "factor"]],
+        "interaction": [n for a in analyses for n in a.all_effects.loc[a.all_effects["order"] == 2, "term"]],
+    }
+    out = []
+    for statistic, (table, column) in _SOURCES.items():
+        looked_up = [
+            a.intervals[(a.intervals["table"] == table) & (a.intervals["column"] == column)].set_index("row")
+            for a in analyses
+        ]
+        for term in dict.fromkeys(names[statistic]):
+            rows = [frame.reindex([term]).iloc[0] for frame in looked_up]
+            get = lambda key: np.array([float(r[key]) for r in rows])  # noqa: E731
+            out.append(TermValues(statistic, term, get("estimate"), get("se"), get("df"), get("ci_low"), get("ci_high")))
     return out
 
 
-def _joint_noise(fit: CellFit, analyses: list[Analysis], terms: list[_Terms]) -> Noise:
-    """Pooled residual variance; without residual df, Lenth's PSE over every setting's effects."""
-    if fit.df > 0:
-        return Noise(fit.sigma2, fit.df, OLS)
-    points, units = [], []
-    for analysis in analyses:
-        if analysis.design.kind not in ("full", "fraction"):
-            return Noise(float("nan"), 0.0, NONE)
-        effects = effect_contrasts(analysis.design, analysis.factors, np.linalg.inv(analysis.fit.g_inv))
-        points.append(effects.contrasts @ analysis.fit.mu)
-        units.append(np.einsum("ij,jk,ik->i", effects.contrasts, analysis.fit.g_inv, effects.contrasts))
-    points, units = np.concatenate(points), np.concatenate(units)
-    pse = lenth_pse(points) if len(points) >= 3 else 0.0
-    if pse <= 0:
-        return Noise(float("nan"), 0.0, NONE)
-    return Noise(pse**2 / float(np.mean(units)), len(points) / 3, LENTH)
+@dataclass
+class _Across:
+    """A term's across-settings statistics before the report-wide adjustment."""
+
+    p_interaction: float
+    q: float
+    i2: float
+    p_flip: float
+    flip_pair: tuple[int, int] | None
+    gap: tuple[float, float, float]  # (highest - lowest, low, high) at 1 - 2 alpha_eq
+    gap_pair: tuple[int, int] | None
+    detectable: float
 
 
-def interaction_test(fit: CellFit, rows: np.ndarray, noise: Noise) -> tuple[float, float]:
-    """(F, p) of H0: every row's c'mu is equal (rows [S, M]); NaN without noise or a NaN row."""
-    if noise.method == NONE or np.isnan(rows).any() or len(rows) < 2:
-        return float("nan"), float("nan")
-    d = rows[:-1] - rows[-1]
-    diff = d @ fit.mu
-    cov = d @ fit.g_inv @ d.T
-    rank = np.linalg.matrix_rank(cov)
-    if rank == 0:
-        return float("nan"), float("nan")
-    f = float(diff @ np.linalg.pinv(cov) @ diff / (rank * noise.sigma2))
-    return f, float(stats.f.sf(f, rank, noise.df))
+def _across(values: TermValues, equivalence_alpha: float) -> _Across:
+    nan3 = (float("nan"),) * 3
+    if not values.complete:
+        return _Across(float("nan"), float("nan"), float("nan"), float("nan"), None, nan3, None, float("nan"))
+    theta, se, df = values.estimate, values.se, values.df
+    p_interaction = welch_heterogeneity(theta, se, df)[3]
+    q, i2 = cochran_q(theta, se)
+    p_flip, up, down = flip_p(theta, values.p_value)
+    hi, lo = int(np.argmax(theta)), int(np.argmin(theta))
+    gap = difference_interval(theta, se, df, hi, lo, 1 - 2 * equivalence_alpha)
+    return _Across(
+        p_interaction, q, i2, p_flip, None if up is None else (up, down), gap, (hi, lo),
+        detectable_difference(theta, se, df, equivalence_alpha),
+    )  # fmt: skip
 
 
-def cochran_q(estimates: np.ndarray, se: np.ndarray) -> tuple[float, float]:
-    """(Q, I^2) with inverse-variance weights; NaN if any SE is missing or zero.
-
-    Example: estimates (1, 3), se (1, 1): pooled 2, Q = 1 + 1 = 2, I^2 = (2 - 1) / 2 = 0.5.
-    """
-    if np.isnan(estimates).any() or not (np.isfinite(se).all() and (se > 0).all()):
-        return float("nan"), float("nan")
-    w = 1.0 / se**2
-    pooled = float(w @ estimates / w.sum())
-    q = float(w @ (estimates - pooled) ** 2)
-    i2 = max(0.0, (q - (len(estimates) - 1)) / q) if q > 0 else 0.0
-    return q, i2
+def _label(values: TermValues, pair: tuple[int, int], settings: list[str]) -> str:
+    return f"{values.statistic} {values.term} ({settings[pair[0]]} - {settings[pair[1]]})"
 
 
-def verdict(low: np.ndarray, high: np.ndarray, p_adjusted: float, alpha: float) -> str:
-    """The plain verdict of one term (see the module docstring)."""
-    if np.isnan(p_adjusted) or np.isnan(low).any() or np.isnan(high).any():
-        return "not enough data"
-    opposite = bool((low > 0).any() and (high < 0).any())
-    if p_adjusted < alpha:
-        return "flips sign" if opposite else "differs in size"
-    return "not enough data" if opposite else "transfers"
+def _transfer_tests(values: list[TermValues], across: list[_Across], settings: list[str]) -> pd.DataFrame:
+    """One ``transfer`` test (Welch) and one ``flips`` test per term, as claims rows (intervals of
+    the flips rows are filled in once the simultaneous level is known)."""
+    rows = []
+    for v, a in zip(values, across):
+        if not np.isfinite(a.p_interaction):
+            continue
+        rows.append({
+            "kind": "transfer", "term": _label(v, a.gap_pair, settings), "estimate": a.gap[0], "ci_low": a.gap[1],
+            "ci_high": a.gap[2], "p_value": a.p_interaction, "family": "transfer", "key": (v.statistic, v.term),
+        })  # fmt: skip
+        pair = a.flip_pair or a.gap_pair
+        rows.append({
+            "kind": "transfer", "term": _label(v, pair, settings), "estimate": v.estimate[pair[0]] - v.estimate[pair[1]],
+            "ci_low": np.nan, "ci_high": np.nan, "p_value": a.p_flip, "family": "flips", "key": (v.statistic, v.term),
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=[*CLAIM_COLUMNS[:-2], "family", "key"])
 
 
-def _own_se(analyses: list[Analysis], rows_by_setting: list[np.ndarray], j: int, fallback: np.ndarray) -> np.ndarray:
-    """Each setting's SE from its own residual variance where it has residual df."""
-    se = fallback.copy()
-    for s, analysis in enumerate(analyses):
-        fit = analysis.fit
-        if fit.df > 0 and not np.isnan(rows_by_setting[s][j]).any():
-            c = rows_by_setting[s][j]
-            se[s] = float(np.sqrt(fit.sigma2 * c @ fit.g_inv @ c))
-    return se
+def _simultaneous(values: TermValues, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each setting's interval at 1 - alpha (two-sided), on its own SE and df."""
+    with np.errstate(invalid="ignore"):
+        half = stats.t.ppf(1 - alpha / 2, values.df) * values.se
+    return values.estimate - half, values.estimate + half
 
 
-def _term_rows(terms: list[_Terms], fit, noise, analyses, settings, confidence):
-    """(transfer rows without p_adjusted/verdict, per-term largest-gap estimates)."""
-    sizes = [len(a.fit.mu) for a in analyses]
-    table, gaps = [], []
-    for group in terms:
-        for j, name in enumerate(group.names):
-            rows = _joint_rows(group.rows, j, sizes)
-            rows[np.isnan(rows).any(axis=1)] = np.nan
-            est = estimate(fit, rows, noise, confidence)
-            _, p = interaction_test(fit, rows, noise)
-            q, i2 = cochran_q(est.estimate, _own_se(analyses, group.rows, j, est.se))
-            for s, setting in enumerate(settings):
-                table.append({
-                    "statistic": group.statistic, "term": name, "setting": setting, "estimate": est.estimate[s],
-                    "ci_low": est.ci_low[s], "ci_high": est.ci_high[s], "p_interaction": p, "q": q, "i2": i2,
-                })  # fmt: skip
-            gaps.append(_largest_gap(fit, rows, est.estimate, noise, confidence, settings))
-    return pd.DataFrame(table), gaps
+def _per_setting_tests(analyses: list[Analysis], settings: list[str]) -> pd.DataFrame:
+    parts = [a.tests[[*CLAIM_COLUMNS[:-2], "family"]].assign(setting=s) for s, a in zip(settings, analyses)]
+    return pd.concat(parts, ignore_index=True)
 
 
-def _largest_gap(fit, rows, point, noise, confidence, settings) -> dict | None:
-    """The highest minus the lowest setting's estimate, with its own (marginal) interval."""
-    if np.isnan(point).any():
+def _sidak_m(analyses: list[Analysis], options: ClaimOptions) -> int | None:
+    """Lenth's simultaneous rule over every setting's effects when every setting uses it."""
+    if options.per_effect_tests or any(a.lenth is None for a in analyses):
         return None
-    hi, lo = int(np.argmax(point)), int(np.argmin(point))
-    gap = estimate(fit, rows[hi] - rows[lo], noise, confidence)
-    return {"pair": f"{settings[hi]} - {settings[lo]}", "estimate": gap.estimate[0],
-            "ci_low": gap.ci_low[0], "ci_high": gap.ci_high[0]}  # fmt: skip
+    return int(sum(a.lenth["m"] for a in analyses))
 
 
-def _verdicts(table: pd.DataFrame, options: ClaimOptions) -> pd.DataFrame:
-    per_term = table.drop_duplicates(["statistic", "term"])[["statistic", "term", "p_interaction"]].copy()
-    per_term["p_adjusted"] = adjust_within(per_term["p_interaction"].to_numpy(float), options.adjust)
-    table = table.merge(per_term[["statistic", "term", "p_adjusted"]], on=["statistic", "term"], how="left")
-    words = {
-        key: verdict(g["ci_low"].to_numpy(float), g["ci_high"].to_numpy(float), float(g["p_adjusted"].iloc[0]), options.alpha)
-        for key, g in table.groupby(["statistic", "term"], sort=False)
-    }
-    table["verdict"] = [words[(r.statistic, r.term)] for r in table.itertuples(index=False)]
-    return table[TRANSFER_COLUMNS]
+def _readjusted(analysis: Analysis, tests: pd.DataFrame, options, guarantee: Guarantee, sidak_m, tested) -> Analysis:
+    """The setting's analysis with its claims under the report-wide guarantee."""
+    tests = tests[[*CLAIM_COLUMNS, "claimed"]].reset_index(drop=True)
+    effects = effects_with_adjusted(
+        analysis.effects.assign(order=analysis.effects["term"].map(analysis.all_effects.set_index("term")["order"])),
+        tests, options, sidak_m, guarantee.n_families,
+    )[analysis.effects.columns]  # fmt: skip
+    return replace(
+        analysis, tests=tests, claims=claims_table(tests), effects=effects, guarantee=guarantee,
+        lenth=lenth_rule(analysis.lenth, options, guarantee, sidak_m, tested),
+    )  # fmt: skip
+
+
+def _verdict(values: TermValues, flip_adjusted: float, p_adjusted: float, detectable: float, margin: float, alpha: float) -> str:
+    """The plain verdict of one term (module docstring)."""
+    if not values.complete or np.isnan(p_adjusted):
+        return "not enough data"
+    if flip_adjusted < alpha:
+        return "flips sign"
+    if p_adjusted < alpha:
+        return "differs in size"
+    return "transfers" if detectable < margin else "inconclusive"
 
 
 def rank_agreement(transfer: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
@@ -292,20 +271,23 @@ def rank_agreement(transfer: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=RANK_COLUMNS)
 
 
-def _transfer_claims(transfer: pd.DataFrame, gaps: list[dict | None], options: ClaimOptions) -> pd.DataFrame:
-    """claims.csv rows of kind ``transfer``: terms whose interaction test passes after adjustment;
-    the estimate is the largest gap between two settings (highest minus lowest)."""
-    per_term = transfer.drop_duplicates(["statistic", "term"]).reset_index(drop=True)
+def _table(values, across, adjusted, settings, sim_alpha, margin, alpha) -> pd.DataFrame:
+    """transfer.csv: one row per (term, setting)."""
     rows = []
-    for row, gap in zip(per_term.itertuples(index=False), gaps):
-        if gap is None or not row.p_adjusted < options.alpha:
-            continue
-        rows.append({
-            "kind": "transfer", "term": f"{row.statistic} {row.term} ({gap['pair']})", "estimate": gap["estimate"],
-            "ci_low": gap["ci_low"], "ci_high": gap["ci_high"], "p_value": row.p_interaction,
-            "p_adjusted": row.p_adjusted, "family": "transfer",
-        })  # fmt: skip
-    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+    for v, a in zip(values, across):
+        p_adjusted = adjusted.get(("transfer", v.statistic, v.term), np.nan)
+        flip_adjusted = adjusted.get(("flips", v.statistic, v.term), np.nan)
+        word = _verdict(v, flip_adjusted, p_adjusted, a.detectable, margin, alpha)
+        sim_low, sim_high = _simultaneous(v, sim_alpha)
+        for s, setting in enumerate(settings):
+            rows.append({
+                "statistic": v.statistic, "term": v.term, "setting": setting, "estimate": v.estimate[s],
+                "ci_low": v.ci_low[s], "ci_high": v.ci_high[s], "p_interaction": a.p_interaction,
+                "p_adjusted": p_adjusted, "q": a.q, "i2": a.i2, "verdict": word, "se": v.se[s], "df": v.df[s],
+                "sim_ci_low": sim_low[s], "sim_ci_high": sim_high[s], "p_flip_adjusted": flip_adjusted,
+                "gap": a.gap[0], "gap_ci_low": a.gap[1], "gap_ci_high": a.gap[2], "detectable_difference": a.detectable,
+            })  # fmt: skip
+    return pd.DataFrame(rows, columns=TRANSFER_COLUMNS)
 
 
 def analyze_transfer(
@@ -318,6 +300,7 @@ def analyze_transfer(
     *,
     adjust: str = "holm",
     per_effect_tests: bool = False,
+    equivalence_margin: float = DEFAULT_MARGIN,
 ) -> TransferAnalysis:
     """Every setting's analysis and the transfer tables (module docstring) for a results table
     with a ``setting`` column naming at least two settings."""
@@ -326,19 +309,57 @@ def analyze_transfer(
         raise ReportInputError(
             f"column '{SETTING_COLUMN}' names one setting ({settings[0]}); a transfer study needs two or more"
         )
+    if not equivalence_margin > 0:
+        raise ReportInputError(f"--equivalence-margin must be positive, got {equivalence_margin}")
     analyses = _per_setting(
         results, list(factors), settings, metric=metric, orderings=orderings, confidence=confidence,
         design=design, adjust=adjust, per_effect_tests=per_effect_tests,
     )  # fmt: skip
     ordered = [analyses[s] for s in settings]
+    if equivalence_margin >= 1 and all(a.percent for a in ordered):
+        raise ReportInputError(
+            f"--equivalence-margin {equivalence_margin} is in the metric's units (a fraction for {metric}): "
+            f"give 0.02 for 2 percentage points"
+        )
     options = ClaimOptions(adjust=adjust, alpha=1 - confidence, per_effect_tests=per_effect_tests)
-    fit = joint_fit([a.fit for a in ordered])
-    terms = _collect_terms(ordered, list(factors))
-    noise = _joint_noise(fit, ordered, terms)
-    table, gaps = _term_rows(terms, fit, noise, ordered, settings, confidence)
-    transfer = _verdicts(table, options)
+    values = term_values(ordered)
+    equivalence_alpha = options.alpha  # per side, per term (module docstring)
+    across = [_across(v, equivalence_alpha) for v in values]
+
+    tests = pd.concat([_per_setting_tests(ordered, settings), _transfer_tests(values, across, settings)], ignore_index=True)
+    n_flips = int((tests["family"] == "flips").sum()) * len(settings)  # simultaneous intervals behind the flips
+    sidak_m = _sidak_m(ordered, options)
+    scope = f"{', '.join(f for f in dict.fromkeys(tests['family']) if f not in TRANSFER_FAMILIES)} each pooled over the {len(settings)} settings"
+    tests, guarantee = adjust_tests(tests, options, sidak_m, {"flips": n_flips}, scope)
+    sim_alpha = options.alpha / (guarantee.n_families * max(n_flips, 1) if adjust != "none" else 1)
+
+    keys = tests["key"].where(tests["family"].isin(TRANSFER_FAMILIES))
+    adjusted = {(f, *k): p for f, k, p in zip(tests["family"], keys, tests["p_adjusted"]) if isinstance(k, tuple)}
+    by_key = {(v.statistic, v.term): v for v in values}
+    for i in np.flatnonzero(tests["family"] == "flips"):  # the flip's difference on simultaneous intervals
+        v = by_key[tests.at[i, "key"]]
+        low, high = _simultaneous(v, sim_alpha)
+        up, down = (settings.index(s) for s in tests.at[i, "term"].rsplit(" (", 1)[1].rstrip(")").split(" - "))
+        tests.loc[i, ["ci_low", "ci_high"]] = low[up] - high[down], high[up] - low[down]
+
+    tested = int((tests["family"] == "interactions").sum())
+    readjusted = {
+        s: _readjusted(a, tests[tests["setting"] == s], options, guarantee, sidak_m, tested)
+        for s, a in zip(settings, ordered)
+    }
+    transfer = _table(values, across, adjusted, settings, sim_alpha, equivalence_margin, options.alpha)
     return TransferAnalysis(
-        settings=settings, analyses=analyses, transfer=transfer, ranks=rank_agreement(transfer, settings),
-        claims=_transfer_claims(transfer, gaps, options), noise_method=noise.method, df=float(noise.df),
-        options=options,
+        settings=settings, analyses=readjusted, transfer=transfer, ranks=rank_agreement(transfer, settings),
+        claims=_transfer_claims(tests), options=options, guarantee=guarantee, margin=equivalence_margin,
+        equivalence_alpha=equivalence_alpha, simultaneous_alpha=sim_alpha,
     )  # fmt: skip
+
+
+def _transfer_claims(tests: pd.DataFrame) -> pd.DataFrame:
+    """claims.csv rows of kind ``transfer``: per term, the flip when it is claimed, else the
+    difference (Welch) when it is; the estimate is the pair's difference."""
+    claimed = tests[tests["family"].isin(TRANSFER_FAMILIES) & tests["claimed"]]
+    claimed = claimed.sort_values("family", key=lambda f: f != "flips", kind="stable").drop_duplicates("key")
+    order = {key: i for i, key in enumerate(dict.fromkeys(tests["key"].dropna()))}
+    claimed = claimed.assign(_order=claimed["key"].map(order)).sort_values("_order", kind="stable")
+    return claimed[CLAIM_COLUMNS].reset_index(drop=True)

@@ -18,9 +18,8 @@ from .claims import CLAIM_COLUMNS, amount, claim_sentence, interval, short_term
 from .export import display_frame, to_html, to_markdown, write_table
 from .headline import headline, headline_lines
 from .report import TABLES, FigureView, _captions, _cumulative_display, render_page
-from .summary import ADJUSTMENT_NAMES, EMPTY_SUPPORTED, design_line, summary_sections
-from .inference import LENTH, NONE
-from .transfer import SETTING_COLUMN, TransferAnalysis, analyze_transfer
+from .summary import EMPTY_SUPPORTED, design_line, summary_sections
+from .transfer import DEFAULT_MARGIN, SETTING_COLUMN, TransferAnalysis, analyze_transfer
 
 STATISTIC_LABELS = {"main": "main effect", "shapley": "Shapley value", "interaction": "interaction"}
 
@@ -37,7 +36,7 @@ def _stacked(transfer: TransferAnalysis, table_of: Callable) -> pd.DataFrame:
 
 def claims_frame(transfer: TransferAnalysis) -> pd.DataFrame:
     """claims.csv: each setting's own claims (setting = its name), then the transfer claims
-    (setting = ``all``)."""
+    (setting = ``all``), all adjusted together under the report's one guarantee."""
     own = _stacked(transfer, lambda a: a.claims[CLAIM_COLUMNS])
     across = transfer.claims.copy()
     across.insert(0, SETTING_COLUMN, "all")
@@ -61,7 +60,8 @@ def _verdict_lines(transfer: TransferAnalysis) -> list[str]:
             )
             head = rows.iloc[0]
             tests = (
-                f"interaction adjusted p = {head.p_adjusted:.2g}, Q = {head.q:.3g}, I^2 = {100 * head.i2:.0f}%"
+                f"Welch p = {head.p_interaction:.2g}, adjusted {head.p_adjusted:.2g}; differences up to "
+                f"{amount(head.detectable_difference, percent)[1:]} not excluded; I^2 = {100 * head.i2:.0f}%"
                 if np.isfinite(head.p_adjusted)
                 else "no test"
             )
@@ -85,47 +85,64 @@ def _rank_lines(transfer: TransferAnalysis) -> list[str]:
 
 def _not_supported(transfer: TransferAnalysis) -> list[str]:
     table = transfer.transfer.drop_duplicates(["statistic", "term"])
-    alpha, lines = transfer.options.alpha, []
-    quiet = table[table["p_adjusted"] >= alpha]
-    if len(quiet):
+    margin = amount(transfer.margin, transfer.percent)[1:]
+    lines = []
+    unsure = table[table["verdict"] == "inconclusive"]
+    if len(unsure):
         lines.append(
-            f"{len(quiet)} of {len(table)} terms show no detectable technique x setting interaction after adjustment; "
-            "that bounds the differences by their intervals, it does not prove the effects equal."
+            f"{len(unsure)} of {len(table)} terms are inconclusive: no difference between settings was detected, but "
+            f"the data cannot exclude one of {margin} or more (detectable_difference in transfer.csv), so they are not "
+            "said to transfer."
+        )
+    same = table[table["verdict"] == "transfers"]
+    if len(same):
+        lines.append(
+            f"{len(same)} of {len(table)} terms transfer: every pair of settings is within {margin} by two one-sided "
+            f"tests at {transfer.options.alpha:.0%} each (per term; not rows of claims.csv)."
         )
     unknown = table[table["verdict"] == "not enough data"]
     if len(unknown):
         names = ", ".join(f"{STATISTIC_LABELS[r.statistic]} {short_term(r.term)}" for r in unknown.itertuples(index=False))
-        lines.append(f"Not enough data to judge transfer for: {names}.")
+        lines.append(f"Not enough data to judge transfer for (a setting lacks the value or its noise estimate): {names}.")
     lines.append(
         "A difference between settings is attributed to the settings as wholes: when two settings differ in more "
         "than one override, this design cannot tell which override causes it."
     )
-    lines.append(
-        "Each setting's own claims (claims.csv, setting = its name) hold their error rate within that setting; "
-        "the transfer claims (setting = all) hold theirs within the transfer family."
-    )
     return lines
 
 
+def _noise_line(transfer: TransferAnalysis) -> str:
+    """Where each setting's noise comes from (never pooled over settings)."""
+    parts = []
+    for name in transfer.settings:
+        analysis = transfer.analyses[name]
+        lenth = analysis.lenth
+        if lenth is not None:
+            parts.append(f"{name}: Lenth's PSE of its own {lenth['m']} effects ({lenth['d']:.1f} df)")
+        elif analysis.fit.df > 0:
+            parts.append(f"{name}: its cells' own residual variances ({analysis.fit.df:.0f} residual df)")
+        else:
+            parts.append(f"{name}: no noise estimate (its terms get 'not enough data')")
+    return "Each setting's values and intervals are its own analysis's, with its own noise, never pooled: " + "; ".join(parts) + "."
+
+
 def _method_lines(transfer: TransferAnalysis) -> list[str]:
-    options, n_terms = transfer.options, transfer.transfer.drop_duplicates(["statistic", "term"]).shape[0]
-    noise = {
-        LENTH: f"one run per (setting, cell): noise from Lenth's pseudo standard error pooled over every setting's "
-        f"factorial effects ({transfer.df:.1f} df), which assumes most effects are zero",
-        NONE: "no residual df and no basis for Lenth's method: no intervals and no tests",
-    }.get(transfer.noise_method, f"residual variance pooled over the settings ({transfer.df:.0f} df)")
+    options = transfer.options
+    n_terms = transfer.transfer.drop_duplicates(["statistic", "term"]).shape[0]
+    margin = amount(transfer.margin, transfer.percent)[1:]
     return [
-        "One cell-means model over all settings (cell = setting x technique combination, seeds as blocks within "
-        f"their setting); {noise}.",
-        "Technique x setting interaction: Wald F test that a term's value is equal in every setting; "
-        f"{ADJUSTMENT_NAMES[options.adjust]} adjustment over the family of {n_terms} terms (main effects, Shapley "
-        "values, two-factor interactions); heterogeneity at adjusted p < "
-        f"{options.alpha:.2g}.",
-        "Cochran's Q weighs each setting by 1/se^2 from its own residual variance (pooled where it has none); "
-        "I^2 = max(0, (Q - (S - 1)) / Q) is the share of the spread beyond chance.",
-        "Verdicts: flips sign = interaction significant and one setting's interval above zero while another's is "
-        "below; differs in size = significant otherwise; transfers = not significant; not enough data = no test, "
-        "or intervals on opposite sides of zero that the adjusted test cannot confirm.",
+        _noise_line(transfer),
+        f"Technique x setting: Welch's heterogeneity test on the settings' own estimates, SEs and df (family transfer, "
+        f"{n_terms} terms); Cochran's Q and I^2 describe the spread, with no test behind them.",
+        f"Verdicts: flips sign = on simultaneous intervals (each at level 1 - {transfer.simultaneous_alpha:.2g}: every "
+        "term in every setting at once, sim_ci_low/sim_ci_high) one setting's value is above zero and another's below; "
+        "differs in size = Welch's test holds after adjustment; transfers = every pair of settings within "
+        f"{margin} (--equivalence-margin) by two one-sided tests at {options.alpha:.0%} (the widest pair's "
+        f"{1 - 2 * transfer.equivalence_alpha:.0%} interval, detectable_difference, inside the margin); inconclusive = none "
+        "of these: no difference detected and none as large as the margin excluded; not enough data = a setting "
+        "lacks the value or its noise estimate.",
+        transfer.guarantee.sentence()
+        + " This covers every row of claims.csv: each setting's claims and the transfer claims together.",
     ]
 
 
@@ -185,13 +202,14 @@ def _html(transfer: TransferAnalysis, png: bytes | None) -> str:
 def write_transfer_report(
     results: pd.DataFrame, factors: list[str], out: Path, chosen: set[str], *, metric: str, orderings,
     confidence: float, design: str | None, adjust: str, per_effect_tests: bool,
-    echo: Callable[[str], None] | None = None,
+    echo: Callable[[str], None] | None = None, equivalence_margin: float = DEFAULT_MARGIN,
 ) -> dict[str, Path]:  # fmt: skip
     """Analyse every setting and the transfer between them; write the files (see module docstring).
     Raises ReportInputError (naming the setting) before writing anything."""
     transfer = analyze_transfer(
-        results, factors, metric, orderings, confidence, design, adjust=adjust, per_effect_tests=per_effect_tests
-    )
+        results, factors, metric, orderings, confidence, design, adjust=adjust, per_effect_tests=per_effect_tests,
+        equivalence_margin=equivalence_margin,
+    )  # fmt: skip
     first = transfer.analyses[transfer.settings[0]]
     out.mkdir(parents=True, exist_ok=True)
     written = {"claims.csv": out / "claims.csv", "transfer.csv": out / "transfer.csv",

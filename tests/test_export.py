@@ -196,6 +196,7 @@ def test_cells_as_fractions_when_the_metric_is_not_a_fraction():
 
 
 def test_transfer_table_unknown_columns_fall_back_to_four_digits():
+    # p_interaction reads as a p-value (3 decimals); i2, a column of no known kind, falls back
     transfer = pd.DataFrame(
         {
             "term": ["overlong_filter"],
@@ -209,7 +210,7 @@ def test_transfer_table_unknown_columns_fall_back_to_four_digits():
     expected = textwrap.dedent("""\
         | term            | setting   |   estimate |   p_interaction |   i2 | verdict   |
         |:----------------|:----------|-----------:|----------------:|-----:|:----------|
-        | overlong_filter | qwen-7b   |        6.4 |          0.9035 |    0 | transfers |
+        | overlong_filter | qwen-7b   |        6.4 |           0.904 |    0 | transfers |
         """)
     assert render_markdown(transfer) == expected
 

@@ -31,13 +31,16 @@ def test_full_vs_baseline_by_hand():
     results = two_factor_results()
     h = headline(analyze(results, ["a", "b"]))
     # Balanced cells x seeds: the cell means are the plain means; the residual is the two-way
-    # (cell x seed) interaction, on (4 - 1)(3 - 1) = 6 df; Var(full - baseline) = MSE (1/3 + 1/3).
+    # (cell x seed) interaction. Each cell keeps its own variance s_j^2 = sum_s res_js^2 / nu,
+    # nu = (3 - 1)(4 - 1) / 4 = 1.5 df; Var(full - baseline) = (s_full^2 + s_base^2) / 3 on
+    # Welch-Satterthwaite df (a + b)^2 / ((a^2 + b^2) / nu), a = s_full^2 / 3, b = s_base^2 / 3.
     table = results.assign(cell=results["a"] + 2 * results["b"]).pivot(index="cell", columns="seed", values="avg@32")
     y = table.to_numpy()
     residual = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0, keepdims=True) + y.mean()
-    mse = (residual**2).sum() / 6
+    s2 = (residual**2).sum(axis=1) / 1.5
+    a, b = s2[3] / 3, s2[0] / 3
     gain = y[3].mean() - y[0].mean()
-    half = stats.t.ppf(0.975, 6) * np.sqrt(mse * 2 / 3)
+    half = stats.t.ppf(0.975, (a + b) ** 2 / ((a**2 + b**2) / 1.5)) * np.sqrt(a + b)
     assert h.gain.estimate == pytest.approx(gain, abs=1e-12)
     assert (h.gain.ci_low, h.gain.ci_high) == pytest.approx((gain - half, gain + half), abs=1e-12)
     assert h.full_mean == pytest.approx(y[3].mean()) and h.baseline_mean == pytest.approx(y[0].mean())

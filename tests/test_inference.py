@@ -1,5 +1,6 @@
-"""The inference engine against independent computations: dense OLS, hand formulas, orderings
-enumerated one by one, and the fallbacks it promises."""
+"""The inference engine against independent computations: dense OLS and its sandwich with each
+cell's own variance, statsmodels' HC2 and scipy's Welch t, hand formulas, orderings enumerated
+one by one; one SE method whatever the data (no pre-test)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 from scipy import stats
 
 from dapo_ablate.reports import PAPER_FACTORS, analyze
-from dapo_ablate.reports.inference import PAIRED, estimate, fit_cells, Noise, OLS
+import statsmodels.api as sm
+
+from dapo_ablate.reports.inference import WELCH, Noise, estimate, fit_cells
 from dapo_ablate.reports.simulate import simulate_results
 
 FACTORS = list(PAPER_FACTORS)
@@ -55,31 +58,51 @@ def balanced():
     return results, analyze(results, FACTORS)
 
 
-def _dense_mse(results: pd.DataFrame) -> tuple[float, int]:
-    """MSE and df of OLS on dense cell and seed dummies (the obvious, slow reference)."""
+def _dense_fit(results: pd.DataFrame):
+    """Dense OLS with cell dummies and sum-to-zero seed effects (the obvious, slow reference):
+    (X, beta, residuals, hat diagonal, each run's cell)."""
     masks = sum(results[f].to_numpy() << i for i, f in enumerate(FACTORS))
     cells = (masks[:, None] == np.arange(32)).astype(float)
-    seeds = sorted(results["seed"].unique())
-    blocks = np.column_stack([(results["seed"] == s).to_numpy(float) for s in seeds[1:]])
+    seed = results["seed"].to_numpy()
+    last = seed.max()
+    blocks = np.column_stack([(seed == s).astype(float) - (seed == last) for s in range(last)])
     x = np.column_stack([cells, blocks])
     y = results["avg@32"].to_numpy()
-    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
-    df = len(y) - np.linalg.matrix_rank(x)
-    return float(np.sum((y - x @ beta) ** 2) / df), df
+    xtx_inv = np.linalg.inv(x.T @ x)
+    beta = xtx_inv @ x.T @ y
+    hat = np.einsum("ij,jk,ik->i", x, xtx_inv, x)
+    return x, xtx_inv, beta, y - x @ beta, hat, masks
+
+
+def _dense_cell_variance_cov(results: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(beta, sandwich covariance with each cell's own variance, s_j^2, nu_j):
+    s_j^2 = sum_{i in j} res_i^2 / sum_{i in j} (1 - h_ii), V = (X'X)^-1 X' diag(s^2_cell(i)) X (X'X)^-1."""
+    x, xtx_inv, beta, res, hat, masks = _dense_fit(results)
+    nu = np.bincount(masks, weights=1 - hat, minlength=32)
+    s2 = np.bincount(masks, weights=res**2, minlength=32) / nu
+    cov = xtx_inv @ x.T @ (s2[masks][:, None] * x) @ xtx_inv
+    return beta, cov, s2, nu
 
 
 def test_balanced_intervals_are_the_textbook_formula(balanced):
-    """Every interval = c'mu +- t(62) sqrt(MSE sum(c^2) / 3), to 1e-9, for every table."""
+    """Balanced, seeds as blocks: c'mu +- t(df_c) sqrt(sum_j c_j^2 s_j^2 / 3), s_j^2 from the
+    two-way residuals y_js - ybar_j. - ybar_.s + ybar_.. of cell j over nu = 2 x 31 / 32 df, and
+    df_c = (sum_j c_j^2 s_j^2)^2 / sum_j (c_j^2 s_j^2)^2 / nu (Welch-Satterthwaite); to 1e-9."""
     results, analysis = balanced
-    mse, df = _dense_mse(results)
-    assert df == 62 and analysis.fit.df == 62
     masks = sum(results[f] * 2**i for i, f in enumerate(FACTORS))
-    mu = results.groupby(masks)["avg@32"].mean().sort_index().to_numpy()
-    t = stats.t.ppf(0.975, 62)
+    y = results.pivot_table(index=masks, columns="seed", values="avg@32").sort_index().to_numpy()  # [32, 3]
+    mu = y.mean(axis=1)
+    residual = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0, keepdims=True) + y.mean()
+    nu = 2 * 31 / 32
+    s2 = (residual**2).sum(axis=1) / nu
+    assert analysis.fit.df == 62
+    np.testing.assert_allclose(analysis.fit.cell_var, s2, atol=1e-15)
 
     def check(c: np.ndarray, low, high):
         c = np.atleast_2d(c)
-        half = t * np.sqrt(mse * (c**2).sum(axis=1) / 3)
+        parts = c**2 * s2 / 3
+        df = parts.sum(axis=1) ** 2 / (parts**2 / nu).sum(axis=1)
+        half = stats.t.ppf(0.975, df) * np.sqrt(parts.sum(axis=1))
         np.testing.assert_allclose(low, c @ mu - half, rtol=0, atol=1e-9)
         np.testing.assert_allclose(high, c @ mu + half, rtol=0, atol=1e-9)
 
@@ -106,36 +129,34 @@ def test_balanced_intervals_are_the_textbook_formula(balanced):
     columns = _contrast_columns(5)
     two_factor = [t for t in range(1, 32) if bin(t).count("1") <= 2]
     two_factor.sort(key=lambda t: (bin(t).count("1"), [i for i in range(5) if t >> i & 1]))
-    check(columns[:, [t - 1 for t in two_factor]].T / 16, analysis.effects["ci_low"], analysis.effects["ci_high"])
-    assert (analysis.effects["df"] == 62).all()
-    assert set(analysis.intervals["se_method"]) == {"ols"} and (analysis.intervals["df"] == 62).all()
+    c = columns[:, [t - 1 for t in two_factor]].T / 16
+    check(c, analysis.effects["ci_low"], analysis.effects["ci_high"])
+    # an effect weighs every cell alike: its SE is the pooled one, sqrt(MSE sum(c^2) / 3); only its df differ
+    mse = (residual**2).sum() / 62
+    np.testing.assert_allclose(analysis.effects["se"], np.sqrt(mse * (c**2).sum(axis=1) / 3), rtol=1e-12)
+    assert (analysis.effects["df"] < 62).all()
+    assert set(analysis.intervals["se_method"]) == {WELCH}
 
 
-def test_missing_run_matches_dense_ols_with_seed_blocks(balanced):
-    """One run dropped: estimates, SEs and df equal the dense OLS with sum-to-zero seed effects."""
+def test_missing_run_matches_the_dense_sandwich_with_each_cells_variance(balanced):
+    """One run dropped: estimates equal the dense OLS with sum-to-zero seed effects, SEs its
+    sandwich with each cell's own (leverage-corrected) variance, to 1e-12."""
     results, _ = balanced
     results = results.drop(index=40).reset_index(drop=True)
     analysis = analyze(results, FACTORS)
-    masks = sum(results[f].to_numpy() << i for i, f in enumerate(FACTORS))
-    cells = (masks[:, None] == np.arange(32)).astype(float)
-    seed = results["seed"].to_numpy()
-    blocks = np.column_stack([(seed == s).astype(float) - (seed == 2) for s in (0, 1)])  # sum-to-zero coding
-    x = np.column_stack([cells, blocks])
-    y = results["avg@32"].to_numpy()
-    xtx_inv = np.linalg.inv(x.T @ x)
-    beta = xtx_inv @ x.T @ y
-    df = len(y) - x.shape[1]
-    mse = np.sum((y - x @ beta) ** 2) / df
-    assert analysis.fit.df == df == 95 - 32 - 2
+    beta, cov, s2, nu = _dense_cell_variance_cov(results)
+    assert analysis.fit.df == 95 - 32 - 2
+    np.testing.assert_allclose(analysis.fit.cell_df, nu, atol=1e-12)
+    np.testing.assert_allclose(analysis.fit.cell_var, s2, atol=1e-15)
     np.testing.assert_allclose(analysis.cells["mean"], beta[:32], atol=1e-12)
-    se_cells = np.sqrt(mse * np.diag(xtx_inv)[:32])
-    t = stats.t.ppf(0.975, df)
-    np.testing.assert_allclose(analysis.cells["ci_high"] - analysis.cells["mean"], t * se_cells, atol=1e-12)
+    est = analysis.intervals.query("table == 'cells'")
+    np.testing.assert_allclose(est["se"], np.sqrt(np.diag(cov)[:32]), atol=1e-12)
     shapley, _ = _ordering_contrasts(5)
     c = np.column_stack([shapley, np.zeros((5, 2))])
-    se = np.sqrt(mse * np.einsum("ij,jk,ik->i", c, xtx_inv, c))
+    se = np.sqrt(np.einsum("ij,jk,ik->i", c, cov, c))
     np.testing.assert_allclose(analysis.shapley["shapley"], c @ beta, atol=1e-12)
-    np.testing.assert_allclose(analysis.shapley["ci_high"] - analysis.shapley["shapley"], t * se, atol=1e-12)
+    phi = analysis.intervals.query("table == 'shapley' and column == 'shapley'")
+    np.testing.assert_allclose(phi["se"], se, atol=1e-12)
 
 
 def test_seeds_numbered_per_cell_are_not_blocks():
@@ -147,34 +168,41 @@ def test_seeds_numbered_per_cell_are_not_blocks():
     assert any("do not share seeds" in note for note in analysis.notes)
 
 
-def test_unequal_variances_fall_back_per_statistic_to_paired_seed_t():
-    results = simulate_results(FACTORS, 0.30, PLANTED, seeds=4, noise_sd=0.002, rng=13)
-    noisy = results["dynamic_sampling"] == 1
-    results.loc[noisy, "avg@32"] += np.random.default_rng(0).normal(0, 0.05, noisy.sum())
-    analysis = analyze(results, FACTORS)
-    assert analysis.fit.unequal_variances and "Bartlett" in analysis.ci_method
-    row = analysis.intervals.query("table == 'leave_one_out' and row == 'dynamic_sampling' and column == 'add_one'")
-    assert row["se_method"].item() == PAIRED and row["df"].item() == 3
-    # the paired seed-level t by hand: per seed, v(DS) - v(none)
-    per_seed = (
-        results[(results[FACTORS].sum(axis=1) == 1) & noisy].set_index("seed")["avg@32"]
-        - results[results[FACTORS].sum(axis=1) == 0].set_index("seed")["avg@32"]
-    )
-    assert row["se"].item() == pytest.approx(per_seed.std(ddof=1) / 2)
+def test_one_method_whatever_the_variances_and_noisy_cells_widen_only_what_uses_them():
+    """No pre-test: the same SE formula with equal and with very unequal cell variances; a
+    statistic that does not touch the noisy cells keeps its SE from the quiet ones."""
+    ds_cells = {m: 3.0 for m in range(32) if m >> 4 & 1}  # every cell with dynamic sampling: 3x the noise sd
+    calm = analyze(simulate_results(FACTORS, 0.30, PLANTED, seeds=10, noise_sd=0.01, rng=13), FACTORS)
+    rough = analyze(simulate_results(FACTORS, 0.30, PLANTED, seeds=10, noise_sd=0.01, rng=13, noisy_cells=ds_cells), FACTORS)
+    assert set(calm.intervals["se_method"]) == set(rough.intervals["se_method"]) == {WELCH}
+    assert "pre-test" in rough.ci_method and "Bartlett" not in rough.ci_method
+    add = lambda a: a.intervals.query("table == 'leave_one_out' and column == 'add_one'").set_index("row")  # noqa: E731
+    # OF added to GRPO touches no DS cell: about the same SE (the same draws: only the DS cells' noise is
+    # scaled, and the seed effects' estimate shares a little of it); DS added to GRPO touches one: wider
+    assert add(rough).loc[FACTORS[0], "se"] == pytest.approx(add(calm).loc[FACTORS[0], "se"], rel=0.2)
+    assert add(rough).loc[FACTORS[4], "se"] > 1.6 * add(calm).loc[FACTORS[4], "se"]
 
 
-def test_welch_fallback_when_cells_do_not_share_seeds():
-    # two cells, seeds numbered per cell, very different spreads: Welch-Satterthwaite
+def test_without_seed_blocks_it_is_welchs_t_and_statsmodels_hc2():
+    # two cells, seeds numbered per cell, very different spreads: scipy's Welch t
     y = np.array([1.0, 1.1, 0.9, 1.05, 3.0, 5.0, 1.0, 4.0])
     cell = np.array([0, 0, 0, 0, 1, 1, 1, 1])
     fit = fit_cells(cell, np.arange(8), y, np.array([0, 1]))
     assert not fit.blocked
-    result = estimate(fit, np.array([[-1.0, 1.0]]), Noise(fit.sigma2, fit.df, OLS), 0.95)
-    assert fit.unequal_variances  # variances .0042 and 3.58 on 3 df each
-    v0, v1 = y[:4].var(ddof=1) / 4, y[4:].var(ddof=1) / 4
-    assert result.method[0] == "welch"
-    assert result.se[0] == pytest.approx(np.sqrt(v0 + v1))
-    assert result.df[0] == pytest.approx((v0 + v1) ** 2 / (v0**2 / 3 + v1**2 / 3))
+    result = estimate(fit, np.array([[-1.0, 1.0]]), Noise(fit.sigma2, fit.df, WELCH), 0.95)
+    welch = stats.ttest_ind(y[4:], y[:4], equal_var=False)
+    assert result.method[0] == WELCH
+    assert result.p_value[0] == pytest.approx(welch.pvalue, rel=1e-10)
+    assert result.df[0] == pytest.approx(welch.df, rel=1e-10)
+    # six cells of 3-5 runs: every contrast's SE is statsmodels' HC2 on cell dummies
+    rng = np.random.default_rng(3)
+    cell = np.repeat(np.arange(6), [3, 4, 5, 3, 4, 5])
+    y = rng.normal(0, 1, len(cell)) * np.array([1, 1, 3, 1, 2, 1])[cell]
+    fit = fit_cells(cell, np.arange(len(y)), y, np.arange(6))
+    c = np.array([[1, -1, 0, 0, 0, 0], [0.5, 0.5, -1, 0, 0, 0], [0, 0, 0, 1, 0, 0.0]])
+    hc2 = sm.OLS(y, (cell[:, None] == np.arange(6)).astype(float)).fit(cov_type="HC2").cov_params()
+    ours = estimate(fit, c, Noise(fit.sigma2, fit.df, WELCH), 0.95)
+    np.testing.assert_allclose(ours.se, np.sqrt(np.einsum("ij,jk,ik->i", c, hc2, c)), rtol=1e-12)
 
 
 def test_within_seed_form_handles_thousands_of_seeds():

@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from dapo_ablate.cli.plan_seeds_cmd import register
 from dapo_ablate.reports import PAPER_FACTORS, analyze
-from dapo_ablate.reports.power import half_fraction, pilot_sigma, plan_seeds, power_at
+from dapo_ablate.reports.design import describe_design
+from dapo_ablate.reports.power import family_contrasts, half_fraction, pilot_sigma, plan_seeds, power_at, welch_df
 from dapo_ablate.reports.simulate import simulate_results
 
 FACTORS = list(PAPER_FACTORS)
@@ -52,12 +53,16 @@ def test_plan_is_monotone_in_effect_and_noise_and_reaches_the_power():
     assert (small["power"] >= 0.8).all()
     assert (large["seeds_per_cell"] <= small["seeds_per_cell"]).all()
     assert (noisy["seeds_per_cell"] >= small["seeds_per_cell"]).all()
-    # one seed fewer would fall short of the wanted power (the smallest n is reported)
+    # one seed fewer would fall short of the wanted power (the smallest n is reported), on the
+    # Welch-Satterthwaite df of the family's least precise statistic
+    designs = {32: describe_design(np.arange(32), 5), 16: describe_design(half_fraction(5), 5)}
     for row in small.itertuples():
         m, n = row.cells, row.seeds_per_cell
+        contrasts = family_contrasts(designs[m], FACTORS)[row.family][1]
+        least = contrasts[np.argmax((contrasts**2).sum(axis=1))]
         if n > 2:
             se = row.se_one_seed / np.sqrt(n - 1)
-            assert power_at(0.02, se, (m - 1) * (n - 2), row.level) < 0.8
+            assert power_at(0.02, se, welch_df(least, m, n - 1), row.level) < 0.8
 
 
 def test_pilot_sigma_recovers_the_run_noise_with_seed_blocks():
@@ -98,6 +103,13 @@ def test_power_is_the_noncentral_t_tail(effect, se, df, level):
     critical = stats.t.ppf(1 - level / 2, df)
     expected = stats.nct.sf(critical, df, effect / se) + stats.nct.cdf(-critical, df, effect / se)
     assert power_at(effect, se, df, level) == pytest.approx(expected, abs=1e-8)
+
+
+def test_welch_df_by_hand():
+    # an effect of the 2^5 (c = +-1/16 over 32 cells), 3 seeds: 32 x 2 x 31 / 32 = 62, the residual df;
+    # one cell against another, 3 seeds: (2)^2 / 2 x 2 x 31 / 32 = 3.875
+    assert welch_df(np.full(32, 1 / 16), 32, 3) == pytest.approx(62)
+    assert welch_df(np.array([1.0, -1.0] + [0.0] * 30), 32, 3) == pytest.approx(3.875)
 
 
 def test_plan_by_hand_for_the_interactions_family():

@@ -11,7 +11,7 @@ from scipy import stats
 
 from dapo_ablate.reports import PAPER_FACTORS, ReportInputError, analyze, validate_results
 from dapo_ablate.reports.compute import gain_per_added_mtok
-from dapo_ablate.reports.design import all_terms, contrast_column, describe_design, term_name
+from dapo_ablate.reports.design import all_terms, contrast_column, defining_relation, describe_design, term_name, two_factor_chains
 from dapo_ablate.reports.effects import lenth_pse
 from dapo_ablate.reports.orderings import cumulative_means, path_masks, position_summary
 from dapo_ablate.reports.shapley import add_one, banzhaf_values, leave_one_out, shapley_values
@@ -98,7 +98,10 @@ def test_effects_standard_errors_by_hand():
     # cell means 2, 6, 2, 11. effect a = (6 + 11)/2 - (2 + 2)/2 = 6.5; b = (2 + 11)/2 - (2 + 6)/2 = 2.5;
     # a:b = (2 + 11)/2 - (6 + 2)/2 = 2.5. Seed 1 is +1.5 on average; residuals are +-.25 in three
     # cells and +-.75 in cell b: SSR = 6 * .0625 + 2 * .5625 = 1.5 on 8 - 5 = 3 df, sigma^2 = .5,
-    # SE(effect) = 2 * sqrt(.5 / 8) = .5
+    # SE(effect) = 2 * sqrt(.5 / 8) = .5. Each cell's own variance: nu_j = (2-1)(4-1)/4 = .75 df,
+    # s^2 = .125 / .75 = 1/6 in three cells and 1.125 / .75 = 1.5 in cell b; W_j = (1/2)^2 / 2 = 1/8,
+    # so Var = (3/6 + 1.5) / 8 = .25 (the same SE .5: an effect weighs every cell alike) on
+    # Welch-Satterthwaite df (1/16) / ((3 (1/48)^2 + (3/16)^2) / .75) = (1/16) / (7/144) = 9/7
     results = pd.DataFrame(
         {
             "a": [0, 0, 1, 1, 0, 0, 1, 1],
@@ -110,7 +113,8 @@ def test_effects_standard_errors_by_hand():
     effects = analyze(results, ["a", "b"]).effects.set_index("term")
     np.testing.assert_allclose(effects["effect"], [6.5, 2.5, 2.5])
     np.testing.assert_allclose(effects["se"], [0.5, 0.5, 0.5])
-    half = stats.t.ppf(0.975, 3) * 0.5
+    np.testing.assert_allclose(effects["df"], [9 / 7] * 3)
+    half = stats.t.ppf(0.975, 9 / 7) * 0.5
     np.testing.assert_allclose(effects["ci_high"] - effects["effect"], [half] * 3)
 
 
@@ -122,7 +126,12 @@ def test_intervals_ignore_the_old_seed_option_and_repeat_exactly():
 def test_half_fraction_design_and_aliases():
     info = describe_design(np.array(HALF_FRACTION), 5)
     assert info.kind == "fraction" and info.resolution == 5
-    assert info.defining_words == ((0, 1, 2, 3, 4),)
+    assert info.defining_words == ((0, 1, 2, 3, 4),) and info.defining_signs == (-1,)
+    factors = ["a", "b", "c", "d", "e"]
+    assert defining_relation(info, factors) == "I = -a:b:c:d:e"  # the even half: every abcde column is -1
+    odd = describe_design(np.array([m for m in range(32) if bin(m).count("1") % 2 == 1]), 5)
+    assert defining_relation(odd, factors) == "I = a:b:c:d:e"
+    assert two_factor_chains(info, factors)[0] == "a = -b:c:d:e" and two_factor_chains(odd, factors)[0] == "a = b:c:d:e"
     assert describe_design(np.arange(32), 5).kind == "full"
     assert describe_design(np.array([0, 1, 3, 7, 15, 31]), 5).kind == "incomplete"
 
@@ -243,7 +252,8 @@ def test_half_fraction_recovers_main_effects():
         assert effects.loc[factor, "ci_low"] <= true_main <= effects.loc[factor, "ci_high"]
         assert effects.loc[factor, "effect"] == pytest.approx(true_main, abs=0.015)
     assert analysis.design.kind == "fraction"
-    assert "overlong_filter = clip_higher:soft_overlong:token_level_loss:dynamic_sampling" in analysis.aliases
+    # the even half (an even number of factors on): every ABCDE column is -1, I = -ABCDE, A = -BCDE
+    assert "overlong_filter = -clip_higher:soft_overlong:token_level_loss:dynamic_sampling" in analysis.aliases
     assert len(analysis.aliases) == 15  # 5 main effects and 10 two-factor interactions, each with its alias
     assert "fitted model" in analysis.values_source
     assert analysis.shapley_check["ok"]
