@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.verl
-torch = pytest.importorskip("torch")
-verl_losses = pytest.importorskip("verl.workers.utils.losses", reason="needs verl (the verl environment: pytest -m verl)")
+from verl_env import require_verl
 
+pytestmark = pytest.mark.verl
+require_verl()
+
+import torch  # noqa: E402
 from tensordict import TensorDict  # noqa: E402  (verl's dependency)
 from verl.utils import tensordict_utils as tu  # noqa: E402
+from verl.workers.utils import losses as verl_losses  # noqa: E402
 from verl.workers.config import FSDPActorConfig  # noqa: E402
 
 from dapo_ablate.ablation.backends import verl_loss  # noqa: E402  (registers dapo_overlong_filter)
