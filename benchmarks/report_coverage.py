@@ -16,7 +16,13 @@ seeds: the planted value plus the mean of the seeds' effects. ``cells_population
 cells' intervals over new seeds (cells.csv ``seed_ci_low``/``seed_ci_high``, seed effects
 counted as random) against the planted population mean.
 
+Heteroscedastic cells: ``--noisy-cells K --noise-factor F`` gives K cells, drawn at random in
+each experiment, F times the run noise sd (``--noisy-where corners``: the cells the headline and
+the Shapley values lean on most, GRPO, full DAPO, OF alone and all but OF). ``--null`` plants no
+effect at all and also counts the experiments with any claim in claims.csv (every claim false).
+
     .venv/bin/python benchmarks/report_coverage.py --setting balanced --experiments 400
+    .venv/bin/python benchmarks/report_coverage.py --null --noisy-cells 4 --noise-factor 3 --seeds 2 --experiments 300
 """
 
 from __future__ import annotations
@@ -88,10 +94,22 @@ def intervals(analysis) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     }
 
 
-def simulate(setting: str, seeds: int, noise_sd: float, seed_sd: float, rng: np.random.Generator) -> pd.DataFrame:
+CORNERS = (0, 31, 1, 30)  # GRPO, full DAPO, OF alone, all but OF: the Shapley values' heaviest cells
+
+
+def noisy_cells(count: int, factor: float, where: str, rng: np.random.Generator) -> dict[int, float]:
+    """{cell: noise factor} for ``count`` cells: drawn at random, or the corners first."""
+    cells = CORNERS[:count] if where == "corners" else rng.choice(32, size=count, replace=False)
+    return {int(c): factor for c in cells}
+
+
+def simulate(
+    setting: str, seeds: int, noise_sd: float, seed_sd: float, rng: np.random.Generator, planted=None, noisy=None
+) -> pd.DataFrame:
     results = simulate_results(
-        FACTORS, 0.30, PLANTED, seeds, noise_sd, seed_sd, rng=rng, seeds_per_cell=setting == "per-cell-seeds"
-    )
+        FACTORS, 0.30, PLANTED if planted is None else planted, seeds, noise_sd, seed_sd, rng=rng,
+        seeds_per_cell=setting == "per-cell-seeds", noisy_cells=noisy,
+    )  # fmt: skip
     if setting == "missing":
         effects = results.attrs["seed_effects"]
         results = results.drop(index=int(rng.integers(len(results)))).reset_index(drop=True)
@@ -99,14 +117,22 @@ def simulate(setting: str, seeds: int, noise_sd: float, seed_sd: float, rng: np.
     return results
 
 
-def run(setting: str, experiments: int, seeds: int, noise_sd: float, seed_sd: float, seed: int) -> pd.DataFrame:
-    """Coverage per estimand over ``experiments`` simulated factorials."""
-    truth = true_cell_means(FACTORS, 0.30, PLANTED)
+def run(
+    setting: str, experiments: int, seeds: int, noise_sd: float, seed_sd: float, seed: int, *, null: bool = False,
+    noisy: int = 0, noise_factor: float = 3.0, where: str = "random",
+) -> pd.DataFrame:  # fmt: skip
+    """Coverage per estimand over ``experiments`` simulated factorials (with ``null``, a last row
+    ``any claim``: the share of experiments with a claim)."""
+    effects = {} if null else PLANTED
+    truth = true_cell_means(FACTORS, 0.30, effects)
     rng = np.random.default_rng(seed)
     hits: dict[str, list[np.ndarray]] = {}
+    claimed = []
     for _ in range(experiments):
-        results = simulate(setting, seeds, noise_sd, seed_sd, rng)
+        cells = noisy_cells(noisy, noise_factor, where, rng) if noisy else None
+        results = simulate(setting, seeds, noise_sd, seed_sd, rng, effects, cells)
         analysis = analyze(results, FACTORS)
+        claimed.append(len(analysis.claims) > 0)
         shift = float(np.mean(results.attrs["seed_effects"])) if analysis.fit.blocked else 0.0
         planted = planted_values(truth, shift)
         for name, (low, high) in intervals(analysis).items():
@@ -115,6 +141,8 @@ def run(setting: str, experiments: int, seeds: int, noise_sd: float, seed_sd: fl
     for name, per_experiment in hits.items():
         stacked = np.stack(per_experiment)
         rows.append({"estimand": name, "intervals": stacked.size, "coverage": stacked.mean()})
+    if null:
+        rows.append({"estimand": "any claim", "intervals": experiments, "coverage": float(np.mean(claimed))})
     return pd.DataFrame(rows)
 
 
@@ -126,13 +154,25 @@ def main() -> None:
     parser.add_argument("--noise-sd", type=float, default=0.015)
     parser.add_argument("--seed-sd", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--null", action="store_true", help="plant no effect; also count experiments with a claim")
+    parser.add_argument("--noisy-cells", type=int, default=0, help="cells with --noise-factor times the noise sd")
+    parser.add_argument("--noise-factor", type=float, default=3.0)
+    parser.add_argument("--noisy-where", choices=["random", "corners"], default="random")
     args = parser.parse_args()
     start = time.perf_counter()
-    table = run(args.setting, args.experiments, args.seeds, args.noise_sd, args.seed_sd, args.seed)
+    table = run(
+        args.setting, args.experiments, args.seeds, args.noise_sd, args.seed_sd, args.seed, null=args.null,
+        noisy=args.noisy_cells, noise_factor=args.noise_factor, where=args.noisy_where,
+    )  # fmt: skip
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    intervals = table[table["estimand"] != "any claim"]
+    print(f"all intervals: {np.average(intervals['coverage'], weights=intervals['intervals']):.3f}; lowest estimand "
+          f"{intervals['coverage'].min():.3f}")
     print(
-        f"setting {args.setting}: {args.experiments} experiments, {args.seeds} seeds per cell, "
-        f"{time.perf_counter() - start:.1f} s"
+        f"setting {args.setting}: {args.experiments} experiments, {args.seeds} seeds per cell"
+        + (f", {args.noisy_cells} {args.noisy_where} cells with {args.noise_factor:g}x the noise sd" if args.noisy_cells else "")
+        + (", no effect planted" if args.null else "")
+        + f", {time.perf_counter() - start:.1f} s"
     )
 
 

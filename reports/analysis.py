@@ -66,7 +66,7 @@ class Analysis:
     percent: bool = True  # metric in [0, 1]: display as percentage points
     paper_reference: tuple[int, ...] | None = None  # shown beside the `paper` ordering
     options: ClaimOptions = field(default_factory=ClaimOptions)
-    lenth: dict | None = None  # {"pse", "me", "sme", "m", "d", "bar"} with one run per cell (bar: lenth_rule)
+    lenth: dict | None = None  # {"pse", "me", "sme", "m", "d", "bar", "bar_last", "over"}, one run per cell (lenth_rule)
     guarantee: Guarantee | None = None  # the error statement of the claims list
 
 
@@ -478,11 +478,12 @@ def lenth_rule(
         return None
     n_families = 1 if options.adjust == "none" else guarantee.n_families
     if sidak_m is not None:
-        return lenth | {"bar": lenth_bar(lenth["pse"], lenth["d"], sidak_m, options.alpha, n_families), "bar_last": None}
+        bar = lenth_bar(lenth["pse"], lenth["d"], sidak_m, options.alpha, n_families)
+        return lenth | {"bar": bar, "bar_last": None, "over": sidak_m}
     tested = max(tested, 1) if options.adjust != "none" else 1
     first = float(stats.t.ppf(1 - options.alpha / (2 * n_families * tested), lenth["d"]) * lenth["pse"])
     last = float(stats.t.ppf(1 - options.alpha / (2 * n_families), lenth["d"]) * lenth["pse"])
-    return lenth | {"bar": first, "bar_last": last}
+    return lenth | {"bar": first, "bar_last": last, "over": None}
 
 
 def _intervals_table(records: list[pd.DataFrame]) -> pd.DataFrame:

@@ -99,3 +99,15 @@ def simulate_settings(
         table.attrs = {}
         parts.append(table)
     return pd.concat(parts, ignore_index=True)
+
+
+def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a share hits / n (for simulated error rates and coverage).
+
+    Example: 15 of 300: p = .05, centre (.05 + 1.96^2 / 600) / (1 + 1.96^2 / 300) = .0557,
+    half-width 1.96 sqrt(.05 x .95 / 300 + 1.96^2 / 360000) / 1.0128 = .0249: (.031, .081).
+    """
+    p = hits / n
+    centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
+    half = z * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / (1 + z**2 / n)
+    return max(centre - half, 0.0), min(centre + half, 1.0)

@@ -90,7 +90,8 @@ def _lenth_line(analysis: Analysis) -> list[str]:
     if not options.per_effect_tests:
         rule = (
             f"an effect is claimed only past {show(lenth['bar'])}: Lenth's simultaneous margin over the "
-            f"{lenth['m']} effects at level {share:.2g}"
+            + (f"{lenth['m']} effects" if lenth["over"] == lenth["m"] else f"{lenth['over']} effects of all the settings")
+            + f" at level {share:.2g}"
             + (f" (the {options.alpha:.0%} split over {guarantee.n_families} families)" if share < options.alpha else "")
             + f"; the SME at {options.alpha:.0%} alone would be {show(lenth['sme'])}"
         )

@@ -205,13 +205,15 @@ def _transfer_tests(values: list[TermValues], across: list[_Across], settings: l
         rows.append({
             "kind": "transfer", "term": _label(v, a.gap_pair, settings), "estimate": a.gap[0], "ci_low": a.gap[1],
             "ci_high": a.gap[2], "p_value": a.p_interaction, "family": "transfer", "key": (v.statistic, v.term),
+            "pair": a.gap_pair,
         })  # fmt: skip
         pair = a.flip_pair or a.gap_pair
         rows.append({
             "kind": "transfer", "term": _label(v, pair, settings), "estimate": v.estimate[pair[0]] - v.estimate[pair[1]],
             "ci_low": np.nan, "ci_high": np.nan, "p_value": a.p_flip, "family": "flips", "key": (v.statistic, v.term),
+            "pair": pair,
         })  # fmt: skip
-    return pd.DataFrame(rows, columns=[*CLAIM_COLUMNS[:-2], "family", "key"])
+    return pd.DataFrame(rows, columns=[*CLAIM_COLUMNS[:-2], "family", "key", "pair"])
 
 
 def _simultaneous(values: TermValues, alpha: float) -> tuple[np.ndarray, np.ndarray]:
@@ -309,39 +311,21 @@ def analyze_transfer(
         raise ReportInputError(
             f"column '{SETTING_COLUMN}' names one setting ({settings[0]}); a transfer study needs two or more"
         )
-    if not equivalence_margin > 0:
-        raise ReportInputError(f"--equivalence-margin must be positive, got {equivalence_margin}")
     analyses = _per_setting(
         results, list(factors), settings, metric=metric, orderings=orderings, confidence=confidence,
         design=design, adjust=adjust, per_effect_tests=per_effect_tests,
     )  # fmt: skip
     ordered = [analyses[s] for s in settings]
-    if equivalence_margin >= 1 and all(a.percent for a in ordered):
-        raise ReportInputError(
-            f"--equivalence-margin {equivalence_margin} is in the metric's units (a fraction for {metric}): "
-            f"give 0.02 for 2 percentage points"
-        )
+    _check_margin(equivalence_margin, ordered, metric)
     options = ClaimOptions(adjust=adjust, alpha=1 - confidence, per_effect_tests=per_effect_tests)
     values = term_values(ordered)
     equivalence_alpha = options.alpha  # per side, per term (module docstring)
     across = [_across(v, equivalence_alpha) for v in values]
-
-    tests = pd.concat([_per_setting_tests(ordered, settings), _transfer_tests(values, across, settings)], ignore_index=True)
-    n_flips = int((tests["family"] == "flips").sum()) * len(settings)  # simultaneous intervals behind the flips
-    sidak_m = _sidak_m(ordered, options)
-    scope = f"{', '.join(f for f in dict.fromkeys(tests['family']) if f not in TRANSFER_FAMILIES)} each pooled over the {len(settings)} settings"
-    tests, guarantee = adjust_tests(tests, options, sidak_m, {"flips": n_flips}, scope)
-    sim_alpha = options.alpha / (guarantee.n_families * max(n_flips, 1) if adjust != "none" else 1)
-
-    keys = tests["key"].where(tests["family"].isin(TRANSFER_FAMILIES))
-    adjusted = {(f, *k): p for f, k, p in zip(tests["family"], keys, tests["p_adjusted"]) if isinstance(k, tuple)}
-    by_key = {(v.statistic, v.term): v for v in values}
-    for i in np.flatnonzero(tests["family"] == "flips"):  # the flip's difference on simultaneous intervals
-        v = by_key[tests.at[i, "key"]]
-        low, high = _simultaneous(v, sim_alpha)
-        up, down = (settings.index(s) for s in tests.at[i, "term"].rsplit(" (", 1)[1].rstrip(")").split(" - "))
-        tests.loc[i, ["ci_low", "ci_high"]] = low[up] - high[down], high[up] - low[down]
-
+    tests, guarantee, sim_alpha, sidak_m = _report_tests(ordered, values, across, settings, options)
+    adjusted = {
+        (row.family, *row.key): row.p_adjusted
+        for row in tests[tests["family"].isin(TRANSFER_FAMILIES)].itertuples(index=False)
+    }
     tested = int((tests["family"] == "interactions").sum())
     readjusted = {
         s: _readjusted(a, tests[tests["setting"] == s], options, guarantee, sidak_m, tested)
@@ -353,6 +337,36 @@ def analyze_transfer(
         claims=_transfer_claims(tests), options=options, guarantee=guarantee, margin=equivalence_margin,
         equivalence_alpha=equivalence_alpha, simultaneous_alpha=sim_alpha,
     )  # fmt: skip
+
+
+def _check_margin(margin: float, analyses: list[Analysis], metric: str) -> None:
+    """One sentence for a margin that cannot be meant: not positive, or >= 1 for an accuracy."""
+    if not margin > 0:
+        raise ReportInputError(f"--equivalence-margin must be positive, got {margin}")
+    if margin >= 1 and all(a.percent for a in analyses):
+        raise ReportInputError(
+            f"--equivalence-margin {margin} is in the metric's units (a fraction for {metric}): "
+            "give 0.02 for 2 percentage points"
+        )
+
+
+def _report_tests(analyses, values, across, settings, options) -> tuple[pd.DataFrame, Guarantee, float, int | None]:
+    """Every test of the report (each setting's, ``transfer``, ``flips``) adjusted under one
+    guarantee; the flips rows get the interval their simultaneous intervals imply. Returns
+    (tests, guarantee, the simultaneous intervals' alpha, Lenth's simultaneous m or None)."""
+    tests = pd.concat([_per_setting_tests(analyses, settings), _transfer_tests(values, across, settings)], ignore_index=True)
+    n_flips = int((tests["family"] == "flips").sum()) * len(settings)  # simultaneous intervals behind the flips
+    sidak_m = _sidak_m(analyses, options)
+    pooled = ", ".join(f for f in dict.fromkeys(tests["family"]) if f not in TRANSFER_FAMILIES)
+    scope = f"{pooled} each pooled over the {len(settings)} settings"
+    tests, guarantee = adjust_tests(tests, options, sidak_m, {"flips": n_flips}, scope)
+    sim_alpha = options.alpha / (guarantee.n_families * max(n_flips, 1) if options.adjust != "none" else 1)
+    by_key = {(v.statistic, v.term): v for v in values}
+    for i in np.flatnonzero(tests["family"] == "flips"):  # the pair's difference on simultaneous intervals
+        low, high = _simultaneous(by_key[tests.at[i, "key"]], sim_alpha)
+        up, down = tests.at[i, "pair"]
+        tests.loc[i, ["ci_low", "ci_high"]] = low[up] - high[down], high[up] - low[down]
+    return tests, guarantee, sim_alpha, sidak_m
 
 
 def _transfer_claims(tests: pd.DataFrame) -> pd.DataFrame:

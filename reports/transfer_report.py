@@ -59,9 +59,13 @@ def _verdict_lines(transfer: TransferAnalysis) -> list[str]:
                 for r in rows.itertuples(index=False)
             )
             head = rows.iloc[0]
+            precision = (
+                f"; differences up to {amount(head.detectable_difference, percent)[1:]} not excluded"
+                if head.verdict in ("transfers", "inconclusive")
+                else ""
+            )
             tests = (
-                f"Welch p = {head.p_interaction:.2g}, adjusted {head.p_adjusted:.2g}; differences up to "
-                f"{amount(head.detectable_difference, percent)[1:]} not excluded; I^2 = {100 * head.i2:.0f}%"
+                f"Welch p = {head.p_interaction:.2g}, adjusted {head.p_adjusted:.2g}{precision}; I^2 = {100 * head.i2:.0f}%"
                 if np.isfinite(head.p_adjusted)
                 else "no test"
             )

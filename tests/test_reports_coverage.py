@@ -32,3 +32,18 @@ def test_intervals_cover_planted_values(setting):
 def test_few_false_claims_under_the_global_null():
     table = _load("report_false_claims").run(experiments=60, seeds=3, noise_sd=0.015, seed_sd=0.01, seed=2)
     assert (table["any"] > 0).mean() <= 0.15, table  # 300 experiments measure ~5%; 60 leave room
+
+
+def test_heteroscedastic_null_keeps_coverage_and_claims_few():
+    """4 of 32 cells with 3x the noise sd, 2 seeds, no effect anywhere: every claim is false."""
+    table = _load("report_coverage").run(
+        "balanced", experiments=40, seeds=2, noise_sd=0.015, seed_sd=0.01, seed=3, null=True, noisy=4
+    )
+    coverage = table.set_index("estimand")["coverage"]
+    assert coverage.drop("any claim").between(0.88, 1.0).all(), table
+    assert coverage["any claim"] <= 0.15, table  # 300 experiments measure ~1-3%; 40 leave room
+
+
+def test_few_false_claims_in_a_whole_transfer_report_under_the_global_null():
+    table = _load("report_false_claims").run(experiments=20, seeds=3, noise_sd=0.015, seed_sd=0.01, seed=4, settings=3)
+    assert (table["any"] > 0).mean() <= 0.2, table  # 300 experiments measure ~5%; 20 leave room

@@ -23,8 +23,9 @@ from dapo_ablate.reports.heterogeneity import (
     pair_difference,
     welch_heterogeneity,
 )
-from dapo_ablate.reports.multiplicity import holm
+from dapo_ablate.reports.multiplicity import holm, lenth_bar
 from dapo_ablate.reports.simulate import simulate_settings
+from dapo_ablate.reports.summary import summary_sections
 from dapo_ablate.reports.transfer import TRANSFER_COLUMNS, VERDICTS, analyze_transfer
 from dapo_ablate.reports.transfer_report import claims_frame, write_transfer_report
 
@@ -156,6 +157,16 @@ def test_one_seed_takes_each_settings_own_lenth_pse(tmp_path):
         row = _term(result.transfer, "main", "b").loc[name]
         assert row["se"] == pytest.approx(alone.lenth["pse"]) and row["df"] == pytest.approx(15 / 3)
     assert result.analyses["z"].lenth["pse"] > 2 * result.analyses["x"].lenth["pse"]
+    # the bar each setting's summary prints is the one its claims used: Lenth's simultaneous rule over
+    # the 45 effects of the three settings, at the 5% split over the report's families
+    for name, analysis in result.analyses.items():
+        lenth, n_families = analysis.lenth, result.guarantee.n_families
+        assert lenth["over"] == 45 and lenth["bar"] == pytest.approx(lenth_bar(lenth["pse"], 5, 45, 0.05, n_families))
+        tests = analysis.tests[analysis.tests["family"] == "interactions"]
+        sizes = analysis.effects.set_index("term").loc[tests["term"], "effect"].abs()
+        assert set(tests.loc[tests["claimed"], "term"]) == set(sizes[sizes > lenth["bar"]].index)
+        printed = " ".join(summary_sections(analysis)["Not supported by the data"])
+        assert f"claimed only past {100 * lenth['bar']:.1f} pp" in printed and "45 effects of all the settings" in printed
     written = write_transfer_report(
         table, factors, tmp_path, {"csv", "md"}, metric="avg@32", orderings="paper", confidence=0.95,
         design=None, adjust="holm", per_effect_tests=False,
