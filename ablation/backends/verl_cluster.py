@@ -74,6 +74,17 @@ def _tracking_problem(uri: str, experiment: str) -> str | None:
     return None
 
 
+def _uploaded(runtime_env: dict[str, Any]) -> dict[str, Any]:
+    """`runtime_env` with its local py_modules folders uploaded to the cluster (a task's runtime
+    environment takes only URIs; Ray keeps an upload for 10 minutes unless a job refers to it,
+    which is enough for the check: the jobs upload the same copy themselves through the Job API)."""
+    import tempfile
+
+    from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
+
+    return upload_py_modules_if_needed(dict(runtime_env), include_gitignore=False, scratch_dir=tempfile.gettempdir())
+
+
 def check_placement(nnodes: int, gpus_per_node: int) -> None:
     """Raise ExecutorError (one sentence) unless the connected cluster has `nnodes` alive nodes with
     `gpus_per_node` GPUs each: verl's resource pool places one bundle of that many GPUs per node,
@@ -99,6 +110,7 @@ def check_cluster(runtime_env: dict[str, Any], requirements: dict[str, str], tra
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = [node for node in ray.nodes() if node.get("Alive")]
+    runtime_env = _uploaded(runtime_env)
     check = ray.remote(num_cpus=0, max_retries=0)(node_problems)
     refs = {
         node["NodeManagerAddress"] + (f" ({node['NodeID'][:8]})" if len(nodes) > 1 else ""): check.options(

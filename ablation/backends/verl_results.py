@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from dapo_ablate.ablation.jobs import log_tail
 from dapo_ablate.ablation.metric_names import EVAL_TIME_NAME, STEP_NAMES, mlflow_safe
 
 _VAL = re.compile(r"val-core/(?P<source>[^/]+)/acc/(?P<score>mean|best|maj)(?:@|_at_)(?P<k>\d+)(?:/mean)?$")
@@ -106,10 +107,12 @@ def batch_sizes(config: dict[str, Any]) -> tuple[int, int]:
 
 
 def result_from_mlflow(tracking_uri: str, run_id: str, wall_s: float | None = None,
-                       config: dict[str, Any] | None = None) -> dict[str, Any]:
+                       config: dict[str, Any] | None = None, job_log: str = "") -> dict[str, Any]:
     """Read verl's metrics of MLflow run `run_id` into the ledger's result shape. `wall_s`: the
     job's own duration (`ablation.jobs`); without it, the run's start to its last metric.
-    `config`: the cell's trainer config (its batch sizes give the token totals)."""
+    `config`: the cell's trainer config (its batch sizes give the token totals, and a run that
+    logged fewer training steps than its schedule is refused: verl can exit 0 and mark its MLflow
+    run FINISHED without having trained to the end). `job_log`: its tail goes into the error."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
@@ -119,8 +122,17 @@ def result_from_mlflow(tracking_uri: str, run_id: str, wall_s: float | None = No
     if wall_s is None:
         last = max((m.timestamp for points in histories.values() for m in points), default=run.info.start_time)
         wall_s = (last - run.info.start_time) / 1000.0
+    tail = f"; last lines of its log: {log_tail(job_log)}" if job_log else ""
     if not eval_sources(history):  # e.g. verl could not attach to the run and went on without MLflow
         raise RuntimeError(f"verl logged no validation (val-core/<data_source>/acc/mean@k) into MLflow run {run_id}; "
-                           "the job's log says why (look for 'MLflow initialization')")
+                           f"the job's log says why (look for 'MLflow initialization'){tail}")
     responses, group_size = batch_sizes(config) if config is not None else (None, None)
-    return result_from_history(history, wall_s, responses, group_size)
+    result = result_from_history(history, wall_s, responses, group_size)
+    if config is not None:
+        from dapo_ablate.core.config import build_trainer_config
+
+        total = build_trainer_config(config).schedule.total_steps
+        if result["metrics"]["steps"] < total:
+            raise RuntimeError(f"verl's job ended after {result['metrics']['steps']} of {total} training steps "
+                               f"(MLflow run {run_id}); not recorded as a finished run{tail}")
+    return result
