@@ -262,7 +262,7 @@ class VerlConfig(_Frozen):
     sequence, max_prompt_length + rollout.max_response_len (the recipe's)."""
     max_num_batched_tokens: int | None = Field(None, ge=1)
     """vLLM's max_num_batched_tokens; None: max_prompt_length + rollout.max_response_len (the
-    recipe's; verl's own 8192 is below one 20k-token response)."""
+    recipe's; verl's own 8192 is below one 20k-token response), at least verl's 8192."""
     max_checkpoints: int | None = Field(None, ge=1)
     """trainer.max_actor_ckpt_to_keep: the newest N checkpoints of a run are kept (None: all, verl's
     and the recipe's default). Checkpoints go to the run's folder (schedule.checkpoint_every)."""

@@ -66,6 +66,9 @@ NO_DUAL_CLIP = 1e9
 MAX_RESPONSE_LEN_ENV = "DAPO_ABLATE_MAX_RESPONSE_LEN"
 """The job's environment gives the Overlong Filtering loss the response ceiling (verl_loss)."""
 VERL_VERSION = "0.9.1"
+VLLM_BATCHED_TOKENS = 8192
+"""verl's default rollout.max_num_batched_tokens: the least we set (vLLM also wants it at least
+its max_num_seqs, 256); one longest sequence when that is longer (the recipe's 2048 + 20480)."""
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
 
@@ -182,7 +185,7 @@ def knob_overrides(config: TrainerConfig) -> list[str]:
         f"{R}.dtype={'bfloat16' if m.dtype == 'float32' else m.dtype}",
         f"{R}.gpu_memory_utilization={r.gpu_memory_utilization}",
         f"{R}.tensor_model_parallel_size={r.tensor_parallel_size}",
-        f"{R}.max_num_batched_tokens={v.max_num_batched_tokens or longest}",
+        f"{R}.max_num_batched_tokens={v.max_num_batched_tokens or max(longest, VLLM_BATCHED_TOKENS)}",
         f"{R}.enable_chunked_prefill=true",
         f"{A}.ulysses_sequence_parallel_size={v.sequence_parallel_size}",
         f"{A}.fsdp_config.param_offload={_bool(v.param_offload)}",
@@ -202,8 +205,10 @@ def knob_overrides(config: TrainerConfig) -> list[str]:
     if b.micro_batch_size is None:  # dynamic batch size (the recipe's), ref and rollout log-probs follow the actor
         tokens = v.max_token_len_per_gpu or longest
         out += [f"{A}.use_dynamic_bsz=true", f"{A}.ppo_max_token_len_per_gpu={tokens}"]
-    else:
-        out += [f"{A}.ppo_micro_batch_size_per_gpu={b.micro_batch_size}"]
+    else:  # the same micro-batch for the update and the log-prob passes (verl asks for each)
+        out += [f"{A}.ppo_micro_batch_size_per_gpu={b.micro_batch_size}",
+                f"{R}.log_prob_micro_batch_size_per_gpu={b.micro_batch_size}",
+                f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={b.micro_batch_size}"]
     if algo.tis_cap is not None:
         out += ["algorithm.rollout_correction.rollout_is=token", f"algorithm.rollout_correction.rollout_is_threshold={algo.tis_cap}"]
     return out
