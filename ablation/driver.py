@@ -9,7 +9,6 @@ import json
 import sys
 import time
 from collections import Counter, deque
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from dapo_ablate.ablation.database import experiment_lock

@@ -1,7 +1,8 @@
 """Real verl 0.9.1 DAPO jobs, one per cell, driven by ``dapo-ablate run`` through Ray's Job API on
 this CPU machine, read back into the ledger and MLflow, then ``dapo-ablate report``.
 
-The cluster is a ``ray start --head`` with one fake GPU (verl's resource pool asks Ray for GPUs)
+The cluster is a ``ray start --head`` with one fake GPU (verl's resource pool asks Ray for GPUs;
+tests/verl_cpu/cluster.py starts it and writes the spec)
 whose environment carries the CPU platform's variables (``verl_cpu.fixtures.CPU_ENV``: the plugin
 of tests/verl_cpu, installed in the verl environment by tests/verl_cpu/install.sh) and puts this
 environment's ``python3`` first on PATH, as a cluster image would. The spec is a transfer study of
@@ -32,12 +33,12 @@ import json
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from verl_env import require_verl
 
@@ -45,59 +46,6 @@ pytestmark = [pytest.mark.verl, pytest.mark.slow]
 
 BIN = Path(sys.executable).parent
 RUN_TIMEOUT_S = 1500  # one job: ~1.5 min on an idle machine, ~3.5 min at load 10 (tests/verl_cpu/README.md)
-SOURCE = "verl_cpu_chars"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def write_spec(folder: Path, model: Path, train: Path, val: Path, reward: Path, reward_name: str, address: str) -> Path:
-    from verl_cpu.fixtures import CPU_OVERRIDES
-
-    out = folder / "out"
-    trainer = {
-        "backend": "verl",
-        "model": {"path": str(model)},
-        "data": {"train": str(train), "eval": str(val)},
-        "rollout": {"engine": "vllm", "max_response_len": 24, "eval_k": 4, "temperature": 1.0, "top_p": 1.0},
-        "algorithm": {"group_size": 4, "overlong_cache": 8},
-        "optim": {"lr": 1e-3, "warmup_steps": 0},
-        "batch": {"prompts_per_step": 8, "mini_batch_size": 16, "micro_batch_size": 16},
-        "schedule": {"total_steps": 2, "eval_every": 2},
-        "verl": {"max_prompt_length": 64, "overrides": [
-            *CPU_OVERRIDES, f"reward.custom_reward_function.path={reward}", f"reward.custom_reward_function.name={reward_name}",
-            "trainer.total_epochs=1"]},
-    }
-    others = ("overlong_filter", "clip_higher", "soft_overlong", "token_level_loss")
-    spec = {
-        "name": "verl-cpu", "trainer": trainer, "factors": ["dynamic_sampling"], "seeds": 1, "metric": "avg@4",
-        "settings": [{"name": name, "overrides": {"techniques": {t: on for t in others}}}
-                     for name, on in (("grpo", False), ("dapo", True))],
-        "output_dir": str(out), "ledger": f"sqlite:///{out}/ledger.db", "tracking": {"uri": f"sqlite:///{out}/mlflow.db"},
-        "executor": {"address": address, "gpus_per_run": 1, "gpus_per_node": 1, "cpus_per_run": 1, "max_concurrent": 1,
-                     "retries": 0, "run_timeout_s": RUN_TIMEOUT_S},
-    }
-    path = folder / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
-def start_head(root: Path, env: dict[str, str]) -> tuple[str, str]:
-    """`ray start --head` with one fake GPU and every port free; (GCS address, Job API address)."""
-    port, dashboard = free_port(), free_port()
-    subprocess.run(
-        [str(BIN / "ray"), "start", "--head", "--num-cpus=16", "--num-gpus=1", f"--temp-dir={root / 'ray'}",
-         f"--port={port}", "--node-ip-address=127.0.0.1", f"--dashboard-port={dashboard}", "--dashboard-host=127.0.0.1",
-         f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
-         f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}", "--disable-usage-stats"],
-        env=env, check=True, timeout=600, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-    )
-    return f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}"
 
 
 def mlflow_runs(uri: str, experiment: str) -> dict[str, dict]:
@@ -118,6 +66,7 @@ def mlflow_runs(uri: str, experiment: str) -> dict[str, dict]:
 
 def test_real_verl_jobs_per_cell_through_the_job_api_with_each_technique_visible_in_verls_metrics(tmp_path: Path):
     require_verl()
+    from verl_cpu.cluster import SOURCE, start_head, verl_spec
     from verl_cpu.fixtures import CPU_ENV, RUN_MARKER_VAR, RunWatch, new_run_marker, write_dataset, write_reward_fn, write_tiny_model
 
     model = write_tiny_model(tmp_path / "model")
@@ -136,7 +85,7 @@ def test_real_verl_jobs_per_cell_through_the_job_api_with_each_technique_visible
     try:
         with watch:
             address, job_api = start_head(root, env)
-            spec = write_spec(tmp_path, model, train, val, reward, reward_name, address)
+            spec = verl_spec(tmp_path, model, train, val, reward, reward_name, address, run_timeout_s=RUN_TIMEOUT_S)
             dry = subprocess.run([str(BIN / "dapo-ablate"), "run", str(spec), "--dry-run"], env=env, cwd=tmp_path,
                                  capture_output=True, text=True, timeout=600)
             assert dry.returncode == 0, dry.stderr[-3000:]
@@ -157,8 +106,6 @@ def test_real_verl_jobs_per_cell_through_the_job_api_with_each_technique_visible
             jobs = json.loads(listing.stdout.strip().splitlines()[-1])
     finally:
         leftovers = watch.cleanup()
-        import shutil
-
         shutil.rmtree(root, ignore_errors=True)
     print(f"cleanup: {leftovers}")
 
