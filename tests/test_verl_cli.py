@@ -62,3 +62,20 @@ def test_a_cell_verl_cannot_run_exits_2_with_one_sentence_before_anything_is_wri
     assert result.exit_code == 2, result.output
     assert "trainer.rollout.engine is hf, which is not a verl rollout on backend verl; set rollout.engine: vllm" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["paper_verl.yaml"]
+
+
+def test_the_paper_example_runs_the_recipes_settings_where_the_paper_is_silent(tmp_path: Path):
+    """verl's recipe/dapo/run_dapo_qwen2.5_32b.sh: Ulysses 8, offload, 2048 + 20480-token budgets,
+    left truncation, checkpoints every 5 steps (into the run's own folder; 2 kept, a listed difference)."""
+    spec = load_spec(EXAMPLE)
+    run = expand(spec).runs[0]
+    words = shlex.split(verl_job(spec, run).entrypoint)
+    for expected in ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=8", "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+                     "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true", "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+                     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=22528", "actor_rollout_ref.rollout.max_num_batched_tokens=22528",
+                     "data.truncation=left", "data.max_prompt_length=2048", "trainer.save_freq=5", "trainer.max_actor_ckpt_to_keep=2",
+                     "actor_rollout_ref.rollout.tensor_model_parallel_size=4", "actor_rollout_ref.actor.clip_ratio_c=10.0",
+                     "trainer.nnodes=16", "trainer.n_gpus_per_node=8"):
+        assert expected in words, expected
+    checkpoints = next(w for w in words if w.startswith("trainer.default_local_dir=")).split("=", 1)[1]
+    assert Path(checkpoints).is_absolute() and checkpoints.endswith(f"/{run.run_id}/checkpoints")
