@@ -4,9 +4,11 @@ its failure reported with its log tail.
 `job_cell` is a cell function (``DAPO_ABLATE_CELL_FN=dapo_ablate.ablation.jobs:job_cell``; the
 executor runs it in a Ray task of a driver joined to the cluster). It submits the cell as a Ray job
 whose entrypoint is the cell's trainer -- the built-in trainer (``python -m
-dapo_ablate.ablation.jobs``, its result printed as the last line of the job's log) or verl's
-``main_ppo`` with the cell's overrides -- with a runtime environment (the config, the loss module,
-MLflow) and the cell's CPUs and GPUs as the entrypoint's resources, then waits for it.
+dapo_ablate.ablation.jobs``, its result printed as the last line of the job's log, with a
+runtime environment holding the config) or verl's ``main_ppo`` exactly as the driver built it
+(`backends.verl_job.VerlJob`, handed over in ``$DAPO_ABLATE_VERL_JOB``: entrypoint, environment,
+shipped package, the entrypoint's CPUs and no GPU: verl's placement groups hold the GPUs), then
+waits for it.
 
 A Ray job belongs to the cluster, not to the driver: when the driver is killed, the job keeps
 running. Its submission id is a pure function of the run (``dapo-ablate-<experiment>-<run id>-a<n>``),
