@@ -42,13 +42,9 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     from verl_cpu.cluster import start_head, verl_spec
-    from verl_cpu.fixtures import CPU_ENV, RUN_MARKER_VAR, RunWatch, new_run_marker, write_dataset, write_reward_fn, write_tiny_model
+    from verl_cpu.fixtures import CPU_ENV, RUN_MARKER_VAR, RunWatch, new_run_marker
 
     work = args.out or Path(f"/tmp/gsv_{secrets.token_hex(4)}")
-    work.mkdir(parents=True, exist_ok=True)
-    model = write_tiny_model(work / "model")
-    train, val = write_dataset(work / "data")
-    reward, reward_name = write_reward_fn(work)
     marker = new_run_marker()
     root = Path(f"/tmp/gsr_{marker}")  # short: Ray's socket paths live under it
     root.mkdir()
@@ -61,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with watch:
             address, _ = start_head(root, env, gpus=1)
-            spec = verl_spec(work, model, train, val, reward, reward_name, address, cpu=args.cpu, settings=False,
-                             run_timeout_s=900, extra=[] if args.cpu else GPU_OVERRIDES)
+            spec = verl_spec(work, address, cpu=args.cpu, settings=False, run_timeout_s=900,
+                             extra=[] if args.cpu else GPU_OVERRIDES)
             run = subprocess.run([str(BIN / "dapo-ablate"), "run", str(spec), "--no-progress"], env=env, cwd=work,
                                  capture_output=True, text=True, timeout=2400)
     finally:

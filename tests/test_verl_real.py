@@ -67,11 +67,8 @@ def mlflow_runs(uri: str, experiment: str) -> dict[str, dict]:
 def test_real_verl_jobs_per_cell_through_the_job_api_with_each_technique_visible_in_verls_metrics(tmp_path: Path):
     require_verl()
     from verl_cpu.cluster import SOURCE, start_head, verl_spec
-    from verl_cpu.fixtures import CPU_ENV, RUN_MARKER_VAR, RunWatch, new_run_marker, write_dataset, write_reward_fn, write_tiny_model
+    from verl_cpu.fixtures import CPU_ENV, RUN_MARKER_VAR, RunWatch, new_run_marker
 
-    model = write_tiny_model(tmp_path / "model")
-    train, val = write_dataset(tmp_path / "data")
-    reward, reward_name = write_reward_fn(tmp_path)
     marker = new_run_marker()
     root = Path(f"/tmp/vct_{marker}")  # short: Ray's socket paths live under it
     root.mkdir()
@@ -85,7 +82,7 @@ def test_real_verl_jobs_per_cell_through_the_job_api_with_each_technique_visible
     try:
         with watch:
             address, job_api = start_head(root, env)
-            spec = verl_spec(tmp_path, model, train, val, reward, reward_name, address, run_timeout_s=RUN_TIMEOUT_S)
+            spec = verl_spec(tmp_path, address, run_timeout_s=RUN_TIMEOUT_S)
             dry = subprocess.run([str(BIN / "dapo-ablate"), "run", str(spec), "--dry-run"], env=env, cwd=tmp_path,
                                  capture_output=True, text=True, timeout=600)
             assert dry.returncode == 0, dry.stderr[-3000:]

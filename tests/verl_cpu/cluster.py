@@ -3,10 +3,10 @@ support, shared by tests/test_verl_real.py and benchmarks/gpu_smoke_verl.py).
 
 `start_head` starts ``ray start --head`` with every port it would otherwise take from a fixed
 default chosen free (other Ray clusters may run on the machine) and GPUs real or fake; `verl_spec`
-writes an experiment spec of small verl cells: the tiny model and data of `fixtures`, 2 steps of 8
-prompts x 4 responses of at most 24 tokens, the reward of ``char_reward.py``, and on CPU the
-overrides of `fixtures.CPU_OVERRIDES` through ``trainer.verl.overrides`` (the product's escape
-hatch for a cluster's own settings).
+writes an experiment spec of small verl cells and the tiny model, data and reward of `fixtures` it
+names: 2 steps of 8 prompts x 4 responses of at most 24 tokens, the reward of ``char_reward.py``,
+and on CPU the overrides of `fixtures.CPU_OVERRIDES` through ``trainer.verl.overrides`` (the
+product's escape hatch for a cluster's own settings).
 """
 
 from __future__ import annotations
@@ -44,14 +44,18 @@ def start_head(root: Path, env: dict[str, str], gpus: int = 1) -> tuple[str, str
     return f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}"
 
 
-def verl_spec(folder: Path, model: Path, train: Path, val: Path, reward: Path, reward_name: str, address: str, *,
-              cpu: bool = True, settings: bool = True, run_timeout_s: float = 1500, extra: list[str] | None = None) -> Path:
+def verl_spec(folder: Path, address: str, *, cpu: bool = True, settings: bool = True, run_timeout_s: float = 1500,
+              extra: list[str] | None = None) -> Path:
     """The spec of small verl cells. `settings`: Dynamic Sampling off / on in two settings, ``grpo``
     (the four other techniques off) and ``dapo`` (on): 4 runs, each technique off in two and on in
     two; otherwise one run, the five on. `cpu`: the CPU overrides (a GPU machine needs none but
     `extra`)."""
-    from verl_cpu.fixtures import CPU_OVERRIDES
+    from verl_cpu.fixtures import CPU_OVERRIDES, write_dataset, write_reward_fn, write_tiny_model
 
+    folder.mkdir(parents=True, exist_ok=True)
+    model = write_tiny_model(folder / "model")
+    train, val = write_dataset(folder / "data")
+    reward, reward_name = write_reward_fn(folder)
     out = folder / "out"
     overrides = [*(CPU_OVERRIDES if cpu else []), f"reward.custom_reward_function.path={reward}",
                  f"reward.custom_reward_function.name={reward_name}", "trainer.total_epochs=1", *(extra or [])]
@@ -76,7 +80,6 @@ def verl_spec(folder: Path, model: Path, train: Path, val: Path, reward: Path, r
     if settings:
         spec["settings"] = [{"name": name, "overrides": {"techniques": {t: on for t in OTHERS}}}
                             for name, on in (("grpo", False), ("dapo", True))]
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
