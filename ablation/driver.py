@@ -33,12 +33,11 @@ from dapo_ablate.ablation.executor import (
 from dapo_ablate.ablation.pool import DONE as DONE_OUTCOME
 from dapo_ablate.ablation.pool import FAILED as FAILED_OUTCOME
 from dapo_ablate.ablation.pool import LOST, MLFLOW_RUN_ENV, TIMED_OUT, Outcome, RunPool, record_kept
-
-JOB_ENV = "DAPO_ABLATE_VERL_JOB"  # backends.verl_job.JOB_ENV: a verl run's job, handed to its task
-JOB_WATCHER = {"num_cpus": 0, "num_gpus": 0}
-"""Resources of a task that only submits a Ray job and waits for it: none (the job holds its own)."""
 from dapo_ablate.ablation.tracking import absolute_tracking_uri
 from dapo_ablate.ablation.transient import MLFLOW, retry_transient
+
+JOB_WATCHER = {"num_cpus": 0, "num_gpus": 0}
+"""Resources of a task that only submits a Ray job and waits for it: none (the job holds its own)."""
 
 
 # ---------------------------------------------------------------------------------- driver
@@ -66,9 +65,9 @@ class _Driver:
         self.tries: Counter[str] = Counter()
         """Attempts per run made by this invocation."""
         self.display_note_later: list[str] = []
+        """Lines for the display, gathered before it starts."""
         self.verl_jobs: dict[str, Any] = {}
         """Run id -> its verl job (`backends.verl_job.VerlJob`), for verl runs."""
-        """Lines for the display, gathered before it starts."""
         self.live: dict[str, str] = {}
         """Ledger run id -> MLflow id of the child runs of the runs in flight."""
         self.pool: RunPool | None = None
@@ -256,6 +255,8 @@ class _Driver:
                                          f"start the MLflow run of {self.planned[run_id].name}")
         env = {MLFLOW_RUN_ENV: self.live[run_id]}
         if run_id in self.verl_jobs:
+            from dapo_ablate.ablation.backends.verl_job import JOB_ENV
+
             env[JOB_ENV] = self.verl_jobs[run_id].to_json()
         return env
 
