@@ -190,18 +190,20 @@ class Noise:
 
 def cell_weights(fit: CellFit, contrasts: np.ndarray) -> np.ndarray:
     """W [q, m]: W_j = sum over the runs of cell j of l_i^2, with l the run weights of each row's
-    estimate c'mu_hat = l'y (module docstring); for a contrast sum_j W_j = c'G^-1 c."""
+    estimate c'mu_hat = l'y (module docstring); for a contrast sum_j W_j = c'G^-1 c.
+
+    With u = G^-1 c, a run of cell j and seed s has l = u_j - v_s (v_s = 0 without seed blocks),
+    v_s = (N'u)_s / r_s - q'u / (kappa r_s) (the second part moves levels only: q'u = 0 for a
+    contrast), so W_j = n_j u_j^2 - 2 u_j (N v)_j + (N v^2)_j: sparse products, no runs x q array.
+    """
     u = np.atleast_2d(contrasts) @ fit.g_inv  # [q, m]
-    m, s = len(fit.mu), fit.n_seeds
-    pair, count = np.unique(fit.cell_index * s + fit.seed_index, return_counts=True)
-    cells, seeds = pair // s, pair % s
-    weights = u[:, cells]  # l per (cell, seed) pair
-    if fit.blocked:  # l_i = u'(z_i + q / (kappa r_s)): the second part moves levels only (q'u = 0 for a contrast)
-        counts, r = _seed_counts(fit.cell_index, fit.seed_index, m, s)
+    weights = u**2 * fit.n
+    if fit.blocked:
+        counts, r = _seed_counts(fit.cell_index, fit.seed_index, len(fit.mu), fit.n_seeds)
         q, kappa = np.asarray(counts @ (1.0 / r)).ravel(), float(np.sum(1.0 / r))
-        weights = weights - (np.asarray(counts.T @ u.T).T[:, seeds] - (u @ q)[:, None] / kappa) / r[seeds]
-    by_cell = sparse.csr_matrix((count.astype(float), (cells, np.arange(len(pair)))), shape=(m, len(pair)))
-    return np.asarray(by_cell @ (weights**2).T).T
+        v = (np.asarray(counts.T @ u.T).T - (u @ q)[:, None] / kappa) / r  # [q, S]
+        weights = weights - 2 * u * np.asarray(counts @ v.T).T + np.asarray(counts @ (v**2).T).T
+    return np.maximum(weights, 0.0)  # a sum of squares; the expansion can round below zero
 
 
 def welch_se(fit: CellFit, contrasts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -22,6 +22,10 @@ from .summary import EMPTY_SUPPORTED, design_line, summary_sections
 from .transfer import DEFAULT_MARGIN, SETTING_COLUMN, TransferAnalysis, analyze_transfer
 
 STATISTIC_LABELS = {"main": "main effect", "shapley": "Shapley value", "interaction": "interaction"}
+PAGE_COLUMNS = [
+    "statistic", "term", "setting", "estimate", "ci_low", "ci_high", "sim_ci_low", "sim_ci_high", "p_adjusted",
+    "p_flip_adjusted", "i2", "detectable_difference", "verdict",
+]  # fmt: skip
 
 
 def _stacked(transfer: TransferAnalysis, table_of: Callable) -> pd.DataFrame:
@@ -169,7 +173,8 @@ def _pages_context(transfer: TransferAnalysis, html_page: bool) -> dict:
     """What report.md and report.html show: the transfer summary, the transfer and rank tables
     (rendered as Markdown or HTML), and each setting's own summary."""
     tables = []
-    for title, table in (("Transfer table", transfer.transfer), ("Rank agreement", transfer.ranks)):
+    shown_transfer = transfer.transfer[PAGE_COLUMNS]  # transfer.csv has every column
+    for title, table in (("Transfer table", shown_transfer), ("Rank agreement", transfer.ranks)):
         shown = display_frame(table, transfer.percent, [])
         tables.append((title, markupsafe.Markup(to_html(table, shown)) if html_page else to_markdown(table, shown).rstrip("\n")))
     return {
