@@ -105,7 +105,7 @@ def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """95% Wilson score interval of a share hits / n (for simulated error rates and coverage).
 
     Example: 15 of 300: p = .05, centre (.05 + 1.96^2 / 600) / (1 + 1.96^2 / 300) = .0557,
-    half-width 1.96 sqrt(.05 x .95 / 300 + 1.96^2 / 360000) / 1.0128 = .0249: (.031, .081).
+    half-width 1.96 sqrt(.05 x .95 / 300 + 1.96^2 / 360000) / 1.0128 = .0252: (.0305, .0808).
     """
     p = hits / n
     centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)

@@ -200,3 +200,12 @@ def test_one_seed_claims_exactly_the_effects_past_the_printed_bar():
     np.testing.assert_allclose(effects["se"], lenth["pse"])
     t = effects["effect"] / effects["se"]
     np.testing.assert_allclose(effects["p_value"], 2 * stats.t.sf(np.abs(t), 31 / 3))
+
+
+def test_method_line_names_the_guarantee_that_was_computed(planted):
+    """Holm: family-wise error rate over the list; BH: false discovery rate; none: no guarantee."""
+    line = lambda adjust: summary_sections(analyze(planted, FACTORS, adjust=adjust))["Method"][-1]  # noqa: E731
+    holm_line, bh_line, none_line = line("holm"), line("bh"), line("none")
+    assert "family-wise error rate of the whole claims list is at most 5%" in holm_line
+    assert "false discovery rate of the whole claims list is at most 5%" in bh_line and "family-wise" not in bh_line
+    assert "no error guarantee" in none_line

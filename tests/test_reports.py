@@ -15,7 +15,7 @@ from dapo_ablate.reports.design import all_terms, contrast_column, defining_rela
 from dapo_ablate.reports.effects import lenth_pse
 from dapo_ablate.reports.orderings import cumulative_means, path_masks, position_summary
 from dapo_ablate.reports.shapley import add_one, banzhaf_values, leave_one_out, shapley_values
-from dapo_ablate.reports.simulate import simulate_results, true_cell_means
+from dapo_ablate.reports.simulate import simulate_results, true_cell_means, wilson_interval
 from dapo_ablate.reports.table import cell_label, infer_factors
 
 FACTORS = list(PAPER_FACTORS)
@@ -330,3 +330,11 @@ def test_bad_results_tables_name_the_column_or_cell(change, message):
 def test_infer_factors_takes_the_zero_one_columns():
     results = simulate_results(["a", "b"], 0.3, {}, seeds=2, rng=0).assign(**{"pass@32": 1})
     assert infer_factors(results, "avg@32") == ["a", "b"]
+
+
+def test_wilson_interval_by_hand():
+    # 15 of 300: centre (.05 + 1.96^2 / 600) / (1 + 1.96^2 / 300) = .0557, half-width
+    # 1.96 sqrt(.05 x .95 / 300 + 1.96^2 / 360000) / 1.0128 = .0252 -> (.0305, .0808)
+    low, high = wilson_interval(15, 300)
+    assert (low, high) == pytest.approx((0.0305, 0.0808), abs=5e-4)
+    assert wilson_interval(0, 300)[0] == 0.0 and wilson_interval(300, 300)[1] == pytest.approx(1.0)
