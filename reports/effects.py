@@ -47,7 +47,8 @@ def lenth_pse(effects: np.ndarray) -> float:
     """
     magnitudes = np.abs(np.asarray(effects, dtype=float))
     s0 = 1.5 * np.median(magnitudes)
-    return float(1.5 * np.median(magnitudes[magnitudes < 2.5 * s0]))
+    trimmed = magnitudes[magnitudes < 2.5 * s0]
+    return float(1.5 * np.median(trimmed)) if len(trimmed) else 0.0  # most effects exactly 0: no noise level
 
 
 def _model_terms(design: DesignInfo) -> list[Term]:

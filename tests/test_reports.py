@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from itertools import permutations
 
 import numpy as np
@@ -84,6 +86,10 @@ def test_lenth_pse_by_hand():
     # |c| = (10, 1, 2, .5, .2, 1.5, .3): median 1 -> s0 = 1.5; drop |c| >= 3.75 (the 10);
     # median of (1, 2, .5, .2, 1.5, .3) = (.5 + 1) / 2 = .75 -> PSE = 1.5 * .75 = 1.125
     assert lenth_pse(np.array([10, -1, 2, 0.5, -0.2, 1.5, 0.3])) == pytest.approx(1.125)
+    # most effects exactly zero (a metric on 4 problems): s0 = 0, nothing below 2.5 s0, no noise level
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert lenth_pse(np.array([0.031, 0.0, 0.0])) == 0.0
 
 
 def test_gain_per_added_mtok_by_hand():
