@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-
 from itertools import permutations
 
 import numpy as np
