@@ -138,9 +138,16 @@ class GpuCluster:
     def __init__(self, root: Path, nodes: int, gpus: int, python_path: str) -> None:
         from ray.cluster_utils import Cluster
 
-        self.saved = {key: os.environ.get(key) for key in ("RAY_TMPDIR", "PYTHONPATH", "PATH")}
-        # what the nodes' processes inherit; a job's `python3` is this environment's, as on a cluster's image
-        os.environ.update(RAY_TMPDIR=str(root), PYTHONPATH=python_path, PATH=os.pathsep.join([str(BIN), os.environ["PATH"]]))
+        self.saved = {key: os.environ.get(key) for key in
+                      ("RAY_TMPDIR", "PYTHONPATH", "PATH", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
+        # what the nodes' processes inherit; a job's `python3` is this environment's, as on a cluster's image;
+        # token authentication explicitly off: Ray 2.60 turns it on by itself when ~/.ray/auth_token
+        # exists, while this process's Ray client keeps the mode it read at import (tokens are
+        # tested on a `ray start` head in tests/test_ray_cluster.py)
+        for key in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS"):
+            os.environ.pop(key, None)
+        os.environ.update(RAY_TMPDIR=str(root), PYTHONPATH=python_path, PATH=os.pathsep.join([str(BIN), os.environ["PATH"]]),
+                          RAY_AUTH_MODE="disabled")
         self.dashboard_port = free_port()
         self.cluster = Cluster(shutdown_at_exit=True)
         try:
@@ -155,7 +162,7 @@ class GpuCluster:
             self.shutdown()
             raise
         self.address = self.cluster.address
-        self.env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_AUTH") and key != "RAY_ADDRESS"}
+        self.env = dict(os.environ)  # a client's
 
     def shutdown(self) -> None:
         self.cluster.shutdown()
