@@ -34,18 +34,15 @@ from verl_cpu.fixtures import (  # noqa: E402
     RUN_MARKER_VAR,
     RunWatch,
     new_run_marker,
-    write_dataset,
     write_json,
-    write_reward_fn,
-    write_tiny_model,
 )
 from verl_cpu.run_job import (  # noqa: E402
     MAX_RESPONSE_LEN,
     PROJECT_LOSS,
     PROJECT_LOSS_ENV,
     PROJECT_LOSS_MODULE,
-    create_mlflow_run,
     dapo_overrides,
+    prepare_workdir,
     mlflow_contents,
 )
 
@@ -100,12 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     workdir = args.workdir.resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
-    model = write_tiny_model(workdir / "model")
-    train, val = write_dataset(workdir / "data")
-    reward_path, reward_name = write_reward_fn(workdir)
-    tracking_uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    run_id = create_mlflow_run(tracking_uri, "verl-cpu", workdir.name)
+    model, train, val, reward_path, reward_name, tracking_uri, run_id = prepare_workdir(workdir)
 
     marker = new_run_marker()
     root = Path(f"/tmp/vcj_{marker}")  # short: Ray's socket paths live under it

@@ -100,6 +100,17 @@ def dapo_overrides(
     ]
 
 
+def prepare_workdir(workdir: Path) -> tuple[Path, Path, Path, Path, str, str, str]:
+    """The job's inputs written into `workdir` (model, data, reward) and its MLflow run:
+    (model, train, val, reward path, reward name, tracking URI, MLflow run id)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    model = write_tiny_model(workdir / "model")
+    train, val = write_dataset(workdir / "data")
+    reward_path, reward_name = write_reward_fn(workdir)
+    tracking_uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    return model, train, val, reward_path, reward_name, tracking_uri, create_mlflow_run(tracking_uri, "verl-cpu", workdir.name)
+
+
 def create_mlflow_run(tracking_uri: str, experiment: str, run_name: str) -> str:
     """Create the store (once, before any worker touches it) and a run for verl to log into."""
     from mlflow.tracking import MlflowClient
@@ -148,12 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     workdir = args.workdir.resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
-    model = write_tiny_model(workdir / "model")
-    train, val = write_dataset(workdir / "data")
-    reward_path, reward_name = write_reward_fn(workdir)
-    tracking_uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    run_id = create_mlflow_run(tracking_uri, "verl-cpu", workdir.name)
+    model, train, val, reward_path, reward_name, tracking_uri, run_id = prepare_workdir(workdir)
 
     marker = new_run_marker()
     ray_dir = Path(f"/tmp/vcr_{marker}")  # short: Ray's socket paths live under it
