@@ -39,7 +39,7 @@ from pathlib import Path
 import yaml
 from sqlalchemy import create_engine, text
 
-from dapo_ablate.ablation.reaper import session_pids
+from dapo_ablate.ablation.runtime.reaper import session_pids
 
 BENCH = Path(__file__).resolve().parent
 COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
@@ -124,8 +124,8 @@ class Campaign:
     def planned(self) -> set[str]:
         """Run ids the code in this checkout plans now (a fresh process: the drivers' code, which
         other engineers may change under a running campaign; every distinct plan is kept)."""
-        code = ("import json, sys; from dapo_ablate.ablation.spec import load_spec; "
-                "from dapo_ablate.ablation.design import expand; "
+        code = ("import json, sys; from dapo_ablate.ablation.experiment.spec import load_spec; "
+                "from dapo_ablate.ablation.experiment.design import expand; "
                 "print(json.dumps([r.run_id for r in expand(load_spec(sys.argv[1])).runs]))")
         done = subprocess.run([sys.executable, "-c", code, str(self.spec)], capture_output=True, text=True, check=True,
                               env={**os.environ, "PYTHONPATH": self.pythonpath()}, cwd=self.root)
@@ -289,7 +289,7 @@ def finish_up(campaign: Campaign) -> None:
 def mlflow_children(campaign: Campaign) -> Counter:
     from mlflow import MlflowClient
 
-    from dapo_ablate.ablation.tracking import RUN_ID_TAG
+    from dapo_ablate.ablation.store.tracking import RUN_ID_TAG
 
     client = MlflowClient(campaign.mlflow_url)
     experiment = client.get_experiment_by_name(NAME)

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summary(out: Path, experiment: str) -> list[str]:
-    from dapo_ablate.ablation.ledger import Ledger
+    from dapo_ablate.ablation.store.ledger import Ledger
 
     lines = []
     with Ledger(f"sqlite:///{out}/ledger.db") as ledger:

@@ -25,12 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from dapo_ablate.ablation.reaper import kill_session
+from dapo_ablate.ablation.runtime.reaper import kill_session
 
 BIN = Path(sys.executable).parent
 RAW = "import ray, sys\ntry:\n    ray.init(address=sys.argv[1], include_dashboard=False, log_to_driver=False); print('joined')\nexcept Exception as e:\n    print(type(e).__name__, str(e).splitlines()[0])\n"
 OURS = (
-    "import sys\nfrom dapo_ablate.ablation.ray_connect import RayConnectError, join_cluster\n"
+    "import sys\nfrom dapo_ablate.ablation.runtime.ray_connect import RayConnectError, join_cluster\n"
     "try:\n    join_cluster(sys.argv[1], sys.argv[2] or None); print('joined')\n"
     "except RayConnectError as e:\n    print('RayConnectError', e)\n"
 )

@@ -49,9 +49,9 @@ def main() -> None:
 
     import ray
 
-    from dapo_ablate.ablation.design import expand
-    from dapo_ablate.ablation.executor import run_experiment
-    from dapo_ablate.ablation.spec import build_spec
+    from dapo_ablate.ablation.experiment.design import expand
+    from dapo_ablate.ablation.runtime.executor import run_experiment
+    from dapo_ablate.ablation.experiment.spec import build_spec
 
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder)

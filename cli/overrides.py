@@ -80,7 +80,7 @@ def load_spec_with_overrides(model: type, path: str | Path, items: list[str] | N
 
     Raises OverrideError for a malformed or unknown key, SpecError (the file's own sentence, its
     source saying "with overrides") for a bad value."""
-    from dapo_ablate.ablation.spec import SpecError, load_spec_file, validate_spec
+    from dapo_ablate.ablation.experiment.spec import SpecError, load_spec_file, validate_spec
     from dapo_ablate.core.config import ConfigError, read_yaml
 
     values = parse_overrides(items)
@@ -161,7 +161,7 @@ def set_in_file_data(data: dict[str, Any], dotted: str, value: Any, base: Path) 
 
 def _read_trainer_file(path: Path) -> dict[str, Any]:
     """A spec's trainer file as data, its relative model and data paths resolved against its folder."""
-    from dapo_ablate.ablation.spec import SpecError
+    from dapo_ablate.ablation.experiment.spec import SpecError
     from dapo_ablate.core.config import ConfigError, read_yaml, resolve_relative_paths
 
     try:

@@ -16,9 +16,9 @@ from dapo_ablate.reports.power import pilot_sigma, plan_seeds as plan
 
 def _from_spec(spec: Path, metric: str | None, sd: float | None):
     """(factors, metric, pilot results or None) of an experiment spec; its results if it ran."""
-    from dapo_ablate.ablation.ledger import LedgerError
-    from dapo_ablate.ablation.results import ResultsError, load_experiment_results
-    from dapo_ablate.ablation.spec import SpecError, load_spec
+    from dapo_ablate.ablation.store.ledger import LedgerError
+    from dapo_ablate.ablation.store.results import ResultsError, load_experiment_results
+    from dapo_ablate.ablation.experiment.spec import SpecError, load_spec
     from dapo_ablate.core.config import ConfigError
 
     try:
@@ -32,7 +32,7 @@ def _from_spec(spec: Path, metric: str | None, sd: float | None):
     except (ResultsError, LedgerError) as error:
         if sd is None:
             fail(f"{error}; without pilot results, pass --sd (the run-to-run sd of {metric})")
-        from dapo_ablate.ablation.design import expand
+        from dapo_ablate.ablation.experiment.design import expand
 
         return [factor.name for factor in expand(loaded).factors], metric, None
 

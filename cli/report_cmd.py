@@ -29,9 +29,9 @@ def parse_orderings(text: str) -> str | list[list[str]]:
 def _load_experiment(spec: Path):
     """``(results, factors, curves, design, mlflow_logger, spec)`` of an experiment from its spec
     file; a bad spec or an experiment without results is a user's mistake (one sentence, exit 2)."""
-    from dapo_ablate.ablation.ledger import LedgerError
-    from dapo_ablate.ablation.results import ResultsError, load_experiment_results
-    from dapo_ablate.ablation.spec import SpecError, load_spec
+    from dapo_ablate.ablation.store.ledger import LedgerError
+    from dapo_ablate.ablation.store.results import ResultsError, load_experiment_results
+    from dapo_ablate.ablation.experiment.spec import SpecError, load_spec
     from dapo_ablate.core.config import ConfigError
 
     try:
@@ -48,9 +48,9 @@ def load_signals(spec_path: Path):
     """
     import pandas as pd
 
-    from dapo_ablate.ablation.design import expand
-    from dapo_ablate.ablation.results import open_ledger
-    from dapo_ablate.ablation.spec import load_spec
+    from dapo_ablate.ablation.experiment.design import expand
+    from dapo_ablate.ablation.store.results import open_ledger
+    from dapo_ablate.ablation.experiment.spec import load_spec
 
     spec = load_spec(spec_path)
     ledger = open_ledger(spec)
@@ -89,7 +89,7 @@ def log_headline(logger, experiment_name: str, results, factors: list[str], metr
     uri, parent_id = getattr(logger, "tracking_uri", None), getattr(logger, "parent_run_id", None)
     if not (uri and parent_id):
         return {}
-    from dapo_ablate.ablation.tracking import Tracker
+    from dapo_ablate.ablation.store.tracking import Tracker
     from dapo_ablate.reports.headline import log_parent_headline
 
     return log_parent_headline(Tracker(uri, None, experiment_name), parent_id, results, factors, metric, confidence)
@@ -100,8 +100,8 @@ def log_experiment_headline(spec_path, confidence: float = 0.95) -> str:
     log their headline to its MLflow parent run and return the headline sentence; when there is
     nothing to read or analyse yet, log nothing and return one sentence saying why. For the end
     of ``dapo-ablate run``."""
-    from dapo_ablate.ablation.results import ResultsError, load_experiment_results
-    from dapo_ablate.ablation.spec import ExperimentSpec, load_spec
+    from dapo_ablate.ablation.store.results import ResultsError, load_experiment_results
+    from dapo_ablate.ablation.experiment.spec import ExperimentSpec, load_spec
     from dapo_ablate.reports.headline import headline_lines
 
     spec = spec_path if isinstance(spec_path, ExperimentSpec) else load_spec(spec_path)

@@ -15,10 +15,10 @@ from typing import Optional
 
 import typer
 
-from dapo_ablate.ablation.executor import ExecutorError, preflight
-from dapo_ablate.ablation.ledger import LedgerError
-from dapo_ablate.ablation.results import ResultsError
-from dapo_ablate.ablation.spec import SpecError
+from dapo_ablate.ablation.runtime.executor import ExecutorError, preflight
+from dapo_ablate.ablation.store.ledger import LedgerError
+from dapo_ablate.ablation.store.results import ResultsError
+from dapo_ablate.ablation.experiment.spec import SpecError
 from dapo_ablate.core.config import ConfigError
 
 from .overrides import SPEC_OVERRIDES_EPILOG, SPEC_OVERRIDES_HELP, OverrideError, load_spec_with_overrides
@@ -32,8 +32,8 @@ OVERRIDES_ARG = typer.Argument(None, help=SPEC_OVERRIDES_HELP, show_default=Fals
 def _plan(spec_path: Path, overrides: list[str] | None = None):
     """(spec, plan) of a spec file with its command-line overrides, a mistake in either ending the
     command with exit status 2."""
-    from dapo_ablate.ablation.design import DesignError, expand
-    from dapo_ablate.ablation.spec import ExperimentSpec
+    from dapo_ablate.ablation.experiment.design import DesignError, expand
+    from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
     try:
         spec = load_spec_with_overrides(ExperimentSpec, spec_path, overrides, kind="spec")
@@ -58,7 +58,7 @@ def run(
     if dry_run:
         _validate(spec, plan, address)
         return
-    from dapo_ablate.ablation.executor import Interrupted, run_experiment
+    from dapo_ablate.ablation.runtime.executor import Interrupted, run_experiment
 
     _verl_checked(spec, plan)
     try:
@@ -98,7 +98,7 @@ def validate(
 
 
 def _validate(spec, plan, address: str | None) -> None:
-    from dapo_ablate.ablation.plan import format_plan
+    from dapo_ablate.ablation.experiment.plan import format_plan
 
     try:
         preflight(spec, address if address is not None else spec.executor.address)
@@ -107,14 +107,14 @@ def _validate(spec, plan, address: str | None) -> None:
     typer.echo(format_plan(plan))
     typer.echo(_ledger_line(spec, plan))
     if _verl_checked(spec, plan):  # backend verl: every cell's verl command and a GPU-hour estimate
-        from dapo_ablate.ablation.backends.verl_plan import format_verl_jobs
+        from dapo_ablate.ablation.runtime.backends.verl_plan import format_verl_jobs
 
         typer.echo(format_verl_jobs(spec, plan))
 
 
 def _ledger_line(spec, plan) -> str:
     """Where the plan's runs stand in the ledger (read only: a missing ledger is not created)."""
-    from dapo_ablate.ablation.results import status_rows
+    from dapo_ablate.ablation.store.results import status_rows
 
     try:
         _, counts = status_rows(spec, plan)
@@ -128,8 +128,8 @@ def _ledger_line(spec, plan) -> str:
 
 def _verl_checked(spec, plan) -> bool:
     """True when cells run on verl, after checking that verl can run every one (exit 2 if not)."""
-    from dapo_ablate.ablation.backends.verl import VerlTranslationError
-    from dapo_ablate.ablation.backends.verl_plan import uses_verl, verl_jobs
+    from dapo_ablate.ablation.runtime.backends.verl import VerlTranslationError
+    from dapo_ablate.ablation.runtime.backends.verl_plan import uses_verl, verl_jobs
 
     if not uses_verl(plan):
         return False
@@ -146,7 +146,7 @@ def status(spec_path: Path = SPEC_ARG, overrides: Optional[list[str]] = OVERRIDE
     from rich.console import Console
     from rich.table import Table
 
-    from dapo_ablate.ablation.results import status_rows
+    from dapo_ablate.ablation.store.results import status_rows
 
     spec, plan = _plan(spec_path, overrides)
     try:
@@ -177,7 +177,7 @@ def ui(
 
     A copied or moved store (a `dapo-runs/` copied elsewhere) has its artifact locations moved to
     its own folder first, so the UI shows the copy's artifacts, not the original's."""
-    from dapo_ablate.ablation.tracking import mlflow_ui_command, rebase_artifacts, sqlite_path
+    from dapo_ablate.ablation.store.tracking import mlflow_ui_command, rebase_artifacts, sqlite_path
 
     spec, _ = _plan(spec_path, overrides)
     store = sqlite_path(spec.tracking.uri)

@@ -12,9 +12,9 @@ from typing import Optional
 
 import typer
 
-from dapo_ablate.ablation.executor import ExecutorError, preflight
-from dapo_ablate.ablation.ledger import LedgerError
-from dapo_ablate.ablation.spec import SpecError
+from dapo_ablate.ablation.runtime.executor import ExecutorError, preflight
+from dapo_ablate.ablation.store.ledger import LedgerError
+from dapo_ablate.ablation.experiment.spec import SpecError
 from dapo_ablate.core.config import ConfigError
 
 from .overrides import OverrideError, load_spec_with_overrides
@@ -70,7 +70,7 @@ def sweep(
             fail(str(err))
         typer.echo(format_sweep_plan(spec, n_trials))
         return
-    from dapo_ablate.ablation.executor import Interrupted
+    from dapo_ablate.ablation.runtime.executor import Interrupted
     from dapo_ablate.sweeps.runner import run_sweep
 
     try:

@@ -7,7 +7,7 @@ import time
 
 from optuna.trial import FrozenTrial, TrialState
 
-from dapo_ablate.ablation.progress import EventLines
+from dapo_ablate.ablation.runtime.progress import EventLines
 
 
 class TrialDisplay(EventLines):

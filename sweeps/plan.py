@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from dapo_ablate.ablation.design import estimate_run_seconds
+from dapo_ablate.ablation.experiment.design import estimate_run_seconds
 from dapo_ablate.core.config import BUILTIN
 from dapo_ablate.sweeps.spec import Dimension, SweepSpec
 from dapo_ablate.sweeps.study import storage_url

@@ -38,7 +38,7 @@ from typing import Any, Callable
 import optuna
 from optuna.trial import TrialState
 
-from dapo_ablate.ablation.executor import (
+from dapo_ablate.ablation.runtime.executor import (
     INTERRUPTED_EXIT,
     TERMINATED_EXIT,
     ExecutorError,
@@ -53,10 +53,10 @@ from dapo_ablate.ablation.executor import (
     stopped_at_start,
     this_host,
 )
-from dapo_ablate.ablation.ledger import Ledger
-from dapo_ablate.ablation.pool import DONE, FAILED, LOST, TIMED_OUT, Outcome, RunPool, record_kept
-from dapo_ablate.ablation.tracking import default_artifact_location
-from dapo_ablate.ablation.transient import OPTUNA, retry_transient
+from dapo_ablate.ablation.store.ledger import Ledger
+from dapo_ablate.ablation.runtime.pool import DONE, FAILED, LOST, TIMED_OUT, Outcome, RunPool, record_kept
+from dapo_ablate.ablation.store.tracking import default_artifact_location
+from dapo_ablate.ablation.store.transient import OPTUNA, retry_transient
 from dapo_ablate.core.config import ConfigError
 from dapo_ablate.sweeps import study as studies
 from dapo_ablate.sweeps.display import TrialDisplay

@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from dapo_ablate.ablation.spec import (
+from dapo_ablate.ablation.experiment.spec import (
     DEFAULT_LEDGER,
     DEFAULT_OUTPUT_DIR,
     ExecutorSpec,

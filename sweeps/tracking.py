@@ -22,8 +22,8 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from dapo_ablate.ablation.design import PlannedRun
-from dapo_ablate.ablation.tracking import PARENT_TAG, ROLE_TAG, ChildRun, Tracker, metric_name
+from dapo_ablate.ablation.experiment.design import PlannedRun
+from dapo_ablate.ablation.store.tracking import PARENT_TAG, ROLE_TAG, ChildRun, Tracker, metric_name
 
 TRIAL_ROLE = "trial"
 TRIAL_TAG = "dapo.trial"

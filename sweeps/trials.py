@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dapo_ablate.ablation.design import (
+from dapo_ablate.ablation.experiment.design import (
     Cell,
     Factor,
     PlannedRun,
@@ -32,8 +32,8 @@ from dapo_ablate.ablation.design import (
     cell_config,
     factors_of,
     full_cells,
-    make_run_id,
 )
+from dapo_ablate.ablation.experiment.identity import make_run_id
 from dapo_ablate.core.config import TrainerConfig, build_trainer_config, set_dotted
 from dapo_ablate.sweeps.spec import SweepSpec
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from dapo_ablate.ablation.quiet import QUIET_ENVIRONMENT
+from dapo_ablate.ablation.runtime.quiet import QUIET_ENVIRONMENT
 
 BARS = {
     "tqdm imported after the call": (
@@ -33,7 +33,7 @@ BARS = {
 
 def stderr_of(before: str, draw: str, silence: bool) -> str:
     """stderr of a fresh interpreter that runs `before`, maybe the call, then `draw`."""
-    call = "from dapo_ablate.ablation.quiet import silence_third_party_output\nsilence_third_party_output()\n"
+    call = "from dapo_ablate.ablation.runtime.quiet import silence_third_party_output\nsilence_third_party_output()\n"
     environment = {key: value for key, value in os.environ.items() if key not in QUIET_ENVIRONMENT}
     result = subprocess.run(
         [sys.executable, "-c", before + (call if silence else "") + draw],
@@ -52,7 +52,7 @@ def test_no_progress_bar_reaches_stderr_after_the_call(case: str):
 
 def test_the_call_is_idempotent_and_an_explicit_disable_still_decides():
     draw = (
-        "from dapo_ablate.ablation.quiet import silence_third_party_output\n"
+        "from dapo_ablate.ablation.runtime.quiet import silence_third_party_output\n"
         "silence_third_party_output()\nsilence_third_party_output()\n"
         "from tqdm import tqdm\nfor _ in tqdm(range(3), desc='asked for', disable=False): pass\n"
     )

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tiny_configs import QUICKSTART_SHAPE
 
-from dapo_ablate.ablation.design import (
+from dapo_ablate.ablation.experiment.design import (
     REFERENCE_SECONDS,
     STANDARD_FRACTIONS,
     Cell,
@@ -17,12 +17,11 @@ from dapo_ablate.ablation.design import (
     choose_fraction,
     estimate_run_seconds,
     expand,
-    make_run_id,
-    package_version,
 )
-from dapo_ablate.ablation.ledger import RunSpec
-from dapo_ablate.ablation.plan import format_plan
-from dapo_ablate.ablation.spec import build_spec
+from dapo_ablate.ablation.experiment import identity
+from dapo_ablate.ablation.experiment.identity import IDENTITY_VERSION, RunSpec, make_run_id
+from dapo_ablate.ablation.experiment.plan import format_plan
+from dapo_ablate.ablation.experiment.spec import build_spec
 from dapo_ablate.core.config import TECHNIQUES, TrainerConfig
 
 # The CPU quickstart's scale: 20 steps of 64 prompts x 8 samples, a 32-token ceiling, eval_k = 8.
@@ -218,7 +217,7 @@ def test_run_id_is_the_documented_hash():
         for section, values in run.config.to_dict().items()
         if values != defaults[section]
     }
-    payload = {"factors": run.factors, "config": delta, "seed": run.seed, "version": package_version()}
+    payload = {"factors": run.factors, "config": delta, "seed": run.seed, "version": IDENTITY_VERSION}
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     assert run.run_id == hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -330,7 +329,7 @@ def test_cells_are_deduplicated_and_keys_follow_factor_order():
 
 
 def test_run_ids_hash_only_the_non_default_config_values():
-    from dapo_ablate.ablation.design import config_delta, make_run_id
+    from dapo_ablate.ablation.experiment.identity import config_delta, make_run_id
     from dapo_ablate.core.config import TrainerConfig
 
     config = TrainerConfig(optim={"lr": 5e-4}, techniques={"dynamic_sampling": False})
@@ -342,3 +341,21 @@ def test_run_ids_hash_only_the_non_default_config_values():
     assert make_run_id({"a": 1}, same, 0) == make_run_id({"a": 1}, config, 0)
     other = TrainerConfig(optim={"lr": 4e-4}, techniques={"dynamic_sampling": False})
     assert make_run_id({"a": 1}, other, 0) != make_run_id({"a": 1}, config, 0)
+
+
+def test_run_ids_hash_the_identity_version_not_the_package_version(monkeypatch):
+    """An upgrade of dapo-ablate keeps every finished run's id (resuming does not retrain);
+    only a change of IDENTITY_VERSION (earlier results made stale) changes them."""
+    import importlib.metadata
+
+    ids = [run.run_id for run in plan_of().runs]
+    real_version = importlib.metadata.version
+
+    def bumped(name: str) -> str:
+        return "99.0.0" if name == "dapo-ablate" else real_version(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", bumped)
+    assert [run.run_id for run in plan_of().runs] == ids
+    monkeypatch.setattr(identity, "IDENTITY_VERSION", "99.0.0")
+    changed = [run.run_id for run in plan_of().runs]
+    assert not set(changed) & set(ids)

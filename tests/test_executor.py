@@ -15,8 +15,8 @@ import pytest
 from tiny_configs import TINY_TRAINER
 import yaml
 
-from dapo_ablate.ablation.design import expand
-from dapo_ablate.ablation.executor import (
+from dapo_ablate.ablation.experiment.design import expand
+from dapo_ablate.ablation.runtime.executor import (
     CELL_FN_ENV,
     ExecutorError,
     check_ray_address,
@@ -26,10 +26,10 @@ from dapo_ablate.ablation.executor import (
     run_experiment,
     this_host,
 )
-from dapo_ablate.ablation.ledger import Ledger
-from dapo_ablate.ablation.results import load_experiment_results, status_rows
-from dapo_ablate.ablation.spec import ExperimentSpec, load_spec
-from dapo_ablate.ablation.tracking import RUN_ID_TAG
+from dapo_ablate.ablation.store.ledger import Ledger
+from dapo_ablate.ablation.store.results import load_experiment_results, status_rows
+from dapo_ablate.ablation.experiment.spec import ExperimentSpec, load_spec
+from dapo_ablate.ablation.store.tracking import RUN_ID_TAG
 
 FACTORS = ["overlong_filter", "clip_higher"]
 

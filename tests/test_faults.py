@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy.exc import OperationalError
 from test_executor import calls, mlflow_children, rows, run, write_spec
 
-from dapo_ablate.ablation import transient
-from dapo_ablate.ablation.executor import KEPT_RESULT, ExecutorError
-from dapo_ablate.ablation.ledger import Ledger, LedgerError
+from dapo_ablate.ablation.store import transient
+from dapo_ablate.ablation.runtime.executor import KEPT_RESULT, ExecutorError
+from dapo_ablate.ablation.store.ledger import Ledger, LedgerError
 
 real_finish = Ledger.finish
 

@@ -116,10 +116,10 @@ def test_report_puts_the_headline_on_the_parent_run(local_ray, tmp_path: Path):
     from mlflow import MlflowClient
     from typer.testing import CliRunner
 
-    from dapo_ablate.ablation.design import expand
-    from dapo_ablate.ablation.executor import run_experiment
-    from dapo_ablate.ablation.ledger import Ledger
-    from dapo_ablate.ablation.spec import load_spec
+    from dapo_ablate.ablation.experiment.design import expand
+    from dapo_ablate.ablation.runtime.executor import run_experiment
+    from dapo_ablate.ablation.store.ledger import Ledger
+    from dapo_ablate.ablation.experiment.spec import load_spec
     from dapo_ablate.cli.main import app
     from dapo_ablate.cli.report_cmd import log_experiment_headline
 
@@ -152,9 +152,9 @@ def test_run_ends_with_the_headline_on_the_parent_run(local_ray, tmp_path: Path,
     from mlflow import MlflowClient
     from typer.testing import CliRunner
 
-    from dapo_ablate.ablation.executor import CELL_FN_ENV
-    from dapo_ablate.ablation.ledger import Ledger
-    from dapo_ablate.ablation.spec import load_spec
+    from dapo_ablate.ablation.runtime.executor import CELL_FN_ENV
+    from dapo_ablate.ablation.store.ledger import Ledger
+    from dapo_ablate.ablation.experiment.spec import load_spec
     from dapo_ablate.cli.main import app
 
     spec_path = write_two_factor_spec(tmp_path, "headline-run", seeds=2)

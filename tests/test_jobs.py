@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from dapo_ablate.ablation.backends.verl_results import result_from_history, score_name
-from dapo_ablate.ablation.jobs import RESULT_MARKER, JobFailed, result_from_logs, submission_ids
-from dapo_ablate.ablation.ledger import Ledger
+from dapo_ablate.ablation.runtime.backends.verl_results import result_from_history, score_name
+from dapo_ablate.ablation.runtime.jobs import RESULT_MARKER, JobFailed, result_from_logs, submission_ids
+from dapo_ablate.ablation.store.ledger import Ledger
 from test_ray_cluster import Head, client_env, short_root  # noqa: F401 - fixture
 from test_ray_cluster import done_runs, write_spec
 from test_run_cli import kill_session
@@ -39,7 +39,7 @@ def list_jobs(head: Head) -> list[list[str]]:
 
 
 def start_driver(spec: Path, head: Head) -> subprocess.Popen:
-    env = client_env(head, RAY_AUTH_TOKEN_PATH=str(head.token_file), DAPO_ABLATE_CELL_FN="dapo_ablate.ablation.jobs:job_cell")
+    env = client_env(head, RAY_AUTH_TOKEN_PATH=str(head.token_file), DAPO_ABLATE_CELL_FN="dapo_ablate.ablation.runtime.jobs:job_cell")
     return subprocess.Popen([str(BIN / "dapo-ablate"), "run", str(spec), "--no-progress", "--address", head.address],
                             cwd=spec.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -84,7 +84,7 @@ def test_sigkill_of_the_driver_while_a_job_runs_then_rerun_reattaches_and_record
 
         from mlflow import MlflowClient
 
-        from dapo_ablate.ablation.tracking import RUN_ID_TAG
+        from dapo_ablate.ablation.store.tracking import RUN_ID_TAG
 
         client = MlflowClient(f"sqlite:///{tmp_path / 'out' / 'mlflow.db'}")
         experiment = client.get_experiment_by_name("ray-cluster")
@@ -122,7 +122,7 @@ LIFECYCLE = r"""
 import json, sys, time
 import ray
 from ray.job_submission import JobSubmissionClient
-from dapo_ablate.ablation.jobs import JobFailed, dashboard_address, job_cell, stop_job, submission_ids
+from dapo_ablate.ablation.runtime.jobs import JobFailed, dashboard_address, job_cell, stop_job, submission_ids
 
 out = sys.argv[2]
 ray.init(address=sys.argv[1])  # a driver joined to the cluster: dashboard_address() asks the head
@@ -186,8 +186,8 @@ def test_a_failed_job_keeps_its_log_tail_and_stop_job_stops_a_running_job(short_
 
 
 def test_a_failure_message_is_one_ledger_line_ending_with_the_log_tail():
-    from dapo_ablate.ablation.executor import describe_error
-    from dapo_ablate.ablation.jobs import LOG_TAIL_CHARS, LOG_TAIL_LINES, log_tail
+    from dapo_ablate.ablation.runtime.executor import describe_error
+    from dapo_ablate.ablation.runtime.jobs import LOG_TAIL_CHARS, LOG_TAIL_LINES, log_tail
 
     logs = "\n".join(f"line {i}" for i in range(100)) + "\n\nTraceback (most recent call last):\n  boom\nValueError: bad lr\n\n"
     tail = log_tail(logs)
@@ -227,9 +227,9 @@ def test_verl_metrics_read_back_into_the_ledger_shape():
 
 
 def test_a_verl_cell_goes_to_the_job_path_not_the_builtin_trainer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from dapo_ablate.ablation.cell import run_cell
-    from dapo_ablate.ablation.design import expand
-    from dapo_ablate.ablation.spec import load_spec
+    from dapo_ablate.ablation.runtime.cell import run_cell
+    from dapo_ablate.ablation.experiment.design import expand
+    from dapo_ablate.ablation.experiment.spec import load_spec
 
     config = expand(load_spec(Path(__file__).resolve().parents[1] / "examples" / "paper_verl.yaml")).runs[0].config
     monkeypatch.setenv("DAPO_ABLATE_JOBS_ADDRESS", "http://127.0.0.1:1")  # no Job API there

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
-from dapo_ablate.ablation.ledger import SCHEMA_VERSION, Ledger, LedgerError, RunSpec
+from dapo_ablate.ablation.experiment.identity import RunSpec
+from dapo_ablate.ablation.store.ledger import SCHEMA_VERSION, Ledger, LedgerError
 
 FACTORS = (
     "overlong_filter", "clip_higher", "soft_overlong", "token_level_loss", "dynamic_sampling"
@@ -190,7 +191,7 @@ def test_status_from_a_second_process_while_a_writer_holds_the_lock(tmp_path) ->
         writer.execute("BEGIN IMMEDIATE")
         writer.execute("UPDATE runs SET status = 'running'")  # not committed yet
         status = (
-            "import json, sys; from dapo_ablate.ablation.ledger import Ledger; "
+            "import json, sys; from dapo_ablate.ablation.store.ledger import Ledger; "
             "print(json.dumps(Ledger(sys.argv[1]).counts('exp')))"
         )
         try:

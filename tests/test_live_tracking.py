@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dapo_ablate.ablation.tracking import EXPERIMENT_KIND_TAG, RUN_ID_TAG, TRAINING_KIND, VERSION_TAG
+from dapo_ablate.ablation.store.tracking import EXPERIMENT_KIND_TAG, RUN_ID_TAG, TRAINING_KIND, VERSION_TAG
 from tiny_configs import TINY_TRAINER
 
 COMMAND = str(Path(sys.executable).parent / "dapo-ablate")

@@ -19,11 +19,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from dapo_ablate.ablation.design import expand
-from dapo_ablate.ablation.executor import CELL_FN_ENV
-from dapo_ablate.ablation.ledger import Ledger
-from dapo_ablate.ablation.reaper import kill_session
-from dapo_ablate.ablation.spec import ExperimentSpec, load_spec
+from dapo_ablate.ablation.experiment.design import expand
+from dapo_ablate.ablation.runtime.executor import CELL_FN_ENV
+from dapo_ablate.ablation.store.ledger import Ledger
+from dapo_ablate.ablation.runtime.reaper import kill_session
+from dapo_ablate.ablation.experiment.spec import ExperimentSpec, load_spec
 from dapo_ablate.cli.main import app
 from dapo_ablate.cli.overrides import OverrideError, is_field_path, load_spec_with_overrides
 from dapo_ablate.sweeps.spec import SweepSpec

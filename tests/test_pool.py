@@ -15,11 +15,11 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from test_executor import calls, rows, run, write_spec
 from test_faults import dropped_connection
 
-from dapo_ablate.ablation import transient
-from dapo_ablate.ablation.executor import ExecutorError, Interrupted
-from dapo_ablate.ablation.ledger import Ledger, LedgerError
-from dapo_ablate.ablation.spec import load_spec
-from dapo_ablate.ablation.transient import is_transient, retry_transient
+from dapo_ablate.ablation.store import transient
+from dapo_ablate.ablation.runtime.executor import ExecutorError, Interrupted
+from dapo_ablate.ablation.store.ledger import Ledger, LedgerError
+from dapo_ablate.ablation.experiment.spec import load_spec
+from dapo_ablate.ablation.store.transient import is_transient, retry_transient
 
 
 @pytest.fixture()
@@ -155,7 +155,7 @@ def test_a_sweep_run_past_run_timeout_s_fails_its_trial_and_the_sweep_ends(local
     assert all("run_timeout_s" in row["error"] for row in ledger_rows)
 
 
-@pytest.mark.parametrize("command, target", [("run", "dapo_ablate.ablation.executor.run_experiment"),
+@pytest.mark.parametrize("command, target", [("run", "dapo_ablate.ablation.runtime.executor.run_experiment"),
                                              ("sweep", "dapo_ablate.sweeps.runner.run_sweep")])
 def test_the_cli_exits_143_with_a_sentence_when_stopped_before_the_driver_started(tmp_path, monkeypatch, command, target):
     from typer.testing import CliRunner

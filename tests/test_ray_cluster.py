@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dapo_ablate.ablation.ledger import Ledger
+from dapo_ablate.ablation.store.ledger import Ledger
 from test_run_cli import kill_session
 from tiny_configs import TINY_TRAINER
 

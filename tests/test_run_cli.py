@@ -21,10 +21,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from dapo_ablate.ablation.executor import CELL_FN_ENV
-from dapo_ablate.ablation.ledger import Ledger
-from dapo_ablate.ablation.reaper import kill_session
-from dapo_ablate.ablation.tracking import RUN_ID_TAG
+from dapo_ablate.ablation.runtime.executor import CELL_FN_ENV
+from dapo_ablate.ablation.store.ledger import Ledger
+from dapo_ablate.ablation.runtime.reaper import kill_session
+from dapo_ablate.ablation.store.tracking import RUN_ID_TAG
 from dapo_ablate.cli import run_cmd
 from dapo_ablate.cli.main import app
 
@@ -183,7 +183,7 @@ def test_two_drivers_started_together_on_a_new_store_share_one_parent_and_train_
 
 
 def test_ray_processes_started_by_a_driver_die_with_it_after_sigkill(tmp_path: Path):
-    from dapo_ablate.ablation.reaper import _start_time, descendants
+    from dapo_ablate.ablation.runtime.reaper import _start_time, descendants
 
     spec_path = write_spec(tmp_path)
     driver = start(spec_path, sleep_s=600)
@@ -330,8 +330,8 @@ def test_status_before_any_run_lists_new_runs_and_writes_nothing(tmp_path: Path)
 
 def test_status_shows_errors_and_metrics(tmp_path: Path):
     spec_path = write_spec(tmp_path)
-    from dapo_ablate.ablation.design import expand
-    from dapo_ablate.ablation.spec import load_spec
+    from dapo_ablate.ablation.experiment.design import expand
+    from dapo_ablate.ablation.experiment.spec import load_spec
 
     spec = load_spec(spec_path)
     plan = expand(spec)

@@ -6,7 +6,7 @@ import pytest
 from tiny_configs import QUICKSTART_SHAPE
 import yaml
 
-from dapo_ablate.ablation.spec import (
+from dapo_ablate.ablation.experiment.spec import (
     DEFAULT_LEDGER,
     DEFAULT_TRACKING_URI,
     ExperimentSpec,

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from test_executor import calls, rows, write_spec
 
-from dapo_ablate.ablation import executor as executor_module
-from dapo_ablate.ablation.design import expand
-from dapo_ablate.ablation.driver import _Driver
-from dapo_ablate.ablation.executor import Interrupted, connect_ray, run_experiment
-from dapo_ablate.ablation.spec import load_spec
+from dapo_ablate.ablation.runtime import executor as executor_module
+from dapo_ablate.ablation.experiment.design import expand
+from dapo_ablate.ablation.runtime.driver import _Driver
+from dapo_ablate.ablation.runtime.executor import Interrupted, connect_ray, run_experiment
+from dapo_ablate.ablation.experiment.spec import load_spec
 
 
 def ctrl_c_swallowed() -> None:

@@ -19,9 +19,9 @@ from tiny_configs import TINY_TRAINER
 import yaml
 from optuna.trial import TrialState
 
-from dapo_ablate.ablation.executor import CELL_FN_ENV
-from dapo_ablate.ablation.ledger import Ledger
-from dapo_ablate.ablation.tracking import PARENT_TAG, ROLE_TAG, RUN_ID_TAG
+from dapo_ablate.ablation.runtime.executor import CELL_FN_ENV
+from dapo_ablate.ablation.store.ledger import Ledger
+from dapo_ablate.ablation.store.tracking import PARENT_TAG, ROLE_TAG, RUN_ID_TAG
 from dapo_ablate.sweeps import study as studies
 from dapo_ablate.sweeps.report import read_report, write_report
 from dapo_ablate.sweeps.runner import run_sweep

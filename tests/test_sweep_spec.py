@@ -9,7 +9,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from dapo_ablate.ablation.spec import SpecError
+from dapo_ablate.ablation.experiment.spec import SpecError
 from dapo_ablate.cli import sweep_cmd
 from dapo_ablate.sweeps.spec import build_sweep, grid_values, load_sweep
 from dapo_ablate.sweeps.study import distributions

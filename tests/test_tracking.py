@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dapo_ablate.ablation.metric_names import eval_name, eval_source, step_name
-from dapo_ablate.ablation.tracking import (
+from dapo_ablate.ablation.store.metric_names import eval_name, eval_source, step_name
+from dapo_ablate.ablation.store.tracking import (
     EXPERIMENT_KIND_TAG,
     GIT_COMMIT_TAG,
     PARENT_TAG,
@@ -199,7 +199,7 @@ def test_a_long_run_is_logged_in_batches_within_mlflows_limits(tracker: Tracker)
 def test_report_on_a_copied_store_logs_into_the_copy(tmp_path: Path):
     import shutil
 
-    from dapo_ablate.ablation.results import ParentRunLogger
+    from dapo_ablate.ablation.store.results import ParentRunLogger
 
     original = tmp_path / "a" / "dapo-runs"
     uri = f"sqlite:///{original}/mlflow.db"

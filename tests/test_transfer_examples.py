@@ -9,10 +9,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from dapo_ablate.ablation.design import expand
-from dapo_ablate.ablation.plan import format_plan
-from dapo_ablate.ablation.results import status_rows
-from dapo_ablate.ablation.spec import load_spec
+from dapo_ablate.ablation.experiment.design import expand
+from dapo_ablate.ablation.experiment.plan import format_plan
+from dapo_ablate.ablation.store.results import status_rows
+from dapo_ablate.ablation.experiment.spec import load_spec
 from dapo_ablate.cli.main import app
 from test_run_cli import write_spec
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from dapo_ablate.ablation.design import expand
-from dapo_ablate.ablation.results import load_experiment_results
-from dapo_ablate.ablation.spec import SpecError, load_spec
+from dapo_ablate.ablation.experiment.design import expand
+from dapo_ablate.ablation.store.results import load_experiment_results
+from dapo_ablate.ablation.experiment.spec import SpecError, load_spec
 from test_run_cli import finish, ledger_state, mlflow_runs, start, wait_for, write_spec
 
 SETTINGS = [

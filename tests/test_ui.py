@@ -31,8 +31,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from dapo_ablate.ablation.executor import CELL_FN_ENV
-from dapo_ablate.ablation.reaper import descendants, kill_session
+from dapo_ablate.ablation.runtime.executor import CELL_FN_ENV
+from dapo_ablate.ablation.runtime.reaper import descendants, kill_session
 from dapo_ablate.cli import run_cmd
 from dapo_ablate.cli.main import app
 

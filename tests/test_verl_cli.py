@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dapo_ablate.ablation.backends.verl import ENTRYPOINT
-from dapo_ablate.ablation.backends.verl_job import verl_job
-from dapo_ablate.ablation.backends.verl_plan import gpu_hours, model_params
-from dapo_ablate.ablation.design import expand
-from dapo_ablate.ablation.spec import load_spec
+from dapo_ablate.ablation.runtime.backends.verl import ENTRYPOINT
+from dapo_ablate.ablation.runtime.backends.verl_job import verl_job
+from dapo_ablate.ablation.runtime.backends.verl_plan import gpu_hours, model_params
+from dapo_ablate.ablation.experiment.design import expand
+from dapo_ablate.ablation.experiment.spec import load_spec
 from dapo_ablate.cli.main import app
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "paper_verl.yaml"
@@ -40,7 +40,7 @@ def test_validate_and_dry_run_print_the_32_verl_commands_and_gpu_hours_and_write
         words = shlex.split(command_line)
         assert " ".join(words[:3]) == ENTRYPOINT
         assert "trainer.nnodes=16" in words and "trainer.n_gpus_per_node=8" in words  # 128 GPUs on nodes of 8
-    assert "16 node(s) x 8 GPU(s)" in result.output and "VERL_USE_EXTERNAL_MODULES=dapo_ablate.ablation.backends.verl_loss" in result.output
+    assert "16 node(s) x 8 GPU(s)" in result.output and "VERL_USE_EXTERNAL_MODULES=dapo_ablate.ablation.runtime.backends.verl_loss" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["paper_verl.yaml"]
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from dapo_ablate.ablation.backends.verl_cluster import check_cluster, node_problems
-from dapo_ablate.ablation.backends.verl_job import REQUIREMENTS
-from dapo_ablate.ablation.preflight import ExecutorError
+from dapo_ablate.ablation.runtime.backends.verl_cluster import check_cluster, node_problems
+from dapo_ablate.ablation.runtime.backends.verl_job import REQUIREMENTS
+from dapo_ablate.ablation.store.errors import ExecutorError
 
 
 def store_with(tmp_path: Path, experiment: str | None) -> str:
@@ -28,7 +28,7 @@ def store_with(tmp_path: Path, experiment: str | None) -> str:
 
 def test_a_node_without_verl_a_store_it_cannot_see_or_another_store_is_named(tmp_path: Path):
     uri = store_with(tmp_path, "paper")
-    problems = node_problems({"verl": "==0.9.1", "mlflow": ">=3.0"}, uri, "paper", ["dapo_ablate.ablation.backends.verl_loss"])
+    problems = node_problems({"verl": "==0.9.1", "mlflow": ">=3.0"}, uri, "paper", ["dapo_ablate.ablation.runtime.backends.verl_loss"])
     assert problems == ["verl is not installed (need verl==0.9.1)"]  # mlflow and our module are there
     assert node_problems({"mlflow": "<1.0"}, uri, "paper", [])[0].startswith("mlflow 3.")
     assert "`import no_such_module_here` fails" in node_problems({}, uri, "paper", ["no_such_module_here"])[0]
@@ -45,7 +45,7 @@ def test_a_node_without_verl_a_store_it_cannot_see_or_another_store_is_named(tmp
 def test_check_cluster_runs_on_every_node_and_refuses_in_one_sentence(local_ray, tmp_path: Path):
     uri = store_with(tmp_path, "paper")
     with pytest.raises(ExecutorError) as err:
-        check_cluster({"env_vars": {}}, REQUIREMENTS, uri, "paper", ["dapo_ablate.ablation.backends.verl_loss"])
+        check_cluster({"env_vars": {}}, REQUIREMENTS, uri, "paper", ["dapo_ablate.ablation.runtime.backends.verl_loss"])
     message = str(err.value)
     assert message.startswith("the Ray cluster cannot run verl cells: on node ")
     assert "verl is not installed (need verl==0.9.1)" in message and "TransferQueue is not installed" in message

@@ -21,14 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from dapo_ablate.ablation.backends.verl import (
+from dapo_ablate.ablation.runtime.backends.verl import (
     OVERLONG_FILTER_LOSS,
     VerlTranslationError,
     job_shape,
     verl_overrides,
 )
-from dapo_ablate.ablation.design import expand
-from dapo_ablate.ablation.spec import load_spec
+from dapo_ablate.ablation.experiment.design import expand
+from dapo_ablate.ablation.experiment.spec import load_spec
 from dapo_ablate.core.config import TrainerConfig
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "paper_verl.yaml"

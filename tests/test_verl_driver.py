@@ -12,8 +12,8 @@ from pathlib import Path
 import mlflow
 from test_executor import rows, run, write_spec
 
-from dapo_ablate.ablation.pool import MLFLOW_RUN_ENV
-from dapo_ablate.ablation.tracking import RUN_ID_TAG
+from dapo_ablate.ablation.runtime.pool import MLFLOW_RUN_ENV
+from dapo_ablate.ablation.store.tracking import RUN_ID_TAG
 
 VERL_TRAINER = {
     "backend": "verl",
@@ -58,7 +58,7 @@ def test_status_shows_the_ray_job_of_cells_run_as_jobs(local_ray, tmp_path):
     from test_executor import counting_cell
     from typer.testing import CliRunner
 
-    from dapo_ablate.ablation.ledger import Ledger
+    from dapo_ablate.ablation.store.ledger import Ledger
     from dapo_ablate.cli.main import app
 
     path = write_spec(tmp_path)

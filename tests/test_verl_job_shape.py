@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dapo_ablate.ablation.ledger import Ledger
+from dapo_ablate.ablation.store.ledger import Ledger
 from test_ray_cluster import dapo_ablate_run, free_port, short_root  # noqa: F401 - fixture
 
 BIN = Path(sys.executable).parent
@@ -59,7 +59,7 @@ MAIN_PPO = textwrap.dedent('''
 
     @ray.remote(num_gpus=1, num_cpus=0)
     def shipped():
-        import dapo_ablate.ablation.backends.verl_loss as loss
+        import dapo_ablate.ablation.runtime.backends.verl_loss as loss
         return loss.__file__
 
     loss_file = ray.get(shipped.options(scheduling_strategy=PlacementGroupSchedulingStrategy(group, 0)).remote())
@@ -215,7 +215,7 @@ def test_the_paper_job_shape_is_placed_on_two_nodes_with_the_entrypoint_the_dry_
             assert {"trainer.nnodes=2", "trainer.n_gpus_per_node=8"} <= set(record["args"])
             assert len(record["nodes"]) == 2  # one bundle of 8 GPUs on each GPU node
             gpu_nodes |= set(record["nodes"])
-            assert record["env"] == {"VERL_USE_EXTERNAL_MODULES": "dapo_ablate.ablation.backends.verl_loss",
+            assert record["env"] == {"VERL_USE_EXTERNAL_MODULES": "dapo_ablate.ablation.runtime.backends.verl_loss",
                                      "DAPO_ABLATE_MAX_RESPONSE_LEN": "64"}
             assert "runtime_resources" in record["loss_file"]  # the shipped copy, not this checkout
         assert len(gpu_nodes) == 2

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dapo_ablate.ablation.backends.verl import NO_DUAL_CLIP
-from dapo_ablate.ablation.backends.verl_loss import (
+from dapo_ablate.ablation.runtime.backends.verl import NO_DUAL_CLIP
+from dapo_ablate.ablation.runtime.backends.verl_loss import (
     MAX_RESPONSE_LEN_ENV,
     overlong_filtered_policy_loss,
     register,

@@ -52,7 +52,7 @@ def mlflow_runs(uri: str, experiment: str) -> dict[str, dict]:
     """Child runs by our run id: status, verl's params and metric histories."""
     from mlflow import MlflowClient
 
-    from dapo_ablate.ablation.tracking import RUN_ID_TAG
+    from dapo_ablate.ablation.store.tracking import RUN_ID_TAG
 
     client = MlflowClient(uri)
     found = {}
@@ -111,7 +111,7 @@ def test_real_verl_jobs_per_cell_through_the_job_api_with_each_technique_visible
     assert sorted(entrypoint for entrypoint, _ in jobs.values()) == sorted(entry for _, entry in printed)
 
     # the ledger: four runs done, with verl's avg@4 read back
-    from dapo_ablate.ablation.ledger import Ledger
+    from dapo_ablate.ablation.store.ledger import Ledger
 
     out = tmp_path / "out"
     with Ledger(f"sqlite:///{out}/ledger.db") as ledger:
@@ -122,8 +122,8 @@ def test_real_verl_jobs_per_cell_through_the_job_api_with_each_technique_visible
 
     # MLflow: one child per run, verl's own metrics in it, FINISHED
     runs = mlflow_runs(f"sqlite:///{out}/mlflow.db", "verl-cpu")
-    from dapo_ablate.ablation.design import expand
-    from dapo_ablate.ablation.spec import load_spec
+    from dapo_ablate.ablation.experiment.design import expand
+    from dapo_ablate.ablation.experiment.spec import load_spec
 
     planned = {run.run_id: run.config.techniques for run in expand(load_spec(tmp_path / "spec.yaml")).runs}
     assert sorted(runs) == sorted(planned)

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from dapo_ablate.ablation.backends.verl import job_env
+from dapo_ablate.ablation.runtime.backends.verl import job_env
 from dapo_ablate.core.config import build_trainer_config
-from dapo_ablate.ablation.backends.verl_results import result_from_history, result_from_mlflow, score_name
-from dapo_ablate.ablation.ledger import Ledger, RunSpec
+from dapo_ablate.ablation.runtime.backends.verl_results import result_from_history, result_from_mlflow, score_name
+from dapo_ablate.ablation.experiment.identity import RunSpec
+from dapo_ablate.ablation.store.ledger import Ledger
 
 VERL_STEPS = r"""
 def validation(step):  # 32 samples per problem: val-core at k = 32 (verl's _val_metrics_update)
@@ -84,8 +85,8 @@ def log_like_verl(logger: str, env: dict[str, str]) -> None:
 
 
 def paper_cell() -> dict:
-    from dapo_ablate.ablation.design import expand
-    from dapo_ablate.ablation.spec import load_spec
+    from dapo_ablate.ablation.experiment.design import expand
+    from dapo_ablate.ablation.experiment.spec import load_spec
 
     return expand(load_spec(Path(__file__).resolve().parents[1] / "examples" / "paper_verl.yaml")).runs[0].config.to_dict()
 
@@ -95,7 +96,7 @@ def test_a_verl_run_in_mlflow_reads_back_as_the_ledger_result(logger: str, tmp_p
     from mlflow import MlflowClient
     from mlflow.entities import Param
 
-    from dapo_ablate.ablation.tracking import flatten
+    from dapo_ablate.ablation.store.tracking import flatten
 
     config = paper_cell()
     config["schedule"]["total_steps"] = 4  # what was logged below: the run trained to its end

@@ -24,8 +24,8 @@ from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.workers.utils import losses as verl_losses  # noqa: E402
 from verl.workers.config import FSDPActorConfig  # noqa: E402
 
-from dapo_ablate.ablation.backends import verl_loss  # noqa: E402  (registers dapo_overlong_filter)
-from dapo_ablate.ablation.backends.verl import MAX_RESPONSE_LEN_ENV  # noqa: E402
+from dapo_ablate.ablation.runtime.backends import verl_loss  # noqa: E402  (registers dapo_overlong_filter)
+from dapo_ablate.ablation.runtime.backends.verl import MAX_RESPONSE_LEN_ENV  # noqa: E402
 
 CEILING = 512
 PROMPT_LENS = [3, 4, 5]
@@ -109,7 +109,7 @@ def test_verl_imports_the_loss_module_named_in_the_jobs_environment():
     import subprocess
     import sys
 
-    from dapo_ablate.ablation.backends.verl import LOSS_MODULE, OVERLONG_FILTER_LOSS
+    from dapo_ablate.ablation.runtime.backends.verl import LOSS_MODULE, OVERLONG_FILTER_LOSS
 
     code = ("import verl; from verl.trainer.ppo.core_algos import get_policy_loss_fn; "
             f"print(get_policy_loss_fn({OVERLONG_FILTER_LOSS!r}).__module__)")

@@ -38,7 +38,7 @@ from verl_cpu.fixtures import (  # noqa: E402
 )
 
 ENTRYPOINT = ["-m", "verl.trainer.main_ppo"]
-PROJECT_LOSS_MODULE = "dapo_ablate.ablation.backends.verl_loss"
+PROJECT_LOSS_MODULE = "dapo_ablate.ablation.runtime.backends.verl_loss"
 PROJECT_LOSS = "dapo_overlong_filter"
 PROJECT_LOSS_ENV = "DAPO_ABLATE_MAX_RESPONSE_LEN"  # the response ceiling that loss reads (the verl backend sets it)
 MAX_RESPONSE_LEN = 24

@@ -11,18 +11,18 @@ import time
 from collections import Counter, deque
 from typing import TYPE_CHECKING, Any, Callable
 
-from dapo_ablate.ablation.database import experiment_lock
-from dapo_ablate.ablation.ledger import DONE, FAILED, PENDING, RUNNING, Ledger
-from dapo_ablate.ablation.progress import EventLines
-from dapo_ablate.ablation.preflight import ExecutorError
-from dapo_ablate.ablation.spec import run_root
-from dapo_ablate.ablation.tracking import ChildRun, default_artifact_location, flatten
+from dapo_ablate.ablation.store.database import experiment_lock
+from dapo_ablate.ablation.store.ledger import DONE, FAILED, PENDING, RUNNING, Ledger
+from dapo_ablate.ablation.runtime.progress import EventLines
+from dapo_ablate.ablation.store.errors import ExecutorError
+from dapo_ablate.ablation.experiment.spec import run_root
+from dapo_ablate.ablation.store.tracking import ChildRun, default_artifact_location, flatten
 
 if TYPE_CHECKING:
-    from dapo_ablate.ablation.design import Plan, PlannedRun
-    from dapo_ablate.ablation.spec import ExperimentSpec
+    from dapo_ablate.ablation.experiment.design import Plan, PlannedRun
+    from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
-from dapo_ablate.ablation.executor import (
+from dapo_ablate.ablation.runtime.executor import (
     ExperimentSummary,
     capacity,
     describe_error,
@@ -30,11 +30,11 @@ from dapo_ablate.ablation.executor import (
     release_orphans,
     this_host,
 )
-from dapo_ablate.ablation.pool import DONE as DONE_OUTCOME
-from dapo_ablate.ablation.pool import FAILED as FAILED_OUTCOME
-from dapo_ablate.ablation.pool import LOST, MLFLOW_RUN_ENV, TIMED_OUT, Outcome, RunPool, record_kept
-from dapo_ablate.ablation.tracking import absolute_tracking_uri
-from dapo_ablate.ablation.transient import MLFLOW, retry_transient
+from dapo_ablate.ablation.runtime.pool import DONE as DONE_OUTCOME
+from dapo_ablate.ablation.runtime.pool import FAILED as FAILED_OUTCOME
+from dapo_ablate.ablation.runtime.pool import LOST, MLFLOW_RUN_ENV, TIMED_OUT, Outcome, RunPool, record_kept
+from dapo_ablate.ablation.store.tracking import absolute_tracking_uri
+from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
 
 JOB_WATCHER = {"num_cpus": 0, "num_gpus": 0}
 """Resources of a task that only submits a Ray job and waits for it: none (the job holds its own)."""
@@ -171,10 +171,10 @@ class _Driver:
         verl_runs = [run for run in self.plan.runs if run.config.backend == "verl"]
         if not verl_runs:
             return
-        from dapo_ablate.ablation.backends.verl import LOSS_MODULE
-        from dapo_ablate.ablation.backends.verl_cluster import check_cluster, check_placement
-        from dapo_ablate.ablation.backends.verl_job import REQUIREMENTS, verl_job, write_package_copy
-        from dapo_ablate.ablation.cell import submits_jobs
+        from dapo_ablate.ablation.runtime.backends.verl import LOSS_MODULE
+        from dapo_ablate.ablation.runtime.backends.verl_cluster import check_cluster, check_placement
+        from dapo_ablate.ablation.runtime.backends.verl_job import REQUIREMENTS, verl_job, write_package_copy
+        from dapo_ablate.ablation.runtime.cell import submits_jobs
 
         if not submits_jobs(self.cell_fn):
             return  # a stand-in cell function (tests, debugging) submits no verl job
@@ -255,7 +255,7 @@ class _Driver:
                                          f"start the MLflow run of {self.planned[run_id].name}")
         env = {MLFLOW_RUN_ENV: self.live[run_id]}
         if run_id in self.verl_jobs:
-            from dapo_ablate.ablation.backends.verl_job import JOB_ENV
+            from dapo_ablate.ablation.runtime.backends.verl_job import JOB_ENV
 
             env[JOB_ENV] = self.verl_jobs[run_id].to_json()
         return env

@@ -24,7 +24,7 @@ States
 
 Ray jobs
     `set_job_id(run_id, job_id)` records the submission id of the Ray job a run's cell runs as
-    (`dapo_ablate.ablation.jobs`). No state change clears it: after a release (Ctrl-C), a crash or
+    (`dapo_ablate.ablation.runtime.jobs`). No state change clears it: after a release (Ctrl-C), a crash or
     a failure it still names the job a rerun re-attaches to, or the one a driver stops.
 
 Concurrency
@@ -73,8 +73,9 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.orm import Session
 
-from dapo_ablate.ablation.database import PSYCOPG_DRIVER, WRITE_OPTION, make_engine
-from dapo_ablate.ablation.ledger_models import (
+from dapo_ablate.ablation.experiment.identity import RunSpec
+from dapo_ablate.ablation.store.database import PSYCOPG_DRIVER, WRITE_OPTION, make_engine
+from dapo_ablate.ablation.store.ledger_models import (
     DONE,
     FAILED,
     PENDING,
@@ -88,7 +89,7 @@ from dapo_ablate.ablation.ledger_models import (
     Run,
     SchemaVersion,
 )
-from dapo_ablate.ablation.ledger_values import result_values, to_json
+from dapo_ablate.ablation.store.ledger_values import result_values, to_json
 
 __all__ = [
     "DEFAULT_LEASE_S",
@@ -99,7 +100,6 @@ __all__ = [
     "ExperimentRecord",
     "Ledger",
     "LedgerError",
-    "RunSpec",
 ]
 
 DEFAULT_URL = "sqlite:///dapo-runs/ledger.db"
@@ -113,21 +113,6 @@ _POSTGRES_INIT_LOCK = 0x0DA90_1ED6E5  # pg_advisory_xact_lock key serialising sc
 
 class LedgerError(RuntimeError):
     """A ledger problem the user can fix, stated in one sentence."""
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One run an experiment needs: a design cell at one seed."""
-
-    run_id: str
-    """Content hash of factor levels + resolved trainer config + seed + package version."""
-    cell_key: str
-    """The factor levels as a 0/1 string in factor order, e.g. "10110"."""
-    factors: dict[str, int]
-    """Factor name -> level (0 = off/low, 1 = on/high)."""
-    seed: int
-    config: dict[str, Any]
-    """The fully resolved trainer config (JSON-able), kept for audit and re-running."""
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dapo_ablate.ablation.backends.verl import job_env, job_shape, verl_command, verl_overrides
-from dapo_ablate.ablation.spec import run_root
-from dapo_ablate.ablation.tracking import absolute_tracking_uri
+from dapo_ablate.ablation.runtime.backends.verl import job_env, job_shape, verl_command, verl_overrides
+from dapo_ablate.ablation.experiment.spec import run_root
+from dapo_ablate.ablation.store.tracking import absolute_tracking_uri
 
 if TYPE_CHECKING:
-    from dapo_ablate.ablation.design import PlannedRun
-    from dapo_ablate.ablation.spec import ExperimentSpec
+    from dapo_ablate.ablation.experiment.design import PlannedRun
+    from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
 JOB_ENV = "DAPO_ABLATE_VERL_JOB"
 """The submitting task's environment variable holding its `VerlJob` as JSON."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dapo_ablate.ablation.preflight import ExecutorError
+from dapo_ablate.ablation.store.errors import ExecutorError
 
 CHECK_TIMEOUT_S = 600.0
 """A node's check may have to download the shipped package and import torch and verl first."""

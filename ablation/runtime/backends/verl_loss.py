@@ -1,7 +1,7 @@
 """Overlong Filtering for verl, through verl's own policy-loss registry (verl has none of its own).
 
 verl imports this module when a job's environment has
-``VERL_USE_EXTERNAL_MODULES=dapo_ablate.ablation.backends.verl_loss`` (the verl backend sets it),
+``VERL_USE_EXTERNAL_MODULES=dapo_ablate.ablation.runtime.backends.verl_loss`` (the verl backend sets it),
 which registers the loss ``dapo_overlong_filter``; the cell's overrides select it with
 ``actor_rollout_ref.actor.policy_loss.loss_mode=dapo_overlong_filter``. Without verl installed the
 module still imports, so the loss itself (`overlong_filtered_policy_loss`, plain torch) is tested

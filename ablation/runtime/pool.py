@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from dapo_ablate.ablation.ledger import Ledger
-from dapo_ablate.ablation.preflight import ExecutorError
-from dapo_ablate.ablation.transient import retry_transient
+from dapo_ablate.ablation.store.ledger import Ledger
+from dapo_ablate.ablation.store.errors import ExecutorError
+from dapo_ablate.ablation.store.transient import retry_transient
 
 DONE, FAILED, TIMED_OUT, LOST = "done", "failed", "timed_out", "lost"
 KEPT_RESULT = "finished-result.json"  # a finished run's result until the ledger holds it
@@ -84,7 +84,7 @@ class RunPool:
     ) -> None:
         import ray
 
-        from dapo_ablate.ablation.executor import _execute
+        from dapo_ablate.ablation.runtime.executor import _execute
 
         self.ledger, self.host, self.cell_fn = ledger, host, cell_fn
         self.resources, self.limit = resources, max(1, limit)
@@ -196,7 +196,7 @@ class RunPool:
         try:
             result = ray.get(flight.ref)
         except Exception as err:  # the run's failure, not the driver's: the driver records it
-            from dapo_ablate.ablation.executor import describe_error
+            from dapo_ablate.ablation.runtime.executor import describe_error
 
             return Outcome(run_id, FAILED, error=describe_error(err))
         keep_result(self.run_root, run_id, result)
@@ -287,7 +287,7 @@ class RunPool:
             pass
         if stop_job and flight.job_id:
             try:
-                from dapo_ablate.ablation.jobs import stop_job as stop
+                from dapo_ablate.ablation.runtime.jobs import stop_job as stop
 
                 stop(flight.job_id)
             except Exception:  # noqa: BLE001 - the job's failure is recorded by its next attempt

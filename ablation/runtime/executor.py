@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from dapo_ablate.ablation.cell import run_cell
-from dapo_ablate.ablation.ledger import DONE, RUNNING, Ledger
-from dapo_ablate.ablation.ray_connect import RayConnectError, join_cluster
-from dapo_ablate.ablation.preflight import (  # noqa: F401 - re-exported: executor's checks live there
+from dapo_ablate.ablation.runtime.cell import run_cell
+from dapo_ablate.ablation.store.ledger import DONE, RUNNING, Ledger
+from dapo_ablate.ablation.runtime.ray_connect import RayConnectError, join_cluster
+from dapo_ablate.ablation.runtime.preflight import (  # noqa: F401 - re-exported: executor's checks live there
     ExecutorError,
     check_database,
     check_ray_address,
@@ -53,13 +53,13 @@ from dapo_ablate.ablation.preflight import (  # noqa: F401 - re-exported: execut
     check_writable_folder,
     preflight,
 )
-from dapo_ablate.ablation.pool import KEPT_RESULT  # noqa: F401 - re-exported
-from dapo_ablate.ablation.reaper import _start_time, descendants, start_reaper
-from dapo_ablate.ablation.tracking import Tracker, sqlite_path
+from dapo_ablate.ablation.runtime.pool import KEPT_RESULT  # noqa: F401 - re-exported
+from dapo_ablate.ablation.runtime.reaper import _start_time, descendants, start_reaper
+from dapo_ablate.ablation.store.tracking import Tracker, sqlite_path
 
 if TYPE_CHECKING:
-    from dapo_ablate.ablation.design import Plan
-    from dapo_ablate.ablation.spec import ExperimentSpec
+    from dapo_ablate.ablation.experiment.design import Plan
+    from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
 CELL_FN_ENV = "DAPO_ABLATE_CELL_FN"
 """Test/debug hook: ``module:function`` replacing `run_cell` as every task's body."""
@@ -129,7 +129,7 @@ def run_experiment(
             raise stopped_at_start(stopped, stop, started_ray) from None
         stop.install()  # again: Ray's start-up puts its own SIGTERM handler (an abort) in place
         try:
-            from dapo_ablate.ablation.driver import _Driver  # the driver imports this module's helpers
+            from dapo_ablate.ablation.runtime.driver import _Driver  # the driver imports this module's helpers
 
             driver = _Driver(spec, plan, fn, progress=progress, max_concurrent=max_concurrent, ledger=ledger,
                              local=not address, retry_failed=retry_failed, check_stop=stop.check)
@@ -414,7 +414,7 @@ def _execute(cell_fn: Callable[..., dict[str, Any]], config: dict[str, Any], run
     taking only ``on_eval`` sends its evaluations."""
     import inspect
 
-    from dapo_ablate.ablation.quiet import silence_third_party_output
+    from dapo_ablate.ablation.runtime.quiet import silence_third_party_output
 
     silence_third_party_output()  # the driver's display owns the terminal
     os.environ.update(env or {})

@@ -20,19 +20,15 @@ another experiment needing the same run finds it in the ledger instead of traini
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import itertools
-import json
 import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from dapo_ablate.ablation.fractions import STANDARD_FRACTIONS, DesignError, Fraction, choose_fraction
-from dapo_ablate.ablation.ledger import RunSpec
+from dapo_ablate.ablation.experiment.fractions import STANDARD_FRACTIONS, DesignError, Fraction, choose_fraction
+from dapo_ablate.ablation.experiment.identity import RunSpec, make_run_id
 from dapo_ablate.core.config import (
     BUILTIN,
     SHORT_NAMES,
@@ -44,7 +40,7 @@ from dapo_ablate.core.config import (
 )
 
 if TYPE_CHECKING:
-    from dapo_ablate.ablation.spec import ExperimentSpec
+    from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
 __all__ = [
     "STANDARD_FRACTIONS",
@@ -205,56 +201,6 @@ def enumerate_paths(cells: set[Cell], k: int) -> list[tuple[int, ...]]:
 
 
 # -------------------------------------------------------------------------------------- runs
-def package_version() -> str:
-    try:
-        return importlib.metadata.version("dapo-ablate")
-    except importlib.metadata.PackageNotFoundError:  # a source checkout without `pip install -e`
-        return "0+unknown"
-
-
-def config_delta(config: TrainerConfig) -> dict[str, Any]:
-    """The config's values that differ from TrainerConfig's defaults, as a nested dict.
-
-    Run ids hash this, not the whole config: a later version that adds a field (with a default
-    that keeps today's behaviour) then keeps every id, so an experiment resumed after an upgrade
-    does not train its finished runs again."""
-    return _delta(config.to_dict(), _default_config_dict())
-
-
-@lru_cache(maxsize=1)
-def _default_config_dict() -> dict[str, Any]:
-    return TrainerConfig().to_dict()
-
-
-def _delta(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        default = defaults.get(key, _MISSING)
-        if isinstance(value, dict) and isinstance(default, dict):
-            inner = _delta(value, default)
-            if inner:
-                out[key] = inner
-        elif value != default:
-            out[key] = value
-    return out
-
-
-_MISSING = object()
-
-
-def make_run_id(levels: dict[str, int], config: TrainerConfig, seed: int, setting: str = "") -> str:
-    """First 16 hex chars of sha256 over the canonical JSON of everything that determines a run:
-    the factor levels, the config's non-default values (`config_delta`), the seed, the package
-    version, and a transfer study's setting name (two settings with equal configs stay two runs)."""
-    blob = json.dumps(
-        {"factors": levels, "config": config_delta(config), "seed": seed, "version": package_version()}
-        | ({"setting": setting} if setting else {}),
-        sort_keys=True,
-        separators=(",", ":"),
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
 @dataclass(frozen=True)
 class PlannedRun:
     """One cell at one seed: the unit the executor trains and the ledger records."""

@@ -1,4 +1,4 @@
-"""The ledger's tables (SQLAlchemy 2 ORM). The contract lives in `dapo_ablate.ablation.ledger`.
+"""The ledger's tables (SQLAlchemy 2 ORM). The contract lives in `dapo_ablate.ablation.store.ledger`.
 
 Bump `SCHEMA_VERSION` whenever a table or column changes, and teach `Ledger` to migrate the
 previous version: a ledger records weeks of compute, so it is never silently recreated.

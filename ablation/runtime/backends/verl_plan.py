@@ -22,12 +22,12 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from dapo_ablate.ablation.backends.verl_job import VerlJob, verl_job
+from dapo_ablate.ablation.runtime.backends.verl_job import VerlJob, verl_job
 from dapo_ablate.core.config import TrainerConfig
 
 if TYPE_CHECKING:
-    from dapo_ablate.ablation.design import Plan
-    from dapo_ablate.ablation.spec import ExperimentSpec
+    from dapo_ablate.ablation.experiment.design import Plan
+    from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
 PEAK_FLOPS = 989e12  # H100 SXM dense bf16
 GENERATION_MFU = 0.05

@@ -12,14 +12,11 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dapo_ablate.ablation.tracking import sqlite_path
+from dapo_ablate.ablation.store.errors import ExecutorError
+from dapo_ablate.ablation.store.tracking import sqlite_path
 
 if TYPE_CHECKING:
-    from dapo_ablate.ablation.spec import ExperimentSpec
-
-
-class ExecutorError(ValueError):
-    """A problem with where or how the experiment runs that the user fixes; one sentence."""
+    from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
 
 def preflight(spec: ExperimentSpec, address: str | None) -> None:
@@ -66,7 +63,7 @@ def check_database(url: str, field_name: str, timeout_s: int = 5) -> None:
     from sqlalchemy import create_engine
     from sqlalchemy.exc import ArgumentError, DBAPIError
 
-    from dapo_ablate.ablation.database import with_psycopg_driver
+    from dapo_ablate.ablation.store.database import with_psycopg_driver
 
     try:
         engine = create_engine(with_psycopg_driver(url), connect_args={"connect_timeout": timeout_s})

@@ -86,7 +86,7 @@ def start_reaper() -> subprocess.Popen | None:
         return None
     me = os.getpid()
     roots = [(pid, _start_time(pid)) for pid in descendants([me]) if pid != me]
-    args = [sys.executable, "-m", "dapo_ablate.ablation.reaper", str(me), str(_start_time(me))]
+    args = [sys.executable, "-m", "dapo_ablate.ablation.runtime.reaper", str(me), str(_start_time(me))]
     args += [f"{pid}:{start}" for pid, start in roots if start is not None]
     # its own session: a Ctrl-C in the terminal must not kill the watchdog before the driver
     return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

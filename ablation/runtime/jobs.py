@@ -1,10 +1,10 @@
 """A cell as a Ray job (Ray's Job Submission API): submitted, re-attached after a driver's death,
 its failure reported with its log tail.
 
-`job_cell` is a cell function (``DAPO_ABLATE_CELL_FN=dapo_ablate.ablation.jobs:job_cell``; the
+`job_cell` is a cell function (``DAPO_ABLATE_CELL_FN=dapo_ablate.ablation.runtime.jobs:job_cell``; the
 executor runs it in a Ray task of a driver joined to the cluster). It submits the cell as a Ray job
 whose entrypoint is the cell's trainer -- the built-in trainer (``python -m
-dapo_ablate.ablation.jobs``, its result printed as the last line of the job's log, with a
+dapo_ablate.ablation.runtime.jobs``, its result printed as the last line of the job's log, with a
 runtime environment holding the config) or verl's ``main_ppo`` exactly as the driver built it
 (`backends.verl_job.VerlJob`, handed over in ``$DAPO_ABLATE_VERL_JOB``: entrypoint, environment,
 shipped package, the entrypoint's CPUs and no GPU: verl's placement groups hold the GPUs), then
@@ -82,7 +82,7 @@ def submission_ids(run_dir: str) -> tuple[str, Path]:
 
 
 def builtin_entrypoint(run_dir: str, eval_cache_dir: str | None) -> str:
-    return " ".join(shlex.quote(word) for word in (sys.executable, "-m", "dapo_ablate.ablation.jobs", run_dir, eval_cache_dir or ""))
+    return " ".join(shlex.quote(word) for word in (sys.executable, "-m", "dapo_ablate.ablation.runtime.jobs", run_dir, eval_cache_dir or ""))
 
 
 def job_cell(
@@ -121,7 +121,7 @@ def job_cell(
         reported.write_text(status)
         raise JobFailed(f"Ray job {sid} ended {status}; last lines of its log: {log_tail(logs)}")
     if config.get("backend") == "verl":
-        from dapo_ablate.ablation.backends.verl_results import result_from_mlflow
+        from dapo_ablate.ablation.runtime.backends.verl_results import result_from_mlflow
 
         job = _verl_job()
         return result_from_mlflow(job.env["MLFLOW_TRACKING_URI"], _mlflow_run_id(),
@@ -158,7 +158,7 @@ def _job_info(client: Any, sid: str) -> Any:
 
 def _verl_job() -> Any:
     """The cell's verl job, built by the driver (`backends.verl_job`; what a dry run prints)."""
-    from dapo_ablate.ablation.backends.verl_job import JOB_ENV, VerlJob
+    from dapo_ablate.ablation.runtime.backends.verl_job import JOB_ENV, VerlJob
 
     if not os.environ.get(JOB_ENV):
         raise RuntimeError(f"a verl cell needs its job in ${JOB_ENV}; `dapo-ablate run` sets it")
@@ -225,7 +225,7 @@ def result_from_logs(logs: str, sid: str) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     """The built-in trainer as a job's entrypoint: the cell's config from $DAPO_ABLATE_JOB_CONFIG,
     its result printed as one marked JSON line."""
-    from dapo_ablate.ablation.cell import run_cell
+    from dapo_ablate.ablation.runtime.cell import run_cell
 
     run_dir, cache = argv[0], argv[1] if len(argv) > 1 else ""
     config = json.loads(os.environ[CONFIG_ENV])

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dapo_ablate.ablation.ledger import RUN_STATUSES, Ledger, LedgerError
-from dapo_ablate.ablation.tracking import normalize_tracking_uri, sqlite_path
+from dapo_ablate.ablation.store.ledger import RUN_STATUSES, Ledger, LedgerError
+from dapo_ablate.ablation.store.tracking import normalize_tracking_uri, sqlite_path
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from dapo_ablate.ablation.design import Plan
-    from dapo_ablate.ablation.spec import ExperimentSpec
+    from dapo_ablate.ablation.experiment.design import Plan
+    from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
 NEW = "new"
 """Status shown for a planned run the ledger has not recorded yet."""
@@ -57,8 +57,8 @@ def load_experiment_results(
         parent run (None if the experiment was never run with MLflow).
     Raises SpecError for a bad spec and ResultsError when nothing has finished yet.
     """
-    from dapo_ablate.ablation.design import expand
-    from dapo_ablate.ablation.spec import ExperimentSpec, load_spec
+    from dapo_ablate.ablation.experiment.design import expand
+    from dapo_ablate.ablation.experiment.spec import ExperimentSpec, load_spec
 
     spec = spec_path if isinstance(spec_path, ExperimentSpec) else load_spec(spec_path)
     plan = expand(spec)
@@ -158,7 +158,7 @@ class ParentRunLogger:
     def log_artifacts(self, local_dir: str, artifact_path: str | None = None) -> None:
         from mlflow import MlflowClient
 
-        from dapo_ablate.ablation.tracking import quiet_mlflow, rebase_artifacts
+        from dapo_ablate.ablation.store.tracking import quiet_mlflow, rebase_artifacts
 
         quiet_mlflow()
         rebase_artifacts(normalize_tracking_uri(self.tracking_uri))  # a copied store writes into the copy

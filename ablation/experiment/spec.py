@@ -30,7 +30,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from dapo_ablate.ablation.fractions import DesignError, choose_fraction, roman
+from dapo_ablate.ablation.experiment.fractions import DesignError, choose_fraction, roman
 from dapo_ablate.core.config import (
     SHORT_NAMES,
     TECHNIQUES,

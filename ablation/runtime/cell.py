@@ -43,7 +43,7 @@ def run_cell(
     called after each training step ("step", its signals) and evaluation ("eval").
     """
     if config_dict.get("backend") == "verl":  # a verl job on the Ray cluster (ablation/jobs.py)
-        from dapo_ablate.ablation.jobs import job_cell
+        from dapo_ablate.ablation.runtime.jobs import job_cell
 
         return job_cell(config_dict, run_dir, eval_cache_dir, on_event=on_event)
     from dapo_ablate.core.config import build_trainer_config
@@ -62,7 +62,7 @@ def run_cell(
 def submits_jobs(cell_fn: Callable[..., Any]) -> bool:
     """True for the cell functions that submit a verl cell as a Ray job (`run_cell`, `jobs.job_cell`);
     False for a stand-in (tests, debugging)."""
-    from dapo_ablate.ablation.jobs import job_cell
+    from dapo_ablate.ablation.runtime.jobs import job_cell
 
     return cell_fn in (run_cell, job_cell)
 

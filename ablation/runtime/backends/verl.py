@@ -7,7 +7,7 @@ never imported here: the overrides are plain strings, run on the cluster.
 The five toggles (on / off):
 
 - Overlong Filtering: ``actor.policy_loss.loss_mode=dapo_overlong_filter`` (our loss, registered in
-  verl's policy-loss registry by ``dapo_ablate.ablation.backends.verl_loss``, which verl imports
+  verl's policy-loss registry by ``dapo_ablate.ablation.runtime.backends.verl_loss``, which verl imports
   through ``VERL_USE_EXTERNAL_MODULES``; verl has no Overlong Filtering of its own) / ``vanilla``.
   A response is truncated when its length reaches ``rollout.max_response_len``, which the job's
   environment gives the loss (``DAPO_ABLATE_MAX_RESPONSE_LEN``): verl's V1 trainer pads each
@@ -60,7 +60,7 @@ from typing import Any
 from dapo_ablate.core.config import BUILTIN, TrainerConfig
 
 ENTRYPOINT = "python3 -m verl.trainer.main_ppo"
-LOSS_MODULE = "dapo_ablate.ablation.backends.verl_loss"
+LOSS_MODULE = "dapo_ablate.ablation.runtime.backends.verl_loss"
 OVERLONG_FILTER_LOSS = "dapo_overlong_filter"
 NO_DUAL_CLIP = 1e9
 MAX_RESPONSE_LEN_ENV = "DAPO_ABLATE_MAX_RESPONSE_LEN"

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from dapo_ablate.ablation.ledger import LedgerError
-from dapo_ablate.ablation.preflight import ExecutorError
+from dapo_ablate.ablation.store.ledger import LedgerError
+from dapo_ablate.ablation.store.errors import ExecutorError
 
 TRANSIENT_RETRIES = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Seconds between the tries of one write (about 15 s in all before the driver gives up)."""
@@ -27,7 +27,7 @@ _TRANSIENT_TEXT = (
 )
 _PERMANENT_TEXT = ("no such table", "no such column", "syntax error", "does not exist", "permission denied for")
 
-_STORE_MODULES = ("sqlalchemy", "psycopg", "sqlite3", "mlflow", "optuna", "requests", "urllib3", "dapo_ablate.ablation.ledger")
+_STORE_MODULES = ("sqlalchemy", "psycopg", "sqlite3", "mlflow", "optuna", "requests", "urllib3", "dapo_ablate.ablation.store.ledger")
 """Where a store's errors come from; only their messages are read for the clues above."""
 _HTTP_5XX = re.compile(r"\b(50[0-4]) (error|server|internal|bad gateway|service unavailable|gateway)|too many 5\d\d", re.I)
 

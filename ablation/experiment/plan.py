@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from dapo_ablate.ablation.design import ComputeEstimate, Plan
-from dapo_ablate.ablation.fractions import LETTERS, roman
+from dapo_ablate.ablation.experiment.design import ComputeEstimate, Plan
+from dapo_ablate.ablation.experiment.fractions import LETTERS, roman
 
 __all__ = ["format_duration", "format_plan", "format_tokens"]
 

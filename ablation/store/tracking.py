@@ -17,7 +17,7 @@ Idempotence, so that a rerun never duplicates anything:
 
 The experiment carries ``mlflow.experimentKind = custom_model_development`` (the UI opens on its
 training runs, not the GenAI views); every run carries the package version and source commit.
-Names follow verl's (`dapo_ablate.ablation.metric_names`; the README's "Metric names" table).
+Names follow verl's (`dapo_ablate.ablation.store.metric_names`; the README's "Metric names" table).
 
 Portable: a SQLite store's default artifact folder is ``mlartifacts/`` beside the database; a
 store opened from another folder (a copied ``dapo-runs/``) has its recorded artifact locations
@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dapo_ablate.ablation import metric_names as names
-from dapo_ablate.ablation.database import with_psycopg_driver
+from dapo_ablate.ablation.store import metric_names as names
+from dapo_ablate.ablation.store.database import with_psycopg_driver
 
 ROLE_TAG = "dapo.role"
 RUN_ID_TAG = "dapo.run_id"
