@@ -53,7 +53,7 @@ from dapo_ablate.ablation.runtime.executor import (
     stopped_at_start,
     this_host,
 )
-from dapo_ablate.ablation.store.ledger import Ledger
+from dapo_ablate.ablation.store.ledger import connect_ledger
 from dapo_ablate.ablation.runtime.pool import DONE, FAILED, LOST, TIMED_OUT, Outcome, RunPool, record_kept
 from dapo_ablate.ablation.store.tracking import default_artifact_location
 from dapo_ablate.ablation.store.transient import OPTUNA, retry_transient
@@ -226,7 +226,7 @@ class _SweepDriver:
     def open_study(self) -> None:
         """Open the ledger (refusing a factorial experiment's name) and create or load the study."""
         spec = self.spec
-        self.ledger = Ledger(spec.ledger)
+        self.ledger = connect_ledger(spec.ledger)
         record = self.ledger.get_experiment(spec.name)
         if record is not None and "space" not in record.spec:
             raise ExecutorError(

@@ -12,7 +12,7 @@ from collections import Counter, deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from dapo_ablate.ablation.store.database import experiment_lock
-from dapo_ablate.ablation.store.ledger import DONE, FAILED, PENDING, RUNNING, Ledger
+from dapo_ablate.ablation.store.ledger import DONE, FAILED, Ledger, PENDING, RUNNING, connect_ledger
 from dapo_ablate.ablation.runtime.progress import EventLines
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.experiment.spec import run_root
@@ -146,7 +146,7 @@ class _Driver:
         location = tracking.artifact_location or default_artifact_location(tracking.uri, self.spec.output_dir)
         self.tracker = open_tracker(tracking.uri, location, self.name)
         self._check_verl_cluster()
-        self.ledger = self.ledger or Ledger(self.spec.ledger)
+        self.ledger = self.ledger or connect_ledger(self.spec.ledger)
         self.ledger.ensure_experiment(self.name, self.spec.to_dict())
         self.ledger.add_runs(self.name, self.plan.run_specs())
         release_orphans(self.ledger, self.name, self.host)

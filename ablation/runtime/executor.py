@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from dapo_ablate.ablation.runtime.cell import run_cell
-from dapo_ablate.ablation.store.ledger import DONE, RUNNING, Ledger
+from dapo_ablate.ablation.store.ledger import DONE, Ledger, RUNNING, connect_ledger
 from dapo_ablate.ablation.runtime.ray_connect import RayConnectError, join_cluster
 from dapo_ablate.ablation.runtime.preflight import (  # noqa: F401 - re-exported: executor's checks live there
     ExecutorError,
@@ -122,7 +122,7 @@ def run_experiment(
         try:
             preflight(spec, address)
             # A database server is checked before Ray starts; a SQLite ledger is only created after.
-            ledger = None if sqlite_path(spec.ledger) else Ledger(spec.ledger)
+            ledger = None if sqlite_path(spec.ledger) else connect_ledger(spec.ledger)
             started_ray = connect_ray(address, spec)
             stop.check()  # a Ctrl-C that Ray's start-up swallowed (see _SigtermAsInterrupt)
         except (KeyboardInterrupt, SystemExit) as stopped:  # before the driver started: nothing was claimed or written

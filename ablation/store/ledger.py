@@ -100,6 +100,7 @@ __all__ = [
     "ExperimentRecord",
     "Ledger",
     "LedgerError",
+    "connect_ledger",
 ]
 
 DEFAULT_URL = "sqlite:///dapo-runs/ledger.db"
@@ -478,6 +479,11 @@ class Ledger:
                 .order_by(Run.cell_key, Run.seed, Run.run_id)
             )
             return list(session.execute(query).tuples())
+
+
+def connect_ledger(url: str) -> Ledger:
+    """The ledger at `url` (a SQLAlchemy URL; created on first use)."""
+    return Ledger(url)
 
 
 def _add_job_id(connection: Connection) -> None:

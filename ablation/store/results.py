@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dapo_ablate.ablation.store.ledger import RUN_STATUSES, Ledger, LedgerError
+from dapo_ablate.ablation.store.ledger import Ledger, LedgerError, RUN_STATUSES, connect_ledger
 from dapo_ablate.ablation.store.tracking import normalize_tracking_uri, sqlite_path
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def open_ledger(spec: ExperimentSpec) -> Ledger | None:
     path = sqlite_path(spec.ledger)
     if path is not None and not path.is_file():
         return None
-    return Ledger(spec.ledger)
+    return connect_ledger(spec.ledger)
 
 
 def load_experiment_results(
