@@ -18,20 +18,13 @@ from typing import Any, Literal
 
 import yaml
 
-from .yamlio import YAMLFileError, read_yaml_mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-BUILTIN = "builtin"
-TECHNIQUES = ("overlong_filter", "clip_higher", "soft_overlong", "token_level_loss", "dynamic_sampling")
-"""The five DAPO techniques, in the paper's cumulative order (Table 1 of the paper)."""
+from .contracts import SHORT_LABELS as SHORT_NAMES  # noqa: F401  (re-exported: the techniques' short labels)
+from .contracts import TECHNIQUES  # noqa: F401  (re-exported: the five techniques, in the paper's order)
+from .yamlio import YAMLFileError, read_yaml_mapping
 
-SHORT_NAMES = {
-    "overlong_filter": "OF",
-    "clip_higher": "CH",
-    "soft_overlong": "SP",
-    "token_level_loss": "TL",
-    "dynamic_sampling": "DS",
-}
+BUILTIN = "builtin"
 
 
 class ConfigError(ValueError):

@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 
-from .policy import file_lock
+from .contracts import metric_name
 from .metrics import avg_at_k, maj_at_k, mean_pass_at_k
+from .policy import file_lock
 from .rollout import Rollout, RolloutEngine, derive_seed
 from .verifier import Verifier, extract_answer, normalize_answer
 
@@ -55,9 +56,9 @@ def evaluate(
     extracted = [[_normalized(texts[i * k + j]) for j in range(k)] for i in range(len(prompts))]
     return {
         "step": step,
-        f"avg@{k}": avg_at_k(correct_grid),
-        f"pass@{k}": mean_pass_at_k(correct_grid, k),
-        f"maj@{k}": float(maj_at_k(extracted, correct_grid)),
+        metric_name("avg", k): avg_at_k(correct_grid),
+        metric_name("pass", k): mean_pass_at_k(correct_grid, k),
+        metric_name("maj", k): float(maj_at_k(extracted, correct_grid)),
         "response_length": float(rollout.lengths.float().mean()),
         "truncation_rate": float(rollout.truncated.float().mean()),
         "tokens": int(rollout.num_tokens),

@@ -1,7 +1,8 @@
 """dapo_ablate.reports: causal-isolation reports from a tidy results table.
 
 Reads a pandas DataFrame (or a CSV) with one 0/1 column per factor, ``seed``, metric columns
-and optional compute columns; imports neither dapo_ablate.core nor dapo_ablate.ablation.
+and optional compute columns; imports nothing of dapo_ablate.ablation, and of dapo_ablate.core
+only its dependency-free contracts (``core.contracts``: column names, technique labels).
 
     from dapo_ablate.reports import load_results_csv, write_report
     results, factors = load_results_csv("results.csv")

@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from dapo_ablate.core.contracts import DEFAULT_METRIC, SEED_COLUMN
+
 from . import shapley as sv
 from .claims import ClaimOptions, Guarantee, build_tests, claims_table, simultaneous_effects
 from .compute import budget_values, compute_table
@@ -27,7 +29,7 @@ from .effects import EFFECT_COLUMNS, EffectContrasts, effect_contrasts, lenth_ps
 from .inference import LENTH, NONE, WELCH, CellFit, Estimates, Noise, estimate, estimate_over_new_seeds, fit_cells
 from .multiplicity import lenth_bar, lenth_margins
 from .orderings import cumulative_means, path_masks, position_means, position_summary, resolve_orderings
-from .table import PAPER_AIME_AVG32, SEED_COLUMN, cell_label, cell_masks, describe_cell, validate_results
+from .table import PAPER_AIME_AVG32, cell_label, cell_masks, describe_cell, validate_results
 
 Statistic = Callable[[np.ndarray], np.ndarray]  # [..., 2**k] -> [..., out], linear
 INTERVAL_COLUMNS = ["table", "row", "column", "estimate", "se", "df", "ci_low", "ci_high", "se_method"]
@@ -392,7 +394,7 @@ def _fit(results: pd.DataFrame, factors: list[str], metric: str) -> CellFit:
 def analyze(
     results: pd.DataFrame,
     factors: list[str],
-    metric: str = "avg@32",
+    metric: str = DEFAULT_METRIC,
     orderings: str | list[list[str]] = "paper",
     confidence: float = 0.95,
     design: str | None = None,

@@ -13,7 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .table import COMPUTE_COLUMNS, SEED_COLUMN, cell_label, cell_masks
+from dapo_ablate.core.contracts import COMPUTE_COLUMNS, SEED_COLUMN
+
+from .table import cell_label, cell_masks
 
 TOKENS = "tokens_generated"
 

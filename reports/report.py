@@ -14,6 +14,8 @@ import markupsafe
 import numpy as np
 import pandas as pd
 
+from dapo_ablate.core.contracts import DEFAULT_METRIC
+
 from . import plots
 from .analysis import Analysis, analyze
 from .export import to_html, to_markdown, display_frame, write_table
@@ -326,7 +328,7 @@ def write_report(
     results: pd.DataFrame,
     factors: list[str],
     out_dir: str | Path,
-    metric: str = "avg@32",
+    metric: str = DEFAULT_METRIC,
     orderings: str | list[list[str]] = "paper",
     formats=FORMATS,
     confidence: float = 0.95,

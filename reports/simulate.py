@@ -18,7 +18,7 @@ from itertools import product
 import numpy as np
 import pandas as pd
 
-from .table import SEED_COLUMN
+from dapo_ablate.core.contracts import DEFAULT_METRIC, SEED_COLUMN
 
 
 def true_cell_means(factors: list[str], baseline: float, planted: dict[tuple[str, ...], float]) -> np.ndarray:
@@ -37,7 +37,7 @@ def simulate_results(
     seeds: int = 3,
     noise_sd: float = 0.01,
     seed_sd: float = 0.0,
-    metric: str = "avg@32",
+    metric: str = DEFAULT_METRIC,
     cells: list[int] | None = None,
     rng: np.random.Generator | int = 0,
     seeds_per_cell: bool = False,

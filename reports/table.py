@@ -17,25 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-SEED_COLUMN = "seed"
-COMPUTE_COLUMNS = ("tokens_generated", "tokens_discarded", "wall_s")
-
-PAPER_FACTORS = (
-    "overlong_filter",
-    "clip_higher",
-    "soft_overlong",
-    "token_level_loss",
-    "dynamic_sampling",
-)
-"""DAPO's five techniques in the paper's cumulative order (Yu et al., 2025, Table 3)."""
-
-SHORT_LABELS = {
-    "overlong_filter": "OF",
-    "clip_higher": "CH",
-    "soft_overlong": "SP",
-    "token_level_loss": "TL",
-    "dynamic_sampling": "DS",
-}
+from dapo_ablate.core.contracts import COMPUTE_COLUMNS, DEFAULT_METRIC, SEED_COLUMN, SETTING_COLUMN, SHORT_LABELS
+from dapo_ablate.core.contracts import TECHNIQUES as PAPER_FACTORS  # re-exported: DAPO's five, the paper's order
 
 PAPER_AIME_AVG32 = (30, 36, 38, 41, 42, 50)
 """The paper's cumulative AIME 2024 avg@32 (percentage points, Qwen2.5-32B, one run per row):
@@ -76,7 +59,7 @@ def cell_masks(results: pd.DataFrame, factors: list[str]) -> np.ndarray:
     return levels @ (1 << np.arange(len(factors), dtype=np.int64))
 
 
-NOT_FACTORS = ("run_id", "setting", "step")
+NOT_FACTORS = ("run_id", SETTING_COLUMN, "step")
 """Columns never read as factors, besides the seed, the metric and the compute columns."""
 LEVEL_SETS = ((0, 1), (-1, 1))
 """Accepted codings of a factor: 0 (off) / 1 (on), or -1 (off) / +1 (on)."""
@@ -177,7 +160,7 @@ def _row_cell(results: pd.DataFrame, factors: list[str], row) -> str:
 
 def _in_setting(results: pd.DataFrame, row) -> str:
     """`` in setting 'x'`` for a transfer study's row, else empty."""
-    return f" in setting '{results.at[row, 'setting']}'" if "setting" in results.columns else ""
+    return f" in setting '{results.at[row, SETTING_COLUMN]}'" if SETTING_COLUMN in results.columns else ""
 
 
 def _check_metric(results: pd.DataFrame, factors: list[str], metric: str) -> None:
@@ -196,7 +179,7 @@ def _check_metric(results: pd.DataFrame, factors: list[str], metric: str) -> Non
 
 
 def _check_duplicates(results: pd.DataFrame, factors: list[str]) -> None:
-    within = ["setting"] if "setting" in results.columns else []  # a transfer study: per setting
+    within = [SETTING_COLUMN] if SETTING_COLUMN in results.columns else []  # a transfer study: per setting
     duplicated = results.duplicated([*within, *factors, SEED_COLUMN])
     if duplicated.any():
         first = results.index[duplicated.to_numpy()][0]
@@ -233,7 +216,7 @@ def validate_results(results: pd.DataFrame, factors: list[str], metric: str) -> 
 
 
 def load_results_csv(
-    path: str | Path, factors: list[str] | None = None, metric: str = "avg@32"
+    path: str | Path, factors: list[str] | None = None, metric: str = DEFAULT_METRIC
 ) -> tuple[pd.DataFrame, list[str]]:
     """Read and validate a results CSV; returns ``(results, factors)``.
 

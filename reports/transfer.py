@@ -52,12 +52,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from dapo_ablate.core.contracts import DEFAULT_METRIC, SETTING_COLUMN
+
 from .analysis import Analysis, analyze, lenth_rule
 from .claims import CLAIM_COLUMNS, ClaimOptions, Guarantee, adjust_tests, claims_table, effects_with_adjusted
 from .heterogeneity import cochran_q, detectable_difference, difference_interval, flip_p, welch_heterogeneity
 from .table import ReportInputError
 
-SETTING_COLUMN = "setting"
 VERDICTS = ("transfers", "differs in size", "flips sign", "inconclusive", "not enough data")
 TRANSFER_COLUMNS = [
     "statistic", "term", "setting", "estimate", "ci_low", "ci_high", "p_interaction", "p_adjusted", "q", "i2", "verdict",
@@ -295,7 +296,7 @@ def _table(values, across, adjusted, settings, sim_alpha, margin, alpha) -> pd.D
 def analyze_transfer(
     results: pd.DataFrame,
     factors: list[str],
-    metric: str = "avg@32",
+    metric: str = DEFAULT_METRIC,
     orderings="paper",
     confidence: float = 0.95,
     design: str | None = None,

@@ -13,13 +13,15 @@ import markupsafe
 import numpy as np
 import pandas as pd
 
+from dapo_ablate.core.contracts import SETTING_COLUMN
+
 from . import plots
 from .claims import CLAIM_COLUMNS, amount, claim_sentence, interval, short_term
 from .export import display_frame, to_html, to_markdown, write_table
 from .headline import headline, headline_lines
 from .report import TABLES, FigureView, _captions, _cumulative_display, render_page
 from .summary import EMPTY_SUPPORTED, design_line, summary_sections
-from .transfer import DEFAULT_MARGIN, SETTING_COLUMN, TransferAnalysis, analyze_transfer
+from .transfer import DEFAULT_MARGIN, TransferAnalysis, analyze_transfer
 
 STATISTIC_LABELS = {"main": "main effect", "shapley": "Shapley value", "interaction": "interaction"}
 PAGE_COLUMNS = [
