@@ -14,6 +14,7 @@ and rollout sections are built into verl's own config classes (whose checks run)
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sysconfig
@@ -163,3 +164,39 @@ def test_an_extra_override_of_a_key_a_technique_decides_is_refused():
             verl_overrides(config)
     allowed = base.with_overrides({"verl.overrides": ["trainer.device=npu"]})
     assert verl_overrides(allowed)[-1] == "trainer.device=npu"
+
+
+def override_value(overrides: list[str], key: str) -> str:
+    return next(o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == key)
+
+
+@pytest.mark.parametrize("clip_higher", [True, False])
+@pytest.mark.parametrize("dynamic_sampling", [True, False])
+@pytest.mark.parametrize("gen_prompts_per_round, inflight_with_ds", [(None, 3), (1000, 2), (2048, 4)])
+def test_clip_ratio_high_and_the_inflight_bound_follow_the_configs_derived_values(
+    clip_higher: bool, dynamic_sampling: bool, gen_prompts_per_round: int | None, inflight_with_ds: int
+):
+    """eps_high 0.28, eps_low 0.2, 512 prompts per step (the paper's). In flight with Dynamic Sampling:
+    None -> 3 x 512 = 1536 prompts per round, ceil(1536 / 512) = 3; 1000 -> ceil(1.95) = 2; 2048 -> 4.
+    Without it a round is one step's 512 prompts, so 1, whatever gen_prompts_per_round says."""
+    config = paper_cells()[0][0].with_overrides({
+        "techniques.clip_higher": clip_higher, "techniques.dynamic_sampling": dynamic_sampling,
+        "algorithm.gen_prompts_per_round": gen_prompts_per_round,
+    })
+    overrides = verl_overrides(config)
+    clip_high = float(override_value(overrides, "actor_rollout_ref.actor.clip_ratio_high"))
+    inflight = int(override_value(overrides, "algorithm.filter_groups.max_inflight_gen_batches"))
+    assert clip_high == pytest.approx(0.28 if clip_higher else 0.2)
+    assert inflight == (inflight_with_ds if dynamic_sampling else 1)
+    assert clip_high == config.eps_high_effective
+    assert inflight == math.ceil(config.gen_prompts_per_round / config.batch.prompts_per_step)
+
+
+def test_the_translation_asks_the_config_for_eps_high_and_prompts_per_round(monkeypatch):
+    """Values no rule of the translation's own would give: only the config's properties can be their source."""
+    config = paper_cells()[0][0].with_overrides({"techniques.clip_higher": False, "techniques.dynamic_sampling": False})
+    monkeypatch.setattr(TrainerConfig, "eps_high_effective", property(lambda self: 0.77))
+    monkeypatch.setattr(TrainerConfig, "gen_prompts_per_round", property(lambda self: 5 * self.batch.prompts_per_step))
+    overrides = verl_overrides(config)
+    assert override_value(overrides, "actor_rollout_ref.actor.clip_ratio_high") == "0.77"
+    assert override_value(overrides, "algorithm.filter_groups.max_inflight_gen_batches") == "5"

@@ -12,7 +12,8 @@ The five toggles (on / off):
   A response is truncated when its length reaches ``rollout.max_response_len``, which the job's
   environment gives the loss (``DAPO_ABLATE_MAX_RESPONSE_LEN``): verl's V1 trainer pads each
   micro-batch only to its own longest response, so the tensor's width says nothing.
-- Clip-Higher: ``clip_ratio_low=eps_low, clip_ratio_high=eps_high`` / both ``eps_low``.
+- Clip-Higher: ``clip_ratio_low=eps_low, clip_ratio_high=eps_high`` / both ``eps_low`` (the config's
+  ``eps_high_effective``).
 - Soft Overlong Punishment: the ``dapo`` reward manager always scores (+1 / -1, as the paper);
   ``reward.reward_kwargs.overlong_buffer_cfg.enable`` true / false, ``len=overlong_cache``,
   ``penalty_factor``, ``max_resp_len=max_response_len``.
@@ -24,10 +25,10 @@ The five toggles (on / off):
   dispatches 2 new prompts for every group it evicts (all correct or all wrong), one prompt at a
   time, keeps at most ``max_inflight_gen_batches x prompts_per_step`` prompts in flight, trains once
   prompts_per_step mixed groups are finished and discards the surplus. Its only bound is that
-  in-flight one: ``max_inflight_gen_batches = ceil(gen_prompts_per_round / prompts_per_step)`` (3 by
-  default, the recipe's 3 x batch). It has no round limit: ``algorithm.max_gen_rounds`` has no verl
-  counterpart (``max_num_gen_batches=0``; V1 ignores it and warns otherwise), and a step whose
-  groups are never mixed keeps sampling.
+  in-flight one: ``max_inflight_gen_batches = ceil(gen_prompts_per_round / prompts_per_step)``, from
+  the config's ``gen_prompts_per_round`` (3 by default, the recipe's 3 x batch; 1 off). It has no
+  round limit: ``algorithm.max_gen_rounds`` has no verl counterpart (``max_num_gen_batches=0``; V1
+  ignores it and warns otherwise), and a step whose groups are never mixed keeps sampling.
 
 Open points, decided here:
 
@@ -115,9 +116,10 @@ def check_translatable(config: TrainerConfig) -> None:
 
 def technique_overrides(config: TrainerConfig) -> list[str]:
     """The overrides the five toggles decide."""
-    t, algo, batch = config.techniques, config.algorithm, config.batch
+    t, algo = config.techniques, config.algorithm
     buffer = "+reward.reward_kwargs.overlong_buffer_cfg"
-    inflight = math.ceil(config.gen_prompts_per_round / batch.prompts_per_step) if t.dynamic_sampling else 1
+    # the config decides the prompts per round (one batch without Dynamic Sampling, so 1 in flight)
+    inflight = math.ceil(config.gen_prompts_per_round / config.batch.prompts_per_step)
     return [
         "trainer.use_v1=true",
         f"{A}.policy_loss.loss_mode={OVERLONG_FILTER_LOSS if t.overlong_filter else 'vanilla'}",
@@ -150,19 +152,35 @@ def technique_keys(config: TrainerConfig) -> set[str]:
 
 def knob_overrides(config: TrainerConfig) -> list[str]:
     """Every other knob: model, data, rollout, algorithm, optimiser, batch, schedule, seeds."""
-    m, d, r, algo, o, b, s, v = (config.model, config.data, config.rollout, config.algorithm, config.optim,
-                                 config.batch, config.schedule, config.verl)
-    longest = v.max_prompt_length + r.max_response_len  # one whole sequence
-    out = [
+    return (_model_and_data(config) + _update(config) + _rollout(config) + _sharding(config)
+            + _evaluation_and_schedule(config) + _micro_batches(config) + _rollout_correction(config))
+
+
+def _longest_sequence(config: TrainerConfig) -> int:
+    """One whole sequence in tokens: the longest prompt and the longest response (the recipe's
+    token budgets when ``trainer.verl`` leaves them unset)."""
+    return config.verl.max_prompt_length + config.rollout.max_response_len
+
+
+def _model_and_data(config: TrainerConfig) -> list[str]:
+    m, d, v = config.model, config.data, config.verl
+    return [
         f"actor_rollout_ref.model.path={m.path}",
         f"actor_rollout_ref.model.enable_gradient_checkpointing={_bool(m.gradient_checkpointing)}",
         f"data.train_files={d.train}",
         f"data.val_files={d.eval}",
         f"data.max_prompt_length={v.max_prompt_length}",
         f"data.truncation={v.truncation}",
-        f"data.max_response_length={r.max_response_len}",
-        f"data.train_batch_size={b.prompts_per_step}",
-        f"data.seed={s.seed}",
+        f"data.max_response_length={config.rollout.max_response_len}",
+        f"data.train_batch_size={config.batch.prompts_per_step}",
+        f"data.seed={config.schedule.seed}",
+    ]
+
+
+def _update(config: TrainerConfig) -> list[str]:
+    """GRPO's advantages, the KL penalty, AdamW and the mini-batches (verl counts them in prompts)."""
+    algo, o, b = config.algorithm, config.optim, config.batch
+    return [
         "algorithm.adv_estimator=grpo",
         "algorithm.norm_adv_by_std_in_grpo=true",
         "algorithm.use_kl_in_reward=false",
@@ -177,20 +195,42 @@ def knob_overrides(config: TrainerConfig) -> list[str]:
         f"{A}.grad_clip={o.grad_clip}",
         f"{A}.ppo_mini_batch_size={b.mini_batch_size // algo.group_size}",
         f"{A}.ppo_epochs={b.epochs}",
+    ]
+
+
+def _rollout(config: TrainerConfig) -> list[str]:
+    """vLLM's sampling for training (a float32 model.dtype, the built-in trainer's default, samples
+    in bfloat16) and its engine settings."""
+    m, r, v = config.model, config.rollout, config.verl
+    return [
         f"{R}.name=vllm",
-        f"{R}.n={algo.group_size}",
+        f"{R}.n={config.algorithm.group_size}",
         f"{R}.temperature={r.temperature}",
         f"{R}.top_p={r.top_p}",
-        f"{R}.seed={s.seed}",
+        f"{R}.seed={config.schedule.seed}",
         f"{R}.dtype={'bfloat16' if m.dtype == 'float32' else m.dtype}",
         f"{R}.gpu_memory_utilization={r.gpu_memory_utilization}",
         f"{R}.tensor_model_parallel_size={r.tensor_parallel_size}",
-        f"{R}.max_num_batched_tokens={v.max_num_batched_tokens or max(longest, VLLM_BATCHED_TOKENS)}",
+        f"{R}.max_num_batched_tokens={v.max_num_batched_tokens or max(_longest_sequence(config), VLLM_BATCHED_TOKENS)}",
         f"{R}.enable_chunked_prefill=true",
+    ]
+
+
+def _sharding(config: TrainerConfig) -> list[str]:
+    """Sequence parallelism and FSDP offload of the actor and the reference (the recipe's memory settings)."""
+    v = config.verl
+    return [
         f"{A}.ulysses_sequence_parallel_size={v.sequence_parallel_size}",
         f"{A}.fsdp_config.param_offload={_bool(v.param_offload)}",
         f"{A}.fsdp_config.optimizer_offload={_bool(v.optimizer_offload)}",
         f"actor_rollout_ref.ref.fsdp_config.param_offload={_bool(v.param_offload)}",
+    ]
+
+
+def _evaluation_and_schedule(config: TrainerConfig) -> list[str]:
+    """avg@k sampling, run length, when to validate and checkpoint, and resuming from the last checkpoint."""
+    r, s, v = config.rollout, config.schedule, config.verl
+    return [
         f"{R}.val_kwargs.n={r.eval_k}",
         f"{R}.val_kwargs.do_sample=true",
         f"{R}.val_kwargs.temperature={r.eval_temperature}",
@@ -202,16 +242,27 @@ def knob_overrides(config: TrainerConfig) -> list[str]:
         f"trainer.max_actor_ckpt_to_keep={v.max_checkpoints if v.max_checkpoints is not None else 'null'}",
         "trainer.resume_mode=auto",
     ]
-    if b.micro_batch_size is None:  # dynamic batch size (the recipe's), ref and rollout log-probs follow the actor
-        tokens = v.max_token_len_per_gpu or longest
-        out += [f"{A}.use_dynamic_bsz=true", f"{A}.ppo_max_token_len_per_gpu={tokens}"]
-    else:  # the same micro-batch for the update and the log-prob passes (verl asks for each)
-        out += [f"{A}.ppo_micro_batch_size_per_gpu={b.micro_batch_size}",
-                f"{R}.log_prob_micro_batch_size_per_gpu={b.micro_batch_size}",
-                f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={b.micro_batch_size}"]
-    if algo.tis_cap is not None:
-        out += ["algorithm.rollout_correction.rollout_is=token", f"algorithm.rollout_correction.rollout_is_threshold={algo.tis_cap}"]
-    return out
+
+
+def _micro_batches(config: TrainerConfig) -> list[str]:
+    """``batch.micro_batch_size`` None: verl's dynamic batch size (the recipe's), the log-prob passes
+    following the actor's token budget; else that micro-batch for the update and both log-prob
+    passes (verl asks for each)."""
+    micro = config.batch.micro_batch_size
+    if micro is None:
+        tokens = config.verl.max_token_len_per_gpu or _longest_sequence(config)
+        return [f"{A}.use_dynamic_bsz=true", f"{A}.ppo_max_token_len_per_gpu={tokens}"]
+    return [f"{A}.ppo_micro_batch_size_per_gpu={micro}",
+            f"{R}.log_prob_micro_batch_size_per_gpu={micro}",
+            f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}"]
+
+
+def _rollout_correction(config: TrainerConfig) -> list[str]:
+    """Truncated importance sampling (``algorithm.tis_cap``), token-level, as verl's rollout correction."""
+    cap = config.algorithm.tis_cap
+    if cap is None:
+        return []
+    return ["algorithm.rollout_correction.rollout_is=token", f"algorithm.rollout_correction.rollout_is_threshold={cap}"]
 
 
 def job_shape(gpus_per_run: float, gpus_per_node: int) -> tuple[int, int]:
