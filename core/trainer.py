@@ -49,7 +49,7 @@ from typing import Any, Callable
 import torch
 
 from . import algorithms as alg
-from .config import BUILTIN, TrainerConfig
+from .config import BUILTIN, ConfigError, TrainerConfig
 from .data import (  # noqa: F401  (the built-in seeds are re-exported: tests and benchmarks read them here)
     BUILTIN_EVAL_SEED,
     BUILTIN_EVAL_SIZE,
@@ -79,6 +79,7 @@ from .update import (  # noqa: F401  (re-exported: the trainer's public names)
     update_policy,
 )
 from .verifier import Verifier
+from .vllm_engine import VLLMRolloutEngine  # imports vLLM itself only when an engine is built
 
 logger = logging.getLogger(__name__)
 
@@ -404,8 +405,6 @@ def check_max_positions(config: TrainerConfig, model: torch.nn.Module, prompts: 
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     longest = max((len(p) for p in prompts), default=0)
     if limit is not None and longest + config.rollout.max_response_len > limit:
-        from .config import ConfigError
-
         raise ConfigError(
             f"rollout.max_response_len {config.rollout.max_response_len} plus the longest prompt ({longest} tokens) "
             f"exceeds the model's max_position_embeddings ({limit}); lower max_response_len to at most {limit - longest}"
@@ -475,8 +474,6 @@ def _train_step(run: Run, step: int) -> dict[str, float]:
 
 def default_engine(policy: Policy, config: TrainerConfig) -> RolloutEngine:
     if config.rollout.engine == "vllm":
-        from .vllm_engine import VLLMRolloutEngine
-
         return VLLMRolloutEngine(policy, config)
     return HFRolloutEngine(policy.model, policy.eos_token_ids, policy.pad_token_id, dtype=config.compute_dtype)
 

@@ -17,6 +17,7 @@ from . import algorithms as alg
 from . import logprobs
 from .config import TrainerConfig
 from .rollout import Rollout
+from .verifier import extract_answer
 
 
 class NonFiniteError(RuntimeError):
@@ -63,8 +64,6 @@ def format_credit(config: TrainerConfig, texts: list[str], correct: torch.Tensor
     share = config.algorithm.format_reward
     if share <= 0:
         return torch.zeros(len(texts))
-    from .verifier import extract_answer
-
     formed = torch.tensor([extract_answer(t) is not None for t in texts], dtype=torch.bool)
     return torch.where(formed & ~correct & ~truncated, share, 0.0)
 

@@ -385,7 +385,8 @@ def _seed_notes(fit: CellFit, percent: bool) -> list[str]:
     return notes
 
 
-def _fit(results: pd.DataFrame, factors: list[str], metric: str) -> CellFit:
+def fit_table(results: pd.DataFrame, factors: list[str], metric: str) -> CellFit:
+    """The cell-means model of a validated results table, seeds as blocks (``inference.fit_cells``)."""
     masks, cell_index = np.unique(cell_masks(results, factors), return_inverse=True)
     _, seed_index = np.unique(results[SEED_COLUMN].astype(str).to_numpy(), return_inverse=True)
     return fit_cells(cell_index.ravel(), seed_index.ravel(), results[metric].to_numpy(float), masks.astype(np.int64))
@@ -413,7 +414,7 @@ def analyze(
     """
     factors = list(factors)
     results = validate_results(results, factors, metric)
-    fit = _fit(results, factors, metric)
+    fit = fit_table(results, factors, metric)
     info = describe_design(fit.masks, len(factors))
     require_design(info, design, factors)
     paths, notes = resolve_orderings(orderings, factors)
@@ -503,7 +504,7 @@ def _compute_views(results, factors, metric, fit, effects, curves, design, confi
     at_budget = budget_values(curves, results, factors, metric) if curves is not None else None
     if at_budget is not None and len(at_budget[0]):
         budget_results, budget, not_reached = at_budget
-        budget_fit = _fit(budget_results, factors, metric)
+        budget_fit = fit_table(budget_results, factors, metric)
         compute["mean_at_budget"] = pd.Series(budget_fit.mu, index=budget_fit.masks).reindex(compute.index)
         compute["runs_at_budget"] = pd.Series(budget_fit.n, index=budget_fit.masks).reindex(compute.index).fillna(0)
         same_cells = np.array_equal(budget_fit.masks, fit.masks)

@@ -28,8 +28,10 @@ import pandas as pd
 from scipy import integrate, stats
 
 from . import shapley as sv
+from .analysis import fit_table, noise_model
 from .design import DesignInfo, describe_design
 from .effects import effect_contrasts, model_prediction_map
+from .table import ReportInputError, validate_results
 
 POWER_COLUMNS = [
     "design", "cells", "family", "statistic", "tests", "level", "se_one_seed", "seeds_per_cell", "runs", "power",
@@ -139,11 +141,8 @@ def pilot_sigma(results: pd.DataFrame, factors: list[str], metric: str) -> tuple
     Raises ReportInputError (via validation) for a bad table, and when the pilot has no
     residual degrees of freedom and no basis for Lenth's method.
     """
-    from .analysis import _fit, noise_model  # the report's own model, so plan and report agree
-    from .table import ReportInputError, validate_results
-
     results = validate_results(results, factors, metric)
-    fit = _fit(results, factors, metric)
+    fit = fit_table(results, factors, metric)  # the report's own model, so plan and report agree
     design = describe_design(fit.masks, len(factors))
     noise, lenth = noise_model(fit, design, effect_contrasts(design, factors, np.linalg.inv(fit.g_inv)), 0.95)
     if not np.isfinite(noise.sigma2) or noise.sigma2 <= 0:

@@ -3,85 +3,31 @@
 from __future__ import annotations
 
 import base64
-import functools
 from dataclasses import dataclass
 from itertools import combinations, product
 from pathlib import Path
 from typing import Callable
 
-import jinja2
 import markupsafe
 import numpy as np
 import pandas as pd
 
-from dapo_ablate.core.contracts import DEFAULT_METRIC
+from dapo_ablate.core.contracts import DEFAULT_METRIC, SETTING_COLUMN
 
 from . import plots
 from .analysis import Analysis, analyze
-from .export import to_html, to_markdown, display_frame, write_table
 from .claims import CLAIM_COLUMNS
+from .export import display_frame, to_html, to_markdown, write_table
 from .headline import cell_values
 from .inference import estimate
-from .summary import EMPTY_SUPPORTED, summary_sections
 from .orderings import comparisons_at
+from .pages import TABLES, FigureView, cumulative_display, render_page, table_captions
+from .summary import EMPTY_SUPPORTED, summary_sections
 from .table import ReportInputError, cell_label, validate_curves
+from .transfer_report import write_transfer_report
 
 FORMATS = ("csv", "md", "tex", "png", "html")
 REPORT_ORDERINGS_SHOWN = 3  # report.md/html show this many orderings; cumulative.csv has all
-
-
-def _captions(analysis: Analysis) -> dict[str, str]:
-    unit = " (percentage points)" if analysis.percent else ""
-    conf = f"{analysis.confidence:.0%} CI"
-    paper = (
-        " Column paper: the DAPO paper's numbers (Qwen2.5-32B, AIME 2024 avg@32, one run per row)."
-        if analysis.paper_reference and analysis.percent
-        else ""
-    )
-    return {
-        "claims": "Claims (claims.csv): one row per sentence of \"Supported by the data\"; estimate and "
-        f"{conf}{unit}, raw p-value and the family-adjusted p-value the claim rests on.",
-        "cells": f"Cells: runs, mean (for these seeds: seed-adjusted when a cell lacks a seed the others ran), sd over seeds, "
-        f"{conf} of {analysis.metric}{unit}.",
-        "cumulative": f"Cumulative tables: each step adds one factor to the row above; delta is the gain over it, with {conf}.{paper}",
-        "orderings": "Order dependence: each factor's gain by the position at which an ordering adds it, and over all orderings (mean with "
-        f"{conf}, min, max, share of orderings in which it helps). comparisons: the distinct cell pairs (with and without the "
-        f"factor) behind a row; positions 1 and {len(analysis.factors)} are one comparison each (onto the baseline; onto all "
-        "the others), shared by many orderings, so min and max are left empty there. orderings.csv keeps n_orderings.",
-        "shapley": f"Shapley values (mean gain over all orderings) and Banzhaf values (mean over edges = main effect), {conf}{unit}.",
-        "effects": f"Factorial effects (-1/+1 coding, effect = 2 x OLS coefficient): main effects and two-factor interactions "
-        f"(aliased terms named as their whole chain), {conf}{unit}, Welch-Satterthwaite df, raw and family-adjusted p-values.",
-        "leave_one_out": f"Leave-one-out (full minus full without the factor) and add-one (baseline plus the factor minus baseline), {conf}{unit}.",
-        "compute": "Compute per cell (means over seeds): tokens generated include those discarded by dynamic sampling; "
-        f"gain is over the baseline{unit}; gain_per_added_mtok divides it by the million tokens the cell generated "
-        "beyond the baseline (empty where it adds none); mean_at_budget (when shown) is the mean at the equal-compute budget "
-        "over the cell's runs_at_budget runs (a run whose curve starts past the budget is not reached and not counted).",
-        "compute_matched": "Equal compute: each effect at equal training steps (effect, CI) beside the same effect with every run "
-        "read at one generated-token budget (budget_tokens), interpolated linearly between its evaluations"
-        f"{unit}. Empty when the results carry no evaluation curves with token counts.",
-    }
-
-
-def _cumulative_display(analysis: Analysis, limit: int | None = None) -> pd.DataFrame:
-    """The cumulative table with the paper's numbers beside the ``paper`` ordering."""
-    table = analysis.cumulative
-    if limit is not None:
-        table = table[table["ordering"].isin(list(dict.fromkeys(table["ordering"]))[:limit])]
-    if not (analysis.paper_reference and analysis.percent):
-        return table
-    paper = [
-        (
-            analysis.paper_reference[row.step]
-            if row.ordering == "paper" and row.step < len(analysis.paper_reference)
-            else None
-        )
-        for row in table.itertuples(index=False)
-    ]
-    shown = table.copy()
-    shown.insert(
-        shown.columns.get_loc("mean") + 1, "paper", [float("nan") if v is None else float(v) for v in paper]
-    )
-    return shown
 
 
 PAPER_LABEL = "DAPO paper (Qwen2.5-32B, AIME 2024)"
@@ -165,7 +111,7 @@ def _figures(analysis: Analysis, curves: pd.DataFrame | None, signals: pd.DataFr
     metric, percent, confidence = analysis.metric, analysis.percent, analysis.confidence
     made = {
         "cumulative.png": plots.cumulative_plot(
-            _cumulative_display(analysis, REPORT_ORDERINGS_SHOWN), metric, percent, confidence,
+            cumulative_display(analysis, REPORT_ORDERINGS_SHOWN), metric, percent, confidence,
             cell_label(0, analysis.factors), PAPER_LABEL,
         ),  # fmt: skip
         "shapley.png": plots.shapley_plot(analysis.shapley, metric, percent, confidence),
@@ -198,7 +144,7 @@ def _report_tables(analysis: Analysis) -> list[tuple[str, str, pd.DataFrame]]:
     """(section title, table name, display table) in report order."""
     return [
         ("Claims", "claims", analysis.claims),
-        ("Cumulative tables", "cumulative", _cumulative_display(analysis, REPORT_ORDERINGS_SHOWN)),
+        ("Cumulative tables", "cumulative", cumulative_display(analysis, REPORT_ORDERINGS_SHOWN)),
         ("Shapley and Banzhaf values", "shapley", analysis.shapley),
         ("Order dependence", "orderings", _orderings_display(analysis)),
         ("Factorial effects", "effects", analysis.effects),
@@ -224,15 +170,6 @@ def _empty(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class FigureView:
-    """A figure as a page shows it: its file name and, on an HTML page, its PNG as base64."""
-
-    name: str
-    caption: str
-    base64: str = ""
-
-
-@dataclass(frozen=True)
 class TableBlock:
     """One table section of a page: title, caption, the rendered table (Markdown or HTML; empty
     when the table has no rows, then ``empty`` says why), a note under it, and its figures."""
@@ -245,32 +182,9 @@ class TableBlock:
     figures: list[FigureView]
 
 
-TEMPLATES = Path(__file__).with_name("templates")
-
-
-@functools.cache
-def _environment() -> jinja2.Environment:
-    """The report pages' templates; HTML templates autoescape, Markdown ones do not."""
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
-        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default_for_string=False),
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined,
-    )
-
-
-def render_page(template: str, **context) -> str:
-    """Render ``reports/templates/<template>`` (ending in exactly one newline); every page also
-    gets ``empty_supported``."""
-    page = _environment().get_template(template).render(empty_supported=EMPTY_SUPPORTED, **context)
-    return page.rstrip("\n") + "\n"
-
-
 def _blocks(analysis: Analysis, figures: dict[str, bytes] | list[str], html_page: bool) -> list[TableBlock]:
     """The table sections of report.md (``html_page`` False) or report.html, in report order."""
-    captions, figure_captions = _captions(analysis), _figure_captions(analysis)
+    captions, figure_captions = table_captions(analysis), _figure_captions(analysis)
     blocks = []
     for title, name, table in _report_tables(analysis):
         shown = display_frame(table, analysis.percent, analysis.factors)
@@ -321,9 +235,6 @@ def _check_options(formats, confidence: float) -> set[str]:
     return chosen
 
 
-TABLES = ("cells", "cumulative", "orderings", "shapley", "effects", "leave_one_out", "compute", "compute_matched")
-
-
 def write_report(
     results: pd.DataFrame,
     factors: list[str],
@@ -359,10 +270,8 @@ def write_report(
     """
     chosen = _check_options(formats, confidence)
     factors = list(factors)
-    if "setting" in results.columns and results["setting"].astype(str).nunique(dropna=False) > 1:
-        from .transfer_report import write_transfer_report  # a transfer study: one block per setting
-
-        return write_transfer_report(
+    if SETTING_COLUMN in results.columns and results[SETTING_COLUMN].astype(str).nunique(dropna=False) > 1:
+        return write_transfer_report(  # a transfer study: one block per setting
             results, factors, Path(out_dir), chosen, metric=metric, orderings=orderings, confidence=confidence,
             design=design, adjust=adjust, per_effect_tests=per_effect_tests, echo=echo,
             equivalence_margin=equivalence_margin,
@@ -380,9 +289,9 @@ def write_report(
 
     written: dict[str, Path] = {"claims.csv": out / "claims.csv"}
     analysis.claims[CLAIM_COLUMNS].to_csv(written["claims.csv"], index=False)
-    captions = _captions(analysis)
+    captions = table_captions(analysis)
     for name in TABLES:
-        display = {"cumulative": _cumulative_display, "orderings": _orderings_display}.get(name, lambda a: None)(analysis)
+        display = {"cumulative": cumulative_display, "orderings": _orderings_display}.get(name, lambda a: None)(analysis)
         table = getattr(analysis, name)
         written |= write_table(name, table, out, chosen, captions[name], analysis.percent, factors, display)
     if "csv" in chosen:

@@ -19,7 +19,7 @@ from . import plots
 from .claims import CLAIM_COLUMNS, amount, claim_sentence, interval, short_term
 from .export import display_frame, to_html, to_markdown, write_table
 from .headline import headline, headline_lines
-from .report import TABLES, FigureView, _captions, _cumulative_display, render_page
+from .pages import TABLES, FigureView, cumulative_display, render_page, table_captions
 from .summary import EMPTY_SUPPORTED, design_line, summary_sections
 from .transfer import DEFAULT_MARGIN, TransferAnalysis, analyze_transfer
 
@@ -228,10 +228,10 @@ def write_transfer_report(
     claims_frame(transfer).to_csv(written["claims.csv"], index=False)
     transfer.transfer.to_csv(written["transfer.csv"], index=False)
     transfer.ranks.to_csv(written["rank_agreement.csv"], index=False)
-    captions = _captions(first)
+    captions = table_captions(first)
     for name in TABLES:
         table = _stacked(transfer, lambda a: getattr(a, name))
-        display = _stacked(transfer, _cumulative_display) if name == "cumulative" else None
+        display = _stacked(transfer, cumulative_display) if name == "cumulative" else None
         caption = captions[name] + " One block of rows per setting (column setting)."
         written |= write_table(name, table, out, chosen, caption, transfer.percent, list(factors), display)
     if "csv" in chosen:

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from dapo_ablate.reports import PAPER_FACTORS, analyze, write_report
-from dapo_ablate.reports.report import TEMPLATES, _report_tables
+from dapo_ablate.reports.pages import TEMPLATES
+from dapo_ablate.reports.report import _report_tables
 from dapo_ablate.reports.simulate import simulate_results
 from dapo_ablate.reports.summary import summary_sections
 
@@ -191,10 +192,11 @@ def test_signals_without_a_step_column_are_refused(results, tmp_path):
 
 def test_cumulative_figure_has_one_panel_per_ordering_shown(monkeypatch, results):
     from dapo_ablate.reports import plots
-    from dapo_ablate.reports.report import REPORT_ORDERINGS_SHOWN, _cumulative_display
+    from dapo_ablate.reports.pages import cumulative_display
+    from dapo_ablate.reports.report import REPORT_ORDERINGS_SHOWN
 
     analysis = analyze(results, FACTORS, orderings=[list(PAPER_FACTORS), list(reversed(PAPER_FACTORS))])
-    shown = _cumulative_display(analysis, REPORT_ORDERINGS_SHOWN)
+    shown = cumulative_display(analysis, REPORT_ORDERINGS_SHOWN)
     assert shown.loc[shown["ordering"] == "paper", "paper"].tolist() == [30, 36, 38, 41, 42, 50]
     titles = _titles(monkeypatch, lambda: plots.cumulative_plot(shown, "avg@32", True, 0.95, "GRPO", "paper"))
     assert titles == ["ordering paper", "ordering DS>TL>SP>CH>OF"]
