@@ -60,7 +60,7 @@ def load_yaml_text(text: str, name: str) -> Any:
     if size > MAX_FILE_BYTES:
         raise YAMLFileError(f"{name} is larger than {MAX_FILE_BYTES // 2**20} MB; a config is a few KB, check it")
     try:
-        data = yaml.load(text, Loader=_LOADER)  # noqa: S506 (a safe loader: plain data only)
+        data = yaml.load(text, Loader=_LOADER)  # a safe loader: plain data only
     except yaml.YAMLError as err:
         raise YAMLSyntaxError(f"{name} is not valid YAML ({_problem(err)}); fix its syntax") from None
     except RecursionError:
