@@ -75,10 +75,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summary(out: Path, experiment: str) -> list[str]:
-    from dapo_ablate.ablation.store.ledger import Ledger
+    from dapo_ablate.ablation.store.ledger import SQLLedger
 
     lines = []
-    with Ledger(f"sqlite:///{out}/ledger.db") as ledger:
+    with SQLLedger(f"sqlite:///{out}/ledger.db") as ledger:
         results = {r["run_id"]: r for r in ledger.results(experiment)}
         for row in ledger.runs_table(experiment):
             result = results.get(row["run_id"])

@@ -26,7 +26,7 @@ from dapo_ablate.ablation.runtime.executor import (
     run_experiment,
     this_host,
 )
-from dapo_ablate.ablation.store.ledger import Ledger
+from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.store.results import load_experiment_results, status_rows
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec, load_spec
 from dapo_ablate.ablation.store.tracking import RUN_ID_TAG
@@ -114,7 +114,7 @@ def mlflow_children(spec: ExperimentSpec) -> dict[str, list[Any]]:
 
 
 def rows(spec: ExperimentSpec) -> dict[str, dict[str, Any]]:
-    with Ledger(spec.ledger) as ledger:
+    with SQLLedger(spec.ledger) as ledger:
         return {row["run_id"]: row for row in ledger.runs_table(spec.name)}
 
 
@@ -183,7 +183,7 @@ def test_runs_held_by_a_dead_driver_on_this_host_are_taken_over_at_once(local_ra
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     held_dead, held_live = plan.runs[0].run_id, plan.runs[1].run_id
-    with Ledger(spec.ledger) as ledger:
+    with SQLLedger(spec.ledger) as ledger:
         ledger.ensure_experiment(spec.name, spec.to_dict())
         ledger.add_runs(spec.name, plan.run_specs())
         namespace = this_host().rpartition(":")[0]  # hostname and pid namespace of this driver

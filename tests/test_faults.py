@@ -13,9 +13,9 @@ from test_executor import calls, mlflow_children, rows, run, write_spec
 
 from dapo_ablate.ablation.store import transient
 from dapo_ablate.ablation.runtime.executor import KEPT_RESULT, ExecutorError
-from dapo_ablate.ablation.store.ledger import Ledger, LedgerError
+from dapo_ablate.ablation.store.ledger import LedgerError, SQLLedger
 
-real_finish = Ledger.finish
+real_finish = SQLLedger.finish
 
 
 def dropped_connection() -> LedgerError:
@@ -58,7 +58,7 @@ def test_a_ledger_write_that_fails_once_is_retried_and_the_run_is_not_retrained(
             raise dropped_connection()
         return real_finish(self, run_id, result)
 
-    monkeypatch.setattr(Ledger, "finish", finish_failing_once)
+    monkeypatch.setattr(SQLLedger, "finish", finish_failing_once)
     spec, summary = run(write_spec(tmp_path), counting_cell)
     assert failed and summary.failed_attempts == 0
     assert set(calls(spec).values()) == {1}  # every run trained exactly once
@@ -74,11 +74,11 @@ def test_a_ledger_that_stays_down_stops_the_driver_and_the_kept_result_is_record
         raise dropped_connection()
 
     path = write_spec(tmp_path, executor={"max_concurrent": 1, "retries": 1})
-    monkeypatch.setattr(Ledger, "finish", finish_always_failing)
+    monkeypatch.setattr(SQLLedger, "finish", finish_always_failing)
     with pytest.raises(ExecutorError, match="this is the database, not the spec") as caught:
         run(path, counting_cell)
     assert KEPT_RESULT in str(caught.value)
-    monkeypatch.setattr(Ledger, "finish", real_finish)
+    monkeypatch.setattr(SQLLedger, "finish", real_finish)
     spec, summary = run(path, counting_cell)
     assert {row["status"] for row in rows(spec).values()} == {"done"}
     assert set(calls(spec).values()) == {1}  # the kept result was recorded, not trained again

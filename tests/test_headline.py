@@ -118,7 +118,7 @@ def test_report_puts_the_headline_on_the_parent_run(local_ray, tmp_path: Path):
 
     from dapo_ablate.ablation.experiment.design import expand
     from dapo_ablate.ablation.runtime.executor import run_experiment
-    from dapo_ablate.ablation.store.ledger import Ledger
+    from dapo_ablate.ablation.store.ledger import SQLLedger
     from dapo_ablate.ablation.experiment.spec import load_spec
     from dapo_ablate.cli.main import app
     from dapo_ablate.cli.report_cmd import log_experiment_headline
@@ -132,7 +132,7 @@ def test_report_puts_the_headline_on_the_parent_run(local_ray, tmp_path: Path):
     result = CliRunner().invoke(app, ["report", str(spec_path), "--out", str(report), "--format", "csv,png"])
     assert result.exit_code == 0, result.output
     assert (report / "signals.png").is_file()  # the ledger's per-step signals reach the figure
-    with Ledger(spec.ledger) as ledger:
+    with SQLLedger(spec.ledger) as ledger:
         parent_id = ledger.get_experiment(spec.name).mlflow_parent_run_id
     parent = MlflowClient(spec.tracking.uri).get_run(parent_id)
     metrics = parent.data.metrics
@@ -153,7 +153,7 @@ def test_run_ends_with_the_headline_on_the_parent_run(local_ray, tmp_path: Path,
     from typer.testing import CliRunner
 
     from dapo_ablate.ablation.runtime.executor import CELL_FN_ENV
-    from dapo_ablate.ablation.store.ledger import Ledger
+    from dapo_ablate.ablation.store.ledger import SQLLedger
     from dapo_ablate.ablation.experiment.spec import load_spec
     from dapo_ablate.cli.main import app
 
@@ -163,7 +163,7 @@ def test_run_ends_with_the_headline_on_the_parent_run(local_ray, tmp_path: Path,
     assert result.exit_code == 0, result.output
     assert "All factors on (OF+CH) vs baseline (all off): +29.8 pp [" in result.output
     spec = load_spec(spec_path)
-    with Ledger(spec.ledger) as ledger:
+    with SQLLedger(spec.ledger) as ledger:
         parent_id = ledger.get_experiment(spec.name).mlflow_parent_run_id
     metrics = MlflowClient(spec.tracking.uri).get_run(parent_id).data.metrics
     assert metrics["headline/full_vs_baseline"] == pytest.approx(0.298, abs=1e-9)

@@ -16,7 +16,7 @@ import pytest
 
 from dapo_ablate.ablation.runtime.backends.verl_results import result_from_history, score_name
 from dapo_ablate.ablation.runtime.jobs import RESULT_MARKER, JobFailed, result_from_logs, submission_ids
-from dapo_ablate.ablation.store.ledger import Ledger
+from dapo_ablate.ablation.store.ledger import SQLLedger
 from test_ray_cluster import Head, client_env, short_root  # noqa: F401 - fixture
 from test_ray_cluster import done_runs, write_spec
 from test_run_cli import kill_session
@@ -77,7 +77,7 @@ def test_sigkill_of_the_driver_while_a_job_runs_then_rerun_reattaches_and_record
         out_dir = tmp_path / "out" / "ray-cluster"
         recorded = {json.loads((folder / "job.json").read_text())["submission_id"] for folder in out_dir.iterdir() if (folder / "job.json").is_file()}
         assert recorded == {sid for sid, _ in jobs}
-        with Ledger(f"sqlite:///{tmp_path / 'out' / 'ledger.db'}") as ledger:  # the driver wrote each run's job
+        with SQLLedger(f"sqlite:///{tmp_path / 'out' / 'ledger.db'}") as ledger:  # the driver wrote each run's job
             rows = ledger.runs_table("ray-cluster")
         assert {row["job_id"] for row in rows} == recorded
         assert all(row["job_id"] == submission_ids(str(out_dir / row["run_id"]))[0] + "-a1" for row in rows)
@@ -110,7 +110,7 @@ def test_a_run_past_its_timeout_has_its_job_stopped_and_its_job_id_in_the_ledger
         jobs = dict(list_jobs(head))
     finally:
         head.stop()
-    with Ledger(f"sqlite:///{tmp_path / 'out' / 'ledger.db'}") as ledger:
+    with SQLLedger(f"sqlite:///{tmp_path / 'out' / 'ledger.db'}") as ledger:
         rows = ledger.runs_table("ray-cluster")
     assert [row["status"] for row in rows] == ["failed", "failed"], err[-3000:]
     assert all(row["error"].startswith("TimeoutError: the run exceeded executor.run_timeout_s") for row in rows)

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from dapo_ablate.ablation.experiment.identity import RunSpec
-from dapo_ablate.ablation.store.ledger import SCHEMA_VERSION, Ledger, LedgerError
+from dapo_ablate.ablation.store.ledger import SCHEMA_VERSION, Ledger, LedgerError, SQLLedger
 
 FACTORS = (
     "overlong_filter", "clip_higher", "soft_overlong", "token_level_loss", "dynamic_sampling"
@@ -44,7 +44,7 @@ RESULT = {
 
 @pytest.fixture
 def ledger(ledger_url: str) -> Iterator[Ledger]:
-    with Ledger(ledger_url) as opened:
+    with SQLLedger(ledger_url) as opened:
         opened.ensure_experiment("exp", {"design": "full"})
         yield opened
 
@@ -62,20 +62,20 @@ def read_schema_versions(url: str) -> list[int]:
 
 
 def test_schema_version_is_recorded_once(ledger_url: str) -> None:
-    Ledger(ledger_url).close()
-    Ledger(ledger_url).close()
+    SQLLedger(ledger_url).close()
+    SQLLedger(ledger_url).close()
     assert read_schema_versions(ledger_url) == [SCHEMA_VERSION]
 
 
 def test_newer_schema_is_refused(ledger_url: str) -> None:
-    Ledger(ledger_url).close()
+    SQLLedger(ledger_url).close()
     engine = create_engine(ledger_url)
     with engine.begin() as connection:
         newer = {"v": SCHEMA_VERSION + 1}
         connection.execute(text("UPDATE schema_version SET version = :v"), newer)
     engine.dispose()
     with pytest.raises(LedgerError, match=rf"schema version {SCHEMA_VERSION + 1}, newer than"):
-        Ledger(ledger_url)
+        SQLLedger(ledger_url)
 
 
 def open_at_once(url: str, drivers: int = 6) -> list[Exception]:
@@ -85,7 +85,7 @@ def open_at_once(url: str, drivers: int = 6) -> list[Exception]:
     def open_ledger() -> None:
         barrier.wait()
         try:
-            Ledger(url).close()
+            SQLLedger(url).close()
         except Exception as err:  # collected: a thread's exception would otherwise vanish
             errors.append(err)
 
@@ -118,7 +118,7 @@ def as_schema_1(url: str) -> None:
 
 def test_a_schema_1_ledger_is_upgraded_in_place_and_keeps_every_run(ledger_url: str) -> None:
     assert SCHEMA_VERSION == 2  # a newer schema needs its own upgrade test beside this one
-    with Ledger(ledger_url) as ledger:
+    with SQLLedger(ledger_url) as ledger:
         ledger.ensure_experiment("exp", {"design": "full"})
         runs = make_runs([0, 1, 2, 3])
         ledger.add_runs("exp", runs)
@@ -134,19 +134,19 @@ def test_a_schema_1_ledger_is_upgraded_in_place_and_keeps_every_run(ledger_url: 
 
     assert open_at_once(ledger_url) == []  # drivers racing to upgrade it: one does, none fails
     assert read_schema_versions(ledger_url) == [SCHEMA_VERSION]
-    with Ledger(ledger_url) as ledger:
+    with SQLLedger(ledger_url) as ledger:
         assert ledger.runs_table("exp") == before  # job_id: None in both
         assert ledger.results("exp") == results_before
         ledger.set_job_id(runs[2].run_id, "dapo-ablate-exp-run-a1")
         assert ledger.heartbeat(runs[2].run_id, "a:1")
-    with Ledger(ledger_url) as ledger:  # opening an upgraded ledger again changes nothing
+    with SQLLedger(ledger_url) as ledger:  # opening an upgraded ledger again changes nothing
         job_ids = {row["run_id"]: row["job_id"] for row in ledger.runs_table("exp")}
         assert job_ids == {run.run_id: "dapo-ablate-exp-run-a1" if run == runs[2] else None for run in runs}
 
 
 def test_unreachable_database_is_one_clear_sentence() -> None:
     with pytest.raises(LedgerError) as raised:
-        Ledger("postgresql://postgres:hunter2@127.0.0.1:1/dapo")
+        SQLLedger("postgresql://postgres:hunter2@127.0.0.1:1/dapo")
     message = str(raised.value)
     masked = "postgresql+psycopg://postgres:***@127.0.0.1:1/dapo"
     assert message.startswith(f"could not connect to the ledger database at {masked}: ")
@@ -157,24 +157,24 @@ def test_unreachable_database_is_one_clear_sentence() -> None:
 def test_unusable_urls_are_ledger_errors(tmp_path) -> None:
     (tmp_path / "a_file").write_text("")
     with pytest.raises(LedgerError, match="could not create the folder for the ledger database"):
-        Ledger(f"sqlite:///{tmp_path / 'a_file' / 'ledger.db'}")
+        SQLLedger(f"sqlite:///{tmp_path / 'a_file' / 'ledger.db'}")
     with pytest.raises(LedgerError, match="unsupported ledger database"):
-        Ledger("mysql://root@localhost/dapo")
+        SQLLedger("mysql://root@localhost/dapo")
     with pytest.raises(LedgerError, match="in-memory SQLite ledger"):
-        Ledger("sqlite://")
+        SQLLedger("sqlite://")
 
 
 @pytest.mark.postgres
 def test_plain_postgresql_url_uses_psycopg(postgres_url: str) -> None:
     plain = postgres_url.replace("postgresql+psycopg://", "postgresql://")
-    with Ledger(plain) as ledger:
+    with SQLLedger(plain) as ledger:
         assert ledger.url.startswith("postgresql+psycopg://")
         assert ledger.ensure_experiment("exp", {}) == 1
 
 
 def test_sqlite_creates_its_folder_and_uses_wal(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    Ledger().close()  # the default URL is relative to the working directory
+    SQLLedger().close()  # the default URL is relative to the working directory
     path = tmp_path / "dapo-runs" / "ledger.db"
     with sqlite3.connect(path) as connection:
         assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
@@ -182,7 +182,7 @@ def test_sqlite_creates_its_folder_and_uses_wal(tmp_path, monkeypatch) -> None:
 
 def test_status_from_a_second_process_while_a_writer_holds_the_lock(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    with Ledger(url) as ledger:
+    with SQLLedger(url) as ledger:
         ledger.ensure_experiment("exp", {})
         ledger.add_runs("exp", make_runs(range(3)))
         writer = sqlite3.connect(
@@ -191,8 +191,8 @@ def test_status_from_a_second_process_while_a_writer_holds_the_lock(tmp_path) ->
         writer.execute("BEGIN IMMEDIATE")
         writer.execute("UPDATE runs SET status = 'running'")  # not committed yet
         status = (
-            "import json, sys; from dapo_ablate.ablation.store.ledger import Ledger; "
-            "print(json.dumps(Ledger(sys.argv[1]).counts('exp')))"
+            "import json, sys; from dapo_ablate.ablation.store.ledger import SQLLedger; "
+            "print(json.dumps(SQLLedger(sys.argv[1]).counts('exp')))"
         )
         try:
             shown = subprocess.run(
@@ -266,7 +266,7 @@ def test_claim_is_exclusive(ledger: Ledger) -> None:
 def test_racing_drivers_claim_each_run_exactly_once(ledger: Ledger, ledger_url: str) -> None:
     run_ids = [run.run_id for run in make_runs(range(20))]
     ledger.add_runs("exp", make_runs(range(20)))
-    drivers = [Ledger(ledger_url) for _ in range(6)]  # separate engines: separate connections
+    drivers = [SQLLedger(ledger_url) for _ in range(6)]  # separate engines: separate connections
     barrier, wins, errors = threading.Barrier(len(drivers)), [], []
 
     def drive(number: int, driver: Ledger) -> None:

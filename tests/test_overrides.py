@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from dapo_ablate.ablation.experiment.design import expand
 from dapo_ablate.ablation.runtime.executor import CELL_FN_ENV
-from dapo_ablate.ablation.store.ledger import Ledger
+from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.runtime.reaper import kill_session
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec, load_spec
 from dapo_ablate.cli.main import app
@@ -92,7 +92,7 @@ def command(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def ledger_runs(tmp_path: Path, name: str) -> list[dict[str, Any]]:
     """The runs table of experiment `name` (status, metrics, ...)."""
-    with Ledger(f"sqlite:///{tmp_path / 'out' / 'ledger.db'}") as ledger:
+    with SQLLedger(f"sqlite:///{tmp_path / 'out' / 'ledger.db'}") as ledger:
         return ledger.runs_table(name)
 
 

@@ -17,7 +17,7 @@ from test_faults import dropped_connection
 
 from dapo_ablate.ablation.store import transient
 from dapo_ablate.ablation.runtime.executor import ExecutorError, Interrupted
-from dapo_ablate.ablation.store.ledger import Ledger, LedgerError
+from dapo_ablate.ablation.store.ledger import LedgerError, SQLLedger
 from dapo_ablate.ablation.experiment.spec import load_spec
 from dapo_ablate.ablation.store.transient import is_transient, retry_transient
 
@@ -68,7 +68,7 @@ def test_retry_rides_out_blips_and_then_blames_the_store_not_the_spec(quick_retr
 
 
 # -- blips while runs are in flight ---------------------------------------------------------------
-real_claim, real_heartbeat = Ledger.claim, Ledger.heartbeat
+real_claim, real_heartbeat = SQLLedger.claim, SQLLedger.heartbeat
 
 
 def counting_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:
@@ -109,8 +109,8 @@ def test_a_blip_in_a_claim_or_a_heartbeat_is_ridden_out(local_ray, tmp_path, mon
         (out / "beat").write_text("")
         return held
 
-    monkeypatch.setattr(Ledger, "claim", claim_failing_once)
-    monkeypatch.setattr(Ledger, "heartbeat", heartbeat_failing_once)
+    monkeypatch.setattr(SQLLedger, "claim", claim_failing_once)
+    monkeypatch.setattr(SQLLedger, "heartbeat", heartbeat_failing_once)
     spec, summary = run(write_spec(tmp_path, executor={"retries": 0, "lease_s": 4}), beat_waiting_cell)
     assert failed == {"claim": 1, "heartbeat": 1}
     assert summary.exit_code == 0 and summary.failed_attempts == 0
@@ -126,7 +126,7 @@ def test_a_database_that_stays_down_during_heartbeats_stops_the_driver_with_a_se
         time.sleep(3600)
         return {}
 
-    monkeypatch.setattr(Ledger, "heartbeat", heartbeat_down)
+    monkeypatch.setattr(SQLLedger, "heartbeat", heartbeat_down)
     with pytest.raises(ExecutorError, match="the ledger database failed while trying to renew the lease"):
         run(write_spec(tmp_path, executor={"retries": 0, "lease_s": 4, "max_concurrent": 1}), forever_cell)
     states = {row["status"] for row in rows(load_spec(tmp_path / "spec.yaml")).values()}
@@ -150,7 +150,7 @@ def test_a_sweep_run_past_run_timeout_s_fails_its_trial_and_the_sweep_ends(local
     assert summary.exit_code == 1 and len(summary.failures) == 2
     assert all("exceeded executor.run_timeout_s (3 s)" in error for error in summary.failures.values())
     assert [t.state.name for t in trials(spec)] == ["FAIL", "FAIL"]
-    ledger_rows = Ledger(spec.ledger).runs_table(spec.name)
+    ledger_rows = SQLLedger(spec.ledger).runs_table(spec.name)
     assert {row["status"] for row in ledger_rows} == {"failed"}
     assert all("run_timeout_s" in row["error"] for row in ledger_rows)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dapo_ablate.ablation.store.ledger import Ledger
+from dapo_ablate.ablation.store.ledger import SQLLedger
 from test_run_cli import kill_session
 from tiny_configs import TINY_TRAINER
 
@@ -139,7 +139,7 @@ def client_env(head: Head, **extra: str) -> dict[str, str]:
 
 
 def done_runs(spec: Path) -> int:
-    with Ledger(f"sqlite:///{spec.parent / 'out' / 'ledger.db'}") as ledger:
+    with SQLLedger(f"sqlite:///{spec.parent / 'out' / 'ledger.db'}") as ledger:
         return sum(row["status"] == "done" for row in ledger.runs_table("ray-cluster"))
 
 

@@ -22,7 +22,7 @@ import yaml
 from typer.testing import CliRunner
 
 from dapo_ablate.ablation.runtime.executor import CELL_FN_ENV
-from dapo_ablate.ablation.store.ledger import Ledger
+from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.runtime.reaper import kill_session
 from dapo_ablate.ablation.store.tracking import RUN_ID_TAG
 from dapo_ablate.cli import run_cmd
@@ -109,7 +109,7 @@ def wait_for(spec_path: Path, process: subprocess.Popen, status: str, at_least: 
 
 def ledger_state(spec_path: Path) -> tuple[dict[str, dict], dict[str, dict]]:
     """(runs table by run id, results by run id) of the experiment."""
-    with Ledger(f"sqlite:///{spec_path.parent / 'out' / 'ledger.db'}") as ledger:
+    with SQLLedger(f"sqlite:///{spec_path.parent / 'out' / 'ledger.db'}") as ledger:
         runs = {row["run_id"]: row for row in ledger.runs_table("cli-exp")}
         results = {row["run_id"]: row for row in ledger.results("cli-exp")}
     return runs, results
@@ -335,7 +335,7 @@ def test_status_shows_errors_and_metrics(tmp_path: Path):
 
     spec = load_spec(spec_path)
     plan = expand(spec)
-    with Ledger(spec.ledger) as ledger:
+    with SQLLedger(spec.ledger) as ledger:
         ledger.ensure_experiment(spec.name, spec.to_dict())
         ledger.add_runs(spec.name, plan.run_specs())
         first, second = plan.runs[0].run_id, plan.runs[1].run_id

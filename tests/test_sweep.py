@@ -20,7 +20,7 @@ import yaml
 from optuna.trial import TrialState
 
 from dapo_ablate.ablation.runtime.executor import CELL_FN_ENV
-from dapo_ablate.ablation.store.ledger import Ledger
+from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.store.tracking import PARENT_TAG, ROLE_TAG, RUN_ID_TAG
 from dapo_ablate.sweeps import study as studies
 from dapo_ablate.sweeps.report import read_report, write_report
@@ -131,7 +131,7 @@ def _lines(path: Path) -> int:
 
 
 def ledger_rows(spec) -> dict[str, dict[str, Any]]:
-    with Ledger(spec.ledger) as ledger:
+    with SQLLedger(spec.ledger) as ledger:
         return {row["run_id"]: row for row in ledger.runs_table(spec.name)}
 
 
@@ -207,7 +207,7 @@ def test_a_cell_function_without_on_eval_still_reports_its_curve(local_ray, tmp_
 def test_stale_trials_of_another_host_are_failed_and_retried_through_the_heartbeat(local_ray, tmp_path, ledger_url, shared_mlflow):
     path = write_sweep(tmp_path, mlflow=shared_mlflow, ledger=ledger_url, n_trials=3, heartbeat={"interval_s": 1, "grace_period_s": 2})
     spec = load_sweep(path)
-    Ledger(spec.ledger).close()  # creates the SQLite folder, as the driver does
+    SQLLedger(spec.ledger).close()  # creates the SQLite folder, as the driver does
     study = studies.open_study(spec, studies.open_storage(spec))
     lost = studies.ask(study, spec, driver="another-node:4711")  # its driver stops beating
     time.sleep(3)

@@ -58,7 +58,7 @@ def test_status_shows_the_ray_job_of_cells_run_as_jobs(local_ray, tmp_path):
     from test_executor import counting_cell
     from typer.testing import CliRunner
 
-    from dapo_ablate.ablation.store.ledger import Ledger
+    from dapo_ablate.ablation.store.ledger import SQLLedger
     from dapo_ablate.cli.main import app
 
     path = write_spec(tmp_path)
@@ -67,7 +67,7 @@ def test_status_shows_the_ray_job_of_cells_run_as_jobs(local_ray, tmp_path):
     plain = runner.invoke(app, ["status", str(path)], env={"COLUMNS": "200"})
     assert plain.exit_code == 0 and "dapo-ablate-exp-" not in plain.output  # no job column without jobs
     run_id = next(iter(rows(spec)))
-    with Ledger(spec.ledger) as ledger:
+    with SQLLedger(spec.ledger) as ledger:
         ledger.set_job_id(run_id, f"dapo-ablate-exp-{run_id}-a1")
     shown = runner.invoke(app, ["status", str(path)], env={"COLUMNS": "250"})
     assert shown.exit_code == 0 and f"dapo-ablate-exp-{run_id}-a1" in shown.output.replace("\n", "").replace(" ", "").replace("│", "")

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dapo_ablate.ablation.store.ledger import Ledger
+from dapo_ablate.ablation.store.ledger import SQLLedger
 from test_ray_cluster import dapo_ablate_run, free_port, short_root  # noqa: F401 - fixture
 
 BIN = Path(sys.executable).parent
@@ -199,7 +199,7 @@ def test_the_paper_job_shape_is_placed_on_two_nodes_with_the_entrypoint_the_dry_
         assert result.returncode == 0, result.stderr[-3000:]
 
         jobs = {job["sid"]: job for job in submitted_jobs(cluster)}
-        with Ledger(f"sqlite:///{tmp_path / 'paper' / 'out' / 'ledger.db'}") as ledger:
+        with SQLLedger(f"sqlite:///{tmp_path / 'paper' / 'out' / 'ledger.db'}") as ledger:
             rows = ledger.runs_table("shape")
             results = ledger.results("shape")
         assert len(rows) == 2 and all(row["status"] == "done" for row in rows)

@@ -111,10 +111,10 @@ def test_real_verl_jobs_per_cell_through_the_job_api_with_each_technique_visible
     assert sorted(entrypoint for entrypoint, _ in jobs.values()) == sorted(entry for _, entry in printed)
 
     # the ledger: four runs done, with verl's avg@4 read back
-    from dapo_ablate.ablation.store.ledger import Ledger
+    from dapo_ablate.ablation.store.ledger import SQLLedger
 
     out = tmp_path / "out"
-    with Ledger(f"sqlite:///{out}/ledger.db") as ledger:
+    with SQLLedger(f"sqlite:///{out}/ledger.db") as ledger:
         rows = ledger.runs_table("verl-cpu")
         results = ledger.results("verl-cpu")
     assert len(rows) == 4 and all(row["status"] == "done" and row["job_id"] for row in rows)

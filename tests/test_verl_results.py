@@ -24,7 +24,7 @@ from dapo_ablate.ablation.runtime.backends.verl import job_env
 from dapo_ablate.core.config import build_trainer_config
 from dapo_ablate.ablation.runtime.backends.verl_results import result_from_history, result_from_mlflow, score_name
 from dapo_ablate.ablation.experiment.identity import RunSpec
-from dapo_ablate.ablation.store.ledger import Ledger
+from dapo_ablate.ablation.store.ledger import SQLLedger
 
 VERL_STEPS = r"""
 def validation(step):  # 32 samples per problem: val-core at k = 32 (verl's _val_metrics_update)
@@ -136,7 +136,7 @@ def test_a_verl_run_in_mlflow_reads_back_as_the_ledger_result(logger: str, tmp_p
     assert (result["tokens_generated"], result["tokens_discarded"]) == (trained + discarded, discarded)
     assert result["wall_s"] == 3600.0
 
-    with Ledger(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:  # the shape the ledger stores
+    with SQLLedger(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:  # the shape the ledger stores
         ledger.ensure_experiment("paper", {})
         ledger.add_runs("paper", [RunSpec("r1", "11111", {}, 0, config)])
         assert ledger.claim("r1", "a:1") and ledger.finish("r1", result)

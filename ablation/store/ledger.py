@@ -1,7 +1,12 @@
 """The run ledger: which runs each experiment needs, who is running them, and what they produced.
 
-A `Ledger` is a narrow storage interface over one SQL database (SQLite by default, PostgreSQL
-for clusters). Only the driver writes it; any process may read it (`dapo-ablate status`).
+`Ledger` is a narrow storage interface (a `typing.Protocol`: what the drivers, the pool and the
+reports call) with two implementations, one test suite run against both (tests/test_ledger.py):
+`SQLLedger` over one SQL database (SQLite by default, PostgreSQL for clusters), and `MemoryLedger`
+(`ablation.store.memory_ledger`), which keeps it all in this process, as Optuna's InMemoryStorage
+does. `connect_ledger(url)` opens either. Only the driver writes a ledger; any process may read a
+SQL one (`dapo-ablate status`). The rules of the contract are stated once, in
+`ablation.store.ledger_rules`, and both implementations apply them.
 
 Contract
 --------
@@ -28,18 +33,21 @@ Ray jobs
     a failure it still names the job a rerun re-attaches to, or the one a driver stops.
 
 Concurrency
-    `claim` is a single ``UPDATE ... WHERE <claimable>`` whose row count says who won, so of
-    any number of drivers (threads, processes, hosts) racing for a run exactly one gets True.
+    `SQLLedger.claim` is a single ``UPDATE ... WHERE <claimable>`` whose row count says who won,
+    so of any number of drivers (threads, processes, hosts) racing for a run exactly one gets
+    True; `MemoryLedger` takes a lock instead (threads of one process).
     `finish` marks the run done and writes its result in one transaction. A holder should call
     `heartbeat` well within ``lease_s``; passing ``host`` to `heartbeat`, `fail` or `release`
     makes them act only while that host still holds the claim (use a host string that is unique
     per driver, e.g. ``"node3:4711"``). Leases compare the drivers' own UTC clocks: keep hosts
     NTP-synced and ``lease_s`` far above their skew.
-    A `Ledger` may be shared by threads; every method is one transaction.
+    A ledger may be shared by threads; every method is one transaction.
 
 Errors
     Problems a user fixes (bad URL, unreachable server, newer schema, unknown experiment)
     raise `LedgerError` with one sentence. An unknown ``run_id`` is a caller bug: `KeyError`.
+    A result the ledger cannot hold is refused before anything is written: `ValueError` (unknown
+    keys, no metrics), `TypeError` (a value JSON cannot hold).
 
 Stored values
     JSON columns take dicts/lists of str, int, float, bool, None and numpy/torch scalars;
@@ -51,10 +59,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy import (
     ColumnElement,
@@ -62,7 +68,6 @@ from sqlalchemy import (
     and_,
     func,
     inspect,
-    or_,
     select,
     text,
     update,
@@ -74,6 +79,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.orm import Session
 
 from dapo_ablate.ablation.experiment.identity import RunSpec
+from dapo_ablate.ablation.store import ledger_rules as rules
 from dapo_ablate.ablation.store.database import PSYCOPG_DRIVER, WRITE_OPTION, make_engine
 from dapo_ablate.ablation.store.ledger_models import (
     DONE,
@@ -89,44 +95,86 @@ from dapo_ablate.ablation.store.ledger_models import (
     Run,
     SchemaVersion,
 )
-from dapo_ablate.ablation.store.ledger_values import result_values, to_json
+from dapo_ablate.ablation.store.ledger_rules import (
+    DEFAULT_LEASE_S,
+    DEFAULT_MAX_ATTEMPTS,
+    ExperimentRecord,
+    LedgerError,
+)
+from dapo_ablate.ablation.store.ledger_values import to_json
+from dapo_ablate.ablation.store.memory_ledger import MEMORY_URL, MemoryLedger
 
 __all__ = [
     "DEFAULT_LEASE_S",
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_URL",
+    "DONE",
+    "FAILED",
+    "MEMORY_URL",
+    "PENDING",
+    "RUNNING",
     "RUN_STATUSES",
     "SCHEMA_VERSION",
     "ExperimentRecord",
     "Ledger",
     "LedgerError",
+    "MemoryLedger",
+    "SQLLedger",
     "connect_ledger",
 ]
 
 DEFAULT_URL = "sqlite:///dapo-runs/ledger.db"
-DEFAULT_LEASE_S = 120.0
-"""A running run whose heartbeat is older than this (seconds) may be claimed by another driver."""
-DEFAULT_MAX_ATTEMPTS = 3
-"""A failed run is claimable again while it has been attempted fewer times than this."""
 
 _POSTGRES_INIT_LOCK = 0x0DA90_1ED6E5  # pg_advisory_xact_lock key serialising schema creation
 
 
-class LedgerError(RuntimeError):
-    """A ledger problem the user can fix, stated in one sentence."""
+@runtime_checkable
+class Ledger(Protocol):
+    """What the rest of dapo-ablate calls on a ledger (the contract: this module's docstring).
+
+    Implemented by `SQLLedger` and `MemoryLedger`; open one with `connect_ledger`.
+    """
+
+    url: str
+    """Where the ledger is, safe to print (a password is masked)."""
+
+    def close(self) -> None: ...
+    def __enter__(self) -> Ledger: ...
+    def __exit__(self, *exc_info: object) -> None: ...
+
+    def ensure_experiment(self, name: str, spec: dict[str, Any]) -> int: ...
+    def get_experiment(self, name: str) -> ExperimentRecord | None: ...
+    def set_mlflow_parent(self, name: str, mlflow_run_id: str) -> None: ...
+
+    def add_runs(self, name: str, runs: Sequence[RunSpec]) -> int: ...
+    def claimable(self, name: str, *, lease_s: float = DEFAULT_LEASE_S,
+                  max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> list[str]: ...
+    def expired_leases(self, name: str, *, lease_s: float = DEFAULT_LEASE_S) -> list[str]: ...
+    def claim(self, run_id: str, host: str, *, lease_s: float = DEFAULT_LEASE_S,
+              max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> bool: ...
+    def heartbeat(self, run_id: str, host: str | None = None) -> bool: ...
+    def finish(self, run_id: str, result: dict[str, Any]) -> bool: ...
+    def fail(self, run_id: str, error: str, host: str | None = None) -> bool: ...
+    def release(self, run_id: str, host: str | None = None) -> bool: ...
+    def reset_failed(self, name: str, run_ids: list[str]) -> int: ...
+    def set_mlflow_run(self, run_id: str, mlflow_run_id: str) -> None: ...
+    def set_job_id(self, run_id: str, job_id: str | None) -> None: ...
+
+    def runs_table(self, name: str) -> list[dict[str, Any]]: ...
+    def results(self, name: str) -> list[dict[str, Any]]: ...
 
 
-@dataclass(frozen=True)
-class ExperimentRecord:
-    id: int
-    name: str
-    spec: dict[str, Any]
-    created_at: datetime
-    mlflow_parent_run_id: str | None
+def connect_ledger(url: str) -> Ledger:
+    """The ledger at `url`: a `SQLLedger` for a SQLAlchemy URL (``sqlite:///path``,
+    ``postgresql://user@host/db``; its tables are created on first use), or a new, empty
+    `MemoryLedger` for ``memory://`` (it lives as long as the object: every call is another one)."""
+    if url == MEMORY_URL:
+        return MemoryLedger()
+    return SQLLedger(url)
 
 
-class Ledger:
-    """The ledger at ``url`` (see the module docstring for the contract).
+class SQLLedger:
+    """The ledger in the SQL database at ``url`` (see the module docstring for the contract).
 
     Opening it creates the tables on first use and records `SCHEMA_VERSION`; a database written
     by a newer dapo-ablate is refused rather than misread.
@@ -152,20 +200,20 @@ class Ledger:
         """Close pooled connections (the ledger can still be used; it reconnects)."""
         self._engine.dispose()
 
-    def __enter__(self) -> Ledger:
+    def __enter__(self) -> SQLLedger:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Ledger({self.url!r})"
+        return f"SQLLedger({self.url!r})"
 
     # -- experiments ---------------------------------------------------------------------------
 
     def ensure_experiment(self, name: str, spec: dict[str, Any]) -> int:
         """Create experiment `name` or replace its spec; return its id."""
-        stmt = self._insert(Experiment).values(name=name, spec=spec, created_at=_now())
+        stmt = self._insert(Experiment).values(name=name, spec=spec, created_at=rules.now())
         stmt = stmt.on_conflict_do_update(
             index_elements=[Experiment.name], set_={"spec": stmt.excluded.spec}
         )
@@ -198,8 +246,8 @@ class Ledger:
 
         Existing runs (same `run_id`, possibly added by another experiment) are only linked.
         """
-        unique = list({run.run_id: run for run in runs}.values())
-        now = _now()
+        unique = rules.unique_runs(runs)
+        now = rules.now()
         with self._session(write=True) as session:
             experiment_id = self._experiment_id(session, name)
             existing: set[str] = set()
@@ -207,7 +255,7 @@ class Ledger:
                 existing.update(session.scalars(select(Run.run_id).where(Run.run_id.in_(chunk))))
             new = [run for run in unique if run.run_id not in existing]
             if new:
-                rows = [_run_row(run, now) for run in new]
+                rows = [rules.new_run(run, now) for run in new]
                 # DO NOTHING: another driver may insert the same run between our SELECT and here.
                 session.execute(self._insert(Run.__table__).on_conflict_do_nothing(), rows)
             if unique:
@@ -224,7 +272,8 @@ class Ledger:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> list[str]:
         """Run ids of `name` that `claim` would accept now, in (cell_key, seed) order."""
-        return self._run_ids_where(name, _claimable(_now(), lease_s, max_attempts))
+        cutoff = rules.lease_cutoff(rules.now(), lease_s)
+        return self._run_ids_where(name, rules.claimable(Run, cutoff, max_attempts))
 
     def claim(
         self,
@@ -235,24 +284,18 @@ class Ledger:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> bool:
         """Atomically take `run_id` for `host`; True for exactly one of any racing callers."""
-        now = _now()
+        now = rules.now()
+        claimable = rules.claimable(Run, rules.lease_cutoff(now, lease_s), max_attempts)
         stmt = (
             update(Run)
-            .where(Run.run_id == run_id, _claimable(now, lease_s, max_attempts))
-            .values(
-                status=RUNNING,
-                attempts=Run.attempts + 1,
-                host=host,
-                started_at=now,
-                heartbeat_at=now,
-                finished_at=None,
-            )
+            .where(Run.run_id == run_id, claimable)
+            .values(**rules.claimed(Run, host, now))
         )
         return self._transition(run_id, stmt)
 
     def heartbeat(self, run_id: str, host: str | None = None) -> bool:
         """Renew the lease; False if the run is no longer running (for `host`, if given)."""
-        stmt = update(Run).where(_held(run_id, host)).values(heartbeat_at=_now())
+        stmt = update(Run).where(_held(run_id, host)).values(**rules.renewed(rules.now()))
         return self._transition(run_id, stmt)
 
     def finish(self, run_id: str, result: dict[str, Any]) -> bool:
@@ -262,12 +305,12 @@ class Ledger:
         evaluation step), ``signals`` (list of per-step dicts), ``tokens_generated``,
         ``tokens_discarded``, ``wall_s``.
         """
-        values = result_values(result)
-        now = _now()
+        values = rules.stored_result(result)
+        now = rules.now()
         stmt = (
             update(Run)
-            .where(Run.run_id == run_id, Run.status != DONE)
-            .values(status=DONE, finished_at=now, heartbeat_at=None, error=None)
+            .where(Run.run_id == run_id, rules.unfinished(Run))
+            .values(**rules.finished(now))
         )
         with self._session(write=True) as session:
             if not self._won(session, run_id, stmt):
@@ -277,23 +320,24 @@ class Ledger:
 
     def fail(self, run_id: str, error: str, host: str | None = None) -> bool:
         """Record a failed attempt of a running run with its error text."""
-        stmt = (
-            update(Run)
-            .where(_held(run_id, host))
-            .values(status=FAILED, error=error, finished_at=_now(), heartbeat_at=None)
-        )
+        stmt = update(Run).where(_held(run_id, host)).values(**rules.failed(error, rules.now()))
         return self._transition(run_id, stmt)
 
     def reset_failed(self, name: str, run_ids: list[str]) -> int:
         """Give the failed runs among `run_ids` of `name` a fresh attempt budget (`run
         --retry-failed`); how many."""
-        stmt = update(Run).where(Run.run_id.in_(run_ids), Run.status == FAILED).values(attempts=0)
+        stmt = (
+            update(Run)
+            .where(Run.run_id.in_(run_ids), rules.resettable(Run))
+            .values(**rules.RESET)
+        )
         with self._session(write=True) as session:
             return session.execute(stmt).rowcount or 0
 
     def expired_leases(self, name: str, *, lease_s: float = DEFAULT_LEASE_S) -> list[str]:
         """Run ids of `name` left running with a lease older than `lease_s` seconds."""
-        return self._run_ids_where(name, and_(Run.status == RUNNING, Run.heartbeat_at < _now() - timedelta(seconds=lease_s)))
+        cutoff = rules.lease_cutoff(rules.now(), lease_s)
+        return self._run_ids_where(name, rules.lease_expired(Run, cutoff))
 
     def _run_ids_where(self, name: str, condition: ColumnElement[bool]) -> list[str]:
         """Run ids of experiment `name` meeting `condition`, in (cell_key, seed) order."""
@@ -303,23 +347,13 @@ class Ledger:
                 select(Run.run_id)
                 .join(ExperimentRun, ExperimentRun.run_id == Run.run_id)
                 .where(ExperimentRun.experiment_id == experiment_id, condition)
-                .order_by(Run.cell_key, Run.seed, Run.run_id)
+                .order_by(*_RUN_ORDER)
             )
             return list(session.scalars(query))
 
     def release(self, run_id: str, host: str | None = None) -> bool:
         """Put a running run back to pending and give its attempt back (used on Ctrl-C)."""
-        stmt = (
-            update(Run)
-            .where(_held(run_id, host))
-            .values(
-                status=PENDING,
-                attempts=Run.attempts - 1,  # claim counted it; a running run has >= 1
-                host=None,
-                started_at=None,
-                heartbeat_at=None,
-            )
-        )
+        stmt = update(Run).where(_held(run_id, host)).values(**rules.released(Run))
         return self._transition(run_id, stmt)
 
     def set_mlflow_run(self, run_id: str, mlflow_run_id: str) -> None:
@@ -342,7 +376,7 @@ class Ledger:
                 .group_by(Run.status)
             )
             found = dict(session.execute(query).tuples().all())
-        return {status: found.get(status, 0) for status in RUN_STATUSES}
+        return rules.count_by_status(found)
 
     def runs_table(self, name: str) -> list[dict[str, Any]]:
         """One dict per run of `name`, in (cell_key, seed) order: what `status` prints.
@@ -351,29 +385,8 @@ class Ledger:
         started_at, finished_at, heartbeat_at, wall_s and metrics (None until done),
         mlflow_run_id, job_id (the Ray job's submission id, None for a cell run as a task).
         """
-        rows = []
-        for run, result in self._runs_with_results(name, done_only=False):
-            rows.append(
-                {
-                    "run_id": run.run_id,
-                    "cell_key": run.cell_key,
-                    "factors": run.factors,
-                    "seed": run.seed,
-                    "status": run.status,
-                    "attempts": run.attempts,
-                    "error": run.error,
-                    "host": run.host,
-                    "created_at": run.created_at,
-                    "started_at": run.started_at,
-                    "finished_at": run.finished_at,
-                    "heartbeat_at": run.heartbeat_at,
-                    "wall_s": result.wall_s if result else None,
-                    "metrics": result.metrics if result else None,
-                    "mlflow_run_id": run.mlflow_run_id,
-                    "job_id": run.job_id,
-                }
-            )
-        return rows
+        rows = self._runs_with_results(name, done_only=False)
+        return [rules.runs_table_row(run, result) for run, result in rows]
 
     def results(self, name: str) -> list[dict[str, Any]]:
         """One dict per done run of `name`, in (cell_key, seed) order: what reports consume.
@@ -381,22 +394,8 @@ class Ledger:
         Keys: run_id, cell_key, factors, seed, metrics, eval_curve, signals, tokens_generated,
         tokens_discarded, wall_s, mlflow_run_id.
         """
-        return [
-            {
-                "run_id": run.run_id,
-                "cell_key": run.cell_key,
-                "factors": run.factors,
-                "seed": run.seed,
-                "metrics": result.metrics,
-                "eval_curve": result.eval_curve,
-                "signals": result.signals,
-                "tokens_generated": result.tokens_generated,
-                "tokens_discarded": result.tokens_discarded,
-                "wall_s": result.wall_s,
-                "mlflow_run_id": run.mlflow_run_id,
-            }
-            for run, result in self._runs_with_results(name, done_only=True)
-        ]
+        rows = self._runs_with_results(name, done_only=True)
+        return [rules.results_row(run, result) for run, result in rows]
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -448,10 +447,7 @@ class Ledger:
     def _experiment_id(self, session: Session, name: str) -> int:
         experiment_id = session.scalar(select(Experiment.id).where(Experiment.name == name))
         if experiment_id is None:
-            raise LedgerError(
-                f"the ledger at {self.url} has no experiment named {name!r}; "
-                "check `name:` in the spec or run it first"
-            )
+            raise rules.no_experiment(self.url, name)
         return experiment_id
 
     def _transition(self, run_id: str, stmt: Any) -> bool:
@@ -464,7 +460,7 @@ class Ledger:
         if session.execute(stmt.execution_options(synchronize_session=False)).rowcount == 1:
             return True
         if session.get(Run, run_id) is None:
-            raise KeyError(f"no run {run_id!r} in the ledger")
+            raise rules.no_run(run_id)
         return False
 
     def _runs_with_results(
@@ -476,14 +472,9 @@ class Ledger:
                 .join(ExperimentRun, ExperimentRun.run_id == Run.run_id)
                 .join(Result, Result.run_id == Run.run_id, isouter=not done_only)
                 .where(ExperimentRun.experiment_id == self._experiment_id(session, name))
-                .order_by(Run.cell_key, Run.seed, Run.run_id)
+                .order_by(*_RUN_ORDER)
             )
             return list(session.execute(query).tuples())
-
-
-def connect_ledger(url: str) -> Ledger:
-    """The ledger at `url` (a SQLAlchemy URL; created on first use)."""
-    return Ledger(url)
 
 
 def _add_job_id(connection: Connection) -> None:
@@ -496,34 +487,11 @@ _UPGRADES = {1: _add_job_id}
 """Schema version -> the step that upgrades a ledger from it to the next version, in place."""
 
 
-def _claimable(now: datetime, lease_s: float, max_attempts: int) -> ColumnElement[bool]:
-    return or_(
-        Run.status == PENDING,
-        and_(Run.status == FAILED, Run.attempts < max_attempts),
-        and_(Run.status == RUNNING, Run.heartbeat_at < now - timedelta(seconds=lease_s), Run.attempts < max_attempts),
-    )
+_RUN_ORDER = [getattr(Run, column) for column in rules.RUN_ORDER]
 
 
 def _held(run_id: str, host: str | None) -> ColumnElement[bool]:
-    held = and_(Run.run_id == run_id, Run.status == RUNNING)
-    return held if host is None else and_(held, Run.host == host)
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def _run_row(run: RunSpec, now: datetime) -> dict[str, Any]:
-    return {
-        "run_id": run.run_id,
-        "cell_key": run.cell_key,
-        "factors": dict(run.factors),
-        "seed": run.seed,
-        "config": run.config,
-        "status": PENDING,
-        "attempts": 0,
-        "created_at": now,
-    }
+    return and_(Run.run_id == run_id, rules.held(Run, host))
 
 
 def _resolve_url(url: str) -> URL:

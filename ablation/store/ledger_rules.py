@@ -1,0 +1,209 @@
+"""What both ledgers share (`SQLLedger`, `MemoryLedger`; contract in `ablation.store.ledger`): the
+run state machine, the rows they return, their errors and defaults. Each rule is stated once.
+
+A rule is written over a run's columns with ``==``, ``<``, ``&``, ``|`` and ``+`` only, so the same
+statement serves both ledgers: given the `Run` table it builds the SQL condition or the new values
+that the SQL ledger sends in one guarded UPDATE; given a `Run` row it gives the bool and the values
+that the memory ledger applies under its lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from dapo_ablate.ablation.experiment.identity import RunSpec
+from dapo_ablate.ablation.store.ledger_models import DONE, FAILED, PENDING, RUN_STATUSES, RUNNING
+from dapo_ablate.ablation.store.ledger_values import result_values, to_json
+
+DEFAULT_LEASE_S = 120.0
+"""A running run whose heartbeat is older than this (seconds) may be claimed by another driver."""
+DEFAULT_MAX_ATTEMPTS = 3
+"""A failed run is claimable again while it has been attempted fewer times than this."""
+
+RUN_ORDER = ("cell_key", "seed", "run_id")
+"""The order of every list of runs a ledger returns."""
+
+
+class LedgerError(RuntimeError):
+    """A ledger problem the user can fix, stated in one sentence."""
+
+
+@dataclass(frozen=True)
+class ExperimentRecord:
+    id: int
+    name: str
+    spec: dict[str, Any]
+    created_at: datetime
+    mlflow_parent_run_id: str | None
+
+
+def no_experiment(url: str, name: str) -> LedgerError:
+    return LedgerError(
+        f"the ledger at {url} has no experiment named {name!r}; "
+        "check `name:` in the spec or run it first"
+    )
+
+
+def no_run(run_id: str) -> KeyError:
+    """An unknown run id is a caller's bug, not a user's mistake."""
+    return KeyError(f"no run {run_id!r} in the ledger")
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def lease_cutoff(at: datetime, lease_s: float) -> datetime:
+    """A lease whose last heartbeat is older than this has expired."""
+    return at - timedelta(seconds=lease_s)
+
+
+# -- which runs a transition applies to (run: the `Run` table or a `Run` row) -------------------
+
+
+def _older(stamp: Any, cutoff: datetime) -> Any:
+    """``stamp < cutoff``; a missing stamp is older than nothing, as SQL's NULL compares."""
+    return False if stamp is None else stamp < cutoff
+
+
+def lease_expired(run: Any, cutoff: datetime) -> Any:
+    """Running, with a last heartbeat before `cutoff`: its driver stopped renewing the lease."""
+    return (run.status == RUNNING) & _older(run.heartbeat_at, cutoff)
+
+
+def claimable(run: Any, cutoff: datetime, max_attempts: int) -> Any:
+    """What `claim` takes: a pending run; a failed one with attempts left; a running one whose
+    lease expired, with attempts left (the crashed attempt counts: the run may be what kills its
+    drivers)."""
+    attempts_left = run.attempts < max_attempts
+    return (
+        (run.status == PENDING)
+        | ((run.status == FAILED) & attempts_left)
+        | (lease_expired(run, cutoff) & attempts_left)
+    )
+
+
+def held(run: Any, host: str | None) -> Any:
+    """Running (held by `host`, if given): what heartbeat, fail and release act on."""
+    running = run.status == RUNNING
+    return running if host is None else running & (run.host == host)
+
+
+def unfinished(run: Any) -> Any:
+    """Not done: done is final."""
+    return run.status != DONE
+
+
+def resettable(run: Any) -> Any:
+    """Failed: what `reset_failed` gives a fresh attempt budget."""
+    return run.status == FAILED
+
+
+# -- what a transition writes ------------------------------------------------------------------
+
+
+def claimed(run: Any, host: str, at: datetime) -> dict[str, Any]:
+    return {"status": RUNNING, "attempts": run.attempts + 1, "host": host,
+            "started_at": at, "heartbeat_at": at, "finished_at": None}
+
+
+def renewed(at: datetime) -> dict[str, Any]:
+    return {"heartbeat_at": at}
+
+
+def finished(at: datetime) -> dict[str, Any]:
+    return {"status": DONE, "finished_at": at, "heartbeat_at": None, "error": None}
+
+
+def failed(error: str, at: datetime) -> dict[str, Any]:
+    return {"status": FAILED, "error": error, "finished_at": at, "heartbeat_at": None}
+
+
+def released(run: Any) -> dict[str, Any]:
+    """Back to pending, the attempt given back (claim counted it; a running run has >= 1)."""
+    return {"status": PENDING, "attempts": run.attempts - 1, "host": None,
+            "started_at": None, "heartbeat_at": None}
+
+
+RESET = {"attempts": 0}
+"""What `reset_failed` writes to a failed run."""
+
+
+# -- what goes in ------------------------------------------------------------------------------
+
+
+def unique_runs(runs: Sequence[RunSpec]) -> list[RunSpec]:
+    """`runs` without repeated run ids (a run listed twice is added once)."""
+    return list({run.run_id: run for run in runs}.values())
+
+
+def new_run(run: RunSpec, at: datetime) -> dict[str, Any]:
+    """A `Run` row's values for a run the ledger did not have."""
+    return {
+        "run_id": run.run_id,
+        "cell_key": run.cell_key,
+        "factors": dict(run.factors),
+        "seed": run.seed,
+        "config": run.config,
+        "status": PENDING,
+        "attempts": 0,
+        "created_at": at,
+    }
+
+
+def stored_result(result: dict[str, Any]) -> dict[str, Any]:
+    """The `Result` columns of `result`, checked before anything is written: ValueError for
+    unknown keys or missing metrics, TypeError for a value JSON cannot hold."""
+    values = result_values(result)
+    to_json(values)
+    return values
+
+
+# -- what comes out ----------------------------------------------------------------------------
+
+
+def count_by_status(found: Mapping[str, int]) -> dict[str, int]:
+    """Status -> number of runs, every status present (zeros included)."""
+    return {status: found.get(status, 0) for status in RUN_STATUSES}
+
+
+def runs_table_row(run: Any, result: Any | None) -> dict[str, Any]:
+    """A `Run` row (and its `Result`, None until done) as `runs_table` returns it."""
+    return {
+        "run_id": run.run_id,
+        "cell_key": run.cell_key,
+        "factors": run.factors,
+        "seed": run.seed,
+        "status": run.status,
+        "attempts": run.attempts,
+        "error": run.error,
+        "host": run.host,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "heartbeat_at": run.heartbeat_at,
+        "wall_s": result.wall_s if result else None,
+        "metrics": result.metrics if result else None,
+        "mlflow_run_id": run.mlflow_run_id,
+        "job_id": run.job_id,
+    }
+
+
+def results_row(run: Any, result: Any) -> dict[str, Any]:
+    """A done `Run` row and its `Result` as `results` returns them."""
+    return {
+        "run_id": run.run_id,
+        "cell_key": run.cell_key,
+        "factors": run.factors,
+        "seed": run.seed,
+        "metrics": result.metrics,
+        "eval_curve": result.eval_curve,
+        "signals": result.signals,
+        "tokens_generated": result.tokens_generated,
+        "tokens_discarded": result.tokens_discarded,
+        "wall_s": result.wall_s,
+        "mlflow_run_id": run.mlflow_run_id,
+    }
