@@ -15,7 +15,8 @@ from typing import Optional
 
 import typer
 
-from dapo_ablate.ablation.runtime.executor import ExecutorError, preflight
+from dapo_ablate.ablation.runtime.preflight import preflight
+from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.store.results import ResultsError
 from dapo_ablate.ablation.experiment.spec import SpecError
@@ -58,7 +59,8 @@ def run(
     if dry_run:
         _validate(spec, plan, address)
         return
-    from dapo_ablate.ablation.runtime.executor import Interrupted, run_experiment
+    from dapo_ablate.ablation.runtime.executor import run_experiment
+    from dapo_ablate.ablation.runtime.signals import Interrupted
 
     _verl_checked(spec, plan)
     try:

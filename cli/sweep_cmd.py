@@ -12,7 +12,8 @@ from typing import Optional
 
 import typer
 
-from dapo_ablate.ablation.runtime.executor import ExecutorError, preflight
+from dapo_ablate.ablation.runtime.preflight import preflight
+from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.experiment.spec import SpecError
 from dapo_ablate.core.config import ConfigError
@@ -70,7 +71,7 @@ def sweep(
             fail(str(err))
         typer.echo(format_sweep_plan(spec, n_trials))
         return
-    from dapo_ablate.ablation.runtime.executor import Interrupted
+    from dapo_ablate.ablation.runtime.signals import Interrupted
     from dapo_ablate.sweeps.runner import run_sweep
 
     try:

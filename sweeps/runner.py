@@ -28,34 +28,35 @@ Optuna storage are retried through database blips like the ledger's (`ablation.t
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import optuna
 from optuna.trial import TrialState
 
-from dapo_ablate.ablation.runtime.executor import (
-    INTERRUPTED_EXIT,
-    TERMINATED_EXIT,
-    ExecutorError,
-    Interrupted,
-    capacity,
-    connect_ray,
-    open_tracker,
-    preflight,
-    release_orphans,
-    resolve_cell_fn,
-    sigterm_as_interrupt,
-    stopped_at_start,
-    this_host,
+from dapo_ablate.ablation.experiment.spec import run_root
+from dapo_ablate.ablation.runtime.driver import Driver, RunRequest
+from dapo_ablate.ablation.runtime.executor import session
+from dapo_ablate.ablation.runtime.hosts import release_orphans, this_host
+from dapo_ablate.ablation.runtime.pool import (
+    DONE,
+    FAILED,
+    LOST,
+    TIMED_OUT,
+    Outcome,
+    PoolSettings,
+    RunPool,
+    concurrency_limit,
+    record_kept,
 )
+from dapo_ablate.ablation.runtime.ray_connect import capacity
+from dapo_ablate.ablation.runtime.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, Interrupted
+from dapo_ablate.ablation.runtime.task import resolve_cell_fn
+from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import connect_ledger
-from dapo_ablate.ablation.runtime.pool import DONE, FAILED, LOST, TIMED_OUT, Outcome, RunPool, record_kept
-from dapo_ablate.ablation.store.tracking import default_artifact_location
+from dapo_ablate.ablation.store.tracking import default_artifact_location, open_tracker
 from dapo_ablate.ablation.store.transient import OPTUNA, retry_transient
 from dapo_ablate.core.config import ConfigError
 from dapo_ablate.sweeps import study as studies
@@ -113,29 +114,16 @@ def run_sweep(
     docstring. Raises ExecutorError / LedgerError / StudyError for a user's mistake."""
     fn = resolve_cell_fn(cell_fn)
     address = address if address is not None else spec.executor.address
-    with sigterm_as_interrupt() as stop:
-        started_ray = False
+    scheduler = SweepScheduler(spec, fn, progress=progress, n_trials=n_trials, local=not address)
+    # the study is opened before Ray starts: a database mistake is reported at once
+    with session(spec, address, open_first=scheduler.open_study, interrupted=SweepInterrupted) as (stop, _):
+        scheduler.check_stop = stop.check
         try:
-            preflight(spec, address)  # type: ignore[arg-type]  # reads only the fields both specs share
-            driver = _SweepDriver(spec, fn, progress=progress, n_trials=n_trials, local=not address)
-            driver.open_study()  # before Ray starts: a database mistake is reported at once
-            started_ray = connect_ray(address, spec)  # type: ignore[arg-type]
-            stop.check()  # a Ctrl-C that Ray's start-up swallowed
-        except (KeyboardInterrupt, SystemExit) as stopped:  # before the driver started: no trial was asked
-            raise stopped_at_start(stopped, stop, started_ray, SweepInterrupted) from None
-        stop.install()  # again: Ray's start-up puts its own SIGTERM handler (an abort) in place
-        driver.check_stop = stop.check
-        try:
-            summary = driver.run()
+            summary = scheduler.run()
             summary.terminated = bool(stop.received)
             return summary
         except KeyboardInterrupt:  # while opening MLflow or recovering, before any trial was asked
             raise SweepInterrupted(bool(stop.received)) from None
-        finally:
-            if started_ray:
-                import ray
-
-                ray.shutdown()
 
 
 class SweepInterrupted(Interrupted):
@@ -147,7 +135,7 @@ class SweepInterrupted(Interrupted):
         self.args = ("interrupted before any trial started; nothing was run (the study is kept for the next run)",)
 
 
-# ---------------------------------------------------------------------------------- driver
+# ------------------------------------------------------------------------------- scheduler
 @dataclass
 class _ActiveTrial:
     trial: optuna.Trial
@@ -164,8 +152,9 @@ class _ActiveTrial:
         return self.trial.number
 
 
-class _SweepDriver:
-    """One invocation's state: stores, the study, the trials and tasks in flight."""
+class SweepScheduler:
+    """The Optuna sweep as a `Scheduler` of the one `Driver` (`ablation.runtime.driver`): one
+    invocation's stores, the study, the trials and the runs they wait for."""
 
     def __init__(self, spec: SweepSpec, cell_fn, *, progress: bool, n_trials: int | None, local: bool) -> None:
         self.spec, self.cell_fn, self.local = spec, cell_fn, local
@@ -176,9 +165,7 @@ class _SweepDriver:
         executor = spec.executor
         self.retries, self.lease_s = executor.retries, executor.lease_s
         self.tick_s = min(spec.heartbeat.interval_s, executor.lease_s / 4, 30.0)
-        root = Path(spec.output_dir).expanduser().resolve()
-        self.run_root = root / re.sub(r"[^\w.-]+", "_", spec.name)
-        self.eval_cache = root / "eval-cache"
+        self.run_root = run_root(spec)
         self.active: dict[int, _ActiveTrial] = {}
         self.queue: deque[tuple[int, str]] = deque()
         """(trial number, run id) waiting for a slot."""
@@ -186,6 +173,8 @@ class _SweepDriver:
         """The runs in flight (created when the loop starts)."""
         self.trial_of: dict[str, int] = {}
         """Run id -> the trial number it was submitted for."""
+        self.asked_for: dict[str, int] = {}
+        """Run id -> the trial number of a run handed to the driver and not yet submitted."""
         self.held_elsewhere: set[tuple[int, str]] = set()
         """Runs another driver (or another trial of ours) is training: re-checked every tick."""
         self.summary = SweepSummary(spec.name, self.n_trials)
@@ -207,8 +196,8 @@ class _SweepDriver:
         except BaseException as err:  # the first error is the one the user sees, whatever cleanup meets
             failure = err
         # each cleanup step on its own: a database that is down must not hide the error above
-        for step in (self._abandon, lambda: self._summarize(started), self._finish_tracking_now,
-                     lambda: self.pool is not None and self.pool.close(), self.ledger.close, self.storage.engine.dispose):
+        for step in (lambda: self._summarize(started), self._finish_tracking_now, self.ledger.close,
+                     self.storage.engine.dispose):
             try:
                 step()
             except Exception as err:  # noqa: BLE001
@@ -273,40 +262,47 @@ class _SweepDriver:
     # -- the loop -------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        executor = self.spec.executor
         fits = capacity(self.spec, 2**31)  # type: ignore[arg-type]
-        # As in the executor: a local Ray cannot run more than fits here (more would wait in
-        # Ray's queue while the ledger calls them running); a cluster may autoscale.
-        limit = min(executor.max_concurrent or fits, fits) if self.local else (executor.max_concurrent or fits)
-        self.pool = RunPool(
-            self.ledger, self.host, self.cell_fn,
-            resources={"num_cpus": executor.cpus_per_run, "num_gpus": executor.gpus_per_run}, limit=limit,
-            lease_s=self.lease_s, timeout_s=executor.run_timeout_s, run_root=self.run_root, eval_cache=self.eval_cache,
-            names=self._run_name, on_event=self._on_event,
-        )
-        last_beat = time.monotonic()
-        while True:
-            self.check_stop()
-            self._fill()
-            if not len(self.pool) and not self.queue and not self.held_elsewhere:
-                return
-            for outcome in self.pool.poll(max_wait_s=self.tick_s):
-                self._settle(outcome)
-            if time.monotonic() - last_beat >= self.tick_s:
-                self._beat()
-                last_beat = time.monotonic()
+        limit = concurrency_limit(fits, self.spec.executor.max_concurrent, self.local)
+        pool = RunPool(self.ledger, self.host, self.cell_fn, PoolSettings.of(self.spec.executor, limit, self.run_root),
+                       names=self.run_name, on_event=self.on_event)
+        Driver(self, pool, check_stop=self.check_stop, tick_s=self.tick_s).run()
 
-    def _fill(self) -> None:
-        """Submit queued runs while slots are free, asking new trials when the queue is empty."""
-        while self.pool.free() > 0:
+    # -- the Scheduler protocol (ablation.runtime.driver) -----------------------------------------
+
+    def start(self, pool: RunPool) -> None:
+        self.pool = pool
+
+    def next_run(self) -> RunRequest | None:
+        """The next queued run of a trial still active, asking new trials when the queue is empty."""
+        while True:
             if not self.queue:
                 if not studies.may_ask(self.study, self.n_trials):
-                    return
+                    return None
                 self._start_trial()
                 continue
             number, run_id = self.queue.popleft()
             if number in self.active:
-                self._submit(self.active[number], run_id)
+                self.asked_for[run_id] = number
+                run = self.active[number].plan.by_id[run_id]
+                return RunRequest(run_id, run.config.to_dict(), _ALWAYS_CLAIMABLE)
+
+    def submitted(self, request: RunRequest, accepted: bool) -> None:
+        number = self.asked_for.pop(request.run_id)
+        if not accepted:
+            self.held_elsewhere.add((number, request.run_id))  # another driver, or another trial of ours
+            return
+        self.active[number].tries[request.run_id] += 1
+        self.trial_of[request.run_id] = number
+
+    def finished(self) -> bool:
+        return not self.queue and not self.held_elsewhere
+
+    def on_outcome(self, outcome: Outcome) -> None:
+        self._settle(outcome)
+
+    def on_tick(self) -> None:
+        self._beat()
 
     def _start_trial(self) -> None:
         trial = retry_transient(lambda: studies.ask(self.study, self.spec, self.host), "ask a trial", store=OPTUNA)
@@ -329,15 +325,7 @@ class _SweepDriver:
             if trial.number in self.active:
                 self._run_done(active, run_id, {key: row[key] for key in _RESULT_KEYS})
 
-    def _submit(self, active: _ActiveTrial, run_id: str) -> None:
-        run = active.plan.by_id[run_id]
-        if run_id in self.pool or not self.pool.submit(run_id, run.config.to_dict(), max_attempts=_ALWAYS_CLAIMABLE):
-            self.held_elsewhere.add((active.number, run_id))  # another driver, or another trial of ours
-            return
-        active.tries[run_id] += 1
-        self.trial_of[run_id] = active.number
-
-    def _run_name(self, run_id: str) -> str:
+    def run_name(self, run_id: str) -> str:
         active = self.active.get(self.trial_of.get(run_id, -1))
         return active.plan.by_id[run_id].name if active is not None and run_id in active.plan.by_id else run_id
 
@@ -374,7 +362,7 @@ class _SweepDriver:
 
     # -- run events -----------------------------------------------------------------------------
 
-    def _on_event(self, run_id: str, kind: str, step: int, data: dict[str, Any]) -> None:
+    def on_event(self, run_id: str, kind: str, step: int, data: dict[str, Any]) -> None:
         """A run's live event: its evaluations go to the pruner (training steps are not used)."""
         active = self.active.get(self.trial_of.get(run_id, -1))
         if kind == "eval" and active is not None:
@@ -494,12 +482,10 @@ class _SweepDriver:
         self.queue = deque(item for item in self.queue if item[0] != active.number)
         self.held_elsewhere = {item for item in self.held_elsewhere if item[0] != active.number}
 
-    def _abandon(self) -> None:
-        """Ctrl-C, SIGTERM or a driver error: every run in flight goes back to pending (a Ray
-        job keeps running for the next invocation to re-attach to) and the running trials are
-        queued again."""
-        if self.pool is not None:
-            self.pool.abandon()
+    def abandon(self, released: list[str]) -> None:
+        """Ctrl-C, SIGTERM or a driver error: every run in flight went back to pending (a Ray job
+        keeps running for the next invocation to re-attach to); the running trials are queued
+        again."""
         self.trial_of.clear()
         for active in list(self.active.values()):
             studies.fail_and_requeue(self.study, active.trial._trial_id, "its driver was interrupted; queued again")

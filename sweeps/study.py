@@ -33,7 +33,7 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from dapo_ablate.ablation.store.database import with_psycopg_driver
-from dapo_ablate.ablation.runtime.executor import pid_alive
+from dapo_ablate.ablation.runtime.hosts import pid_alive
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.store.tracking import sqlite_path
 from dapo_ablate.sweeps.spec import SweepSpec
@@ -245,7 +245,7 @@ def fail_and_requeue(study: optuna.Study, trial_id: int, reason: str) -> bool:
 def recover_orphans(study: optuna.Study) -> list[int]:
     """Fail and queue again the running trials whose driver was a process on this host that is
     gone (killed, crashed); their numbers. Others' trials wait for the heartbeat's grace period."""
-    from dapo_ablate.ablation.runtime.executor import this_host
+    from dapo_ablate.ablation.runtime.hosts import this_host
 
     hostname, recovered = this_host().rpartition(":")[0], []  # host and PID namespace, as drivers record them
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):

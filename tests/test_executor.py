@@ -16,16 +16,11 @@ from tiny_configs import TINY_TRAINER
 import yaml
 
 from dapo_ablate.ablation.experiment.design import expand
-from dapo_ablate.ablation.runtime.executor import (
-    CELL_FN_ENV,
-    ExecutorError,
-    check_ray_address,
-    check_writable_folder,
-    describe_error,
-    resolve_cell_fn,
-    run_experiment,
-    this_host,
-)
+from dapo_ablate.ablation.runtime.executor import run_experiment
+from dapo_ablate.ablation.runtime.hosts import this_host
+from dapo_ablate.ablation.runtime.preflight import check_ray_address, check_writable_folder
+from dapo_ablate.ablation.runtime.task import CELL_FN_ENV, describe_error, resolve_cell_fn
+from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.store.results import load_experiment_results, status_rows
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec, load_spec

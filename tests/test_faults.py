@@ -12,7 +12,8 @@ from sqlalchemy.exc import OperationalError
 from test_executor import calls, mlflow_children, rows, run, write_spec
 
 from dapo_ablate.ablation.store import transient
-from dapo_ablate.ablation.runtime.executor import KEPT_RESULT, ExecutorError
+from dapo_ablate.ablation.runtime.pool import KEPT_RESULT
+from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError, SQLLedger
 
 real_finish = SQLLedger.finish

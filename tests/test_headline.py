@@ -152,7 +152,7 @@ def test_run_ends_with_the_headline_on_the_parent_run(local_ray, tmp_path: Path,
     from mlflow import MlflowClient
     from typer.testing import CliRunner
 
-    from dapo_ablate.ablation.runtime.executor import CELL_FN_ENV
+    from dapo_ablate.ablation.runtime.task import CELL_FN_ENV
     from dapo_ablate.ablation.store.ledger import SQLLedger
     from dapo_ablate.ablation.experiment.spec import load_spec
     from dapo_ablate.cli.main import app

@@ -186,8 +186,8 @@ def test_a_failed_job_keeps_its_log_tail_and_stop_job_stops_a_running_job(short_
 
 
 def test_a_failure_message_is_one_ledger_line_ending_with_the_log_tail():
-    from dapo_ablate.ablation.runtime.executor import describe_error
-    from dapo_ablate.ablation.runtime.jobs import LOG_TAIL_CHARS, LOG_TAIL_LINES, log_tail
+    from dapo_ablate.ablation.runtime.task import describe_error
+    from dapo_ablate.ablation.runtime.joblog import LOG_TAIL_CHARS, LOG_TAIL_LINES, log_tail
 
     logs = "\n".join(f"line {i}" for i in range(100)) + "\n\nTraceback (most recent call last):\n  boom\nValueError: bad lr\n\n"
     tail = log_tail(logs)

@@ -20,7 +20,7 @@ import yaml
 from typer.testing import CliRunner
 
 from dapo_ablate.ablation.experiment.design import expand
-from dapo_ablate.ablation.runtime.executor import CELL_FN_ENV
+from dapo_ablate.ablation.runtime.task import CELL_FN_ENV
 from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.runtime.reaper import kill_session
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec, load_spec

@@ -16,7 +16,8 @@ from test_executor import calls, rows, run, write_spec
 from test_faults import dropped_connection
 
 from dapo_ablate.ablation.store import transient
-from dapo_ablate.ablation.runtime.executor import ExecutorError, Interrupted
+from dapo_ablate.ablation.runtime.signals import Interrupted
+from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError, SQLLedger
 from dapo_ablate.ablation.experiment.spec import load_spec
 from dapo_ablate.ablation.store.transient import is_transient, retry_transient

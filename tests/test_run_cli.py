@@ -21,7 +21,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from dapo_ablate.ablation.runtime.executor import CELL_FN_ENV
+from dapo_ablate.ablation.runtime.task import CELL_FN_ENV
 from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.runtime.reaper import kill_session
 from dapo_ablate.ablation.store.tracking import RUN_ID_TAG

@@ -22,8 +22,10 @@ from test_executor import calls, rows, write_spec
 
 from dapo_ablate.ablation.runtime import executor as executor_module
 from dapo_ablate.ablation.experiment.design import expand
-from dapo_ablate.ablation.runtime.driver import _Driver
-from dapo_ablate.ablation.runtime.executor import Interrupted, connect_ray, run_experiment
+from dapo_ablate.ablation.runtime.factorial import FactorialScheduler
+from dapo_ablate.ablation.runtime.executor import run_experiment
+from dapo_ablate.ablation.runtime.ray_connect import connect_ray
+from dapo_ablate.ablation.runtime.signals import Interrupted
 from dapo_ablate.ablation.experiment.spec import load_spec
 
 
@@ -87,7 +89,7 @@ def test_a_sigterm_while_the_driver_opens_its_stores_exits_143_with_a_sentence(t
         raise AssertionError("SIGTERM did not interrupt the driver")
 
     monkeypatch.setattr(executor_module, "connect_ray", lambda address, spec: False)
-    monkeypatch.setattr(_Driver, "_open_stores", terminated_while_opening)
+    monkeypatch.setattr(FactorialScheduler, "_open_stores", terminated_while_opening)
     spec = load_spec(write_spec(tmp_path))
     with pytest.raises(Interrupted) as caught:  # not a bare KeyboardInterrupt (Typer: a silent 130)
         run_experiment(spec, expand(spec), progress=False)
@@ -143,7 +145,7 @@ def test_a_ctrl_c_while_ray_starts_is_held_until_it_has_started_and_a_second_one
 
 
 def test_a_ctrl_c_swallowed_while_runs_are_in_flight_stops_the_driver_at_its_next_step(local_ray, tmp_path, monkeypatch):
-    start_child = _Driver._start_child
+    start_child = FactorialScheduler._start_child
 
     def swallowed_once_a_run_is_claimed(self, run_id):
         env = start_child(self, run_id)
@@ -153,7 +155,7 @@ def test_a_ctrl_c_swallowed_while_runs_are_in_flight_stops_the_driver_at_its_nex
         return env
 
     swallowed: list[str] = []
-    monkeypatch.setattr(_Driver, "_start_child", swallowed_once_a_run_is_claimed)
+    monkeypatch.setattr(FactorialScheduler, "_start_child", swallowed_once_a_run_is_claimed)
     spec = load_spec(write_spec(tmp_path, executor={"max_concurrent": 1}))
     summary = run_experiment(spec, expand(spec), cell_fn=counting_cell, progress=False)
     assert summary.interrupted and summary.exit_code == 130

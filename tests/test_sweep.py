@@ -19,7 +19,7 @@ from tiny_configs import TINY_TRAINER
 import yaml
 from optuna.trial import TrialState
 
-from dapo_ablate.ablation.runtime.executor import CELL_FN_ENV
+from dapo_ablate.ablation.runtime.task import CELL_FN_ENV
 from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.store.tracking import PARENT_TAG, ROLE_TAG, RUN_ID_TAG
 from dapo_ablate.sweeps import study as studies

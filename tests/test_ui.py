@@ -31,7 +31,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from dapo_ablate.ablation.runtime.executor import CELL_FN_ENV
+from dapo_ablate.ablation.runtime.task import CELL_FN_ENV
 from dapo_ablate.ablation.runtime.reaper import descendants, kill_session
 from dapo_ablate.cli import run_cmd
 from dapo_ablate.cli.main import app

@@ -407,8 +407,8 @@ class ExperimentSpec(TrainerBasedSpec):
         return [entry if isinstance(entry, str) else next(iter(entry)) for entry in self.factors]
 
 
-def run_root(spec: ExperimentSpec) -> Path:
-    """The experiment's run folders' parent, absolute: ``output_dir/<name, other characters as _>``
+def run_root(spec: ExperimentSpec | TrainerBasedSpec) -> Path:
+    """The experiment's (or sweep's) run folders' parent, absolute: ``output_dir/<name, other characters as _>``
     (a run's folder is ``run_root(spec) / <run id>``)."""
     return Path(spec.output_dir).expanduser().resolve() / re.sub(r"[^\w.-]+", "_", spec.name)
 

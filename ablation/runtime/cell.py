@@ -15,8 +15,13 @@ lazily: the driver never loads torch.
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, Protocol
+
+from dapo_ablate.ablation.runtime.jobs import CONFIG_ENV, RESULT_MARKER, job_cell
 
 COMPUTE_FIELDS = ("tokens_trained", "eval_tokens", "peak_rss_mb", "steps")
 """RunResult fields stored among a run's metrics besides its final evaluation."""
@@ -42,9 +47,7 @@ def run_cell(
     to its pruner: `sweeps.tasks.run_streaming`). ``on_event(kind, step, data)``, if given, is
     called after each training step ("step", its signals) and evaluation ("eval").
     """
-    if config_dict.get("backend") == "verl":  # a verl job on the Ray cluster (ablation/jobs.py)
-        from dapo_ablate.ablation.runtime.jobs import job_cell
-
+    if config_dict.get("backend") == "verl":  # a verl job on the Ray cluster (runtime/jobs.py)
         return job_cell(config_dict, run_dir, eval_cache_dir, on_event=on_event)
     from dapo_ablate.core.config import build_trainer_config
     from dapo_ablate.core.trainer import train
@@ -62,8 +65,6 @@ def run_cell(
 def submits_jobs(cell_fn: Callable[..., Any]) -> bool:
     """True for the cell functions that submit a verl cell as a Ray job (`run_cell`, `jobs.job_cell`);
     False for a stand-in (tests, debugging)."""
-    from dapo_ablate.ablation.runtime.jobs import job_cell
-
     return cell_fn in (run_cell, job_cell)
 
 
@@ -81,3 +82,18 @@ def ledger_result(result: Any) -> dict[str, Any]:
         "tokens_discarded": int(result.tokens_discarded),
         "wall_s": float(result.wall_s),
     }
+
+
+def main(argv: list[str]) -> int:
+    """The built-in trainer as a Ray job's entrypoint (``python -m dapo_ablate.ablation.runtime.cell``): the
+    cell's config from $DAPO_ABLATE_JOB_CONFIG,
+    its result printed as one marked JSON line."""
+    run_dir, cache = argv[0], argv[1] if len(argv) > 1 else ""
+    config = json.loads(os.environ[CONFIG_ENV])
+    result = run_cell(config, run_dir, cache or None)
+    print(RESULT_MARKER + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -4,7 +4,7 @@ its failure reported with its log tail.
 `job_cell` is a cell function (``DAPO_ABLATE_CELL_FN=dapo_ablate.ablation.runtime.jobs:job_cell``; the
 executor runs it in a Ray task of a driver joined to the cluster). It submits the cell as a Ray job
 whose entrypoint is the cell's trainer -- the built-in trainer (``python -m
-dapo_ablate.ablation.runtime.jobs``, its result printed as the last line of the job's log, with a
+dapo_ablate.ablation.runtime.cell``, its result printed as the last line of the job's log, with a
 runtime environment holding the config) or verl's ``main_ppo`` exactly as the driver built it
 (`backends.verl_job.VerlJob`, handed over in ``$DAPO_ABLATE_VERL_JOB``: entrypoint, environment,
 shipped package, the entrypoint's CPUs and no GPU: verl's placement groups hold the GPUs), then
@@ -31,14 +31,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from dapo_ablate.ablation.runtime.backends.verl_job import JOB_ENV, VerlJob
+from dapo_ablate.ablation.runtime.backends.verl_results import result_from_mlflow
+from dapo_ablate.ablation.runtime.joblog import log_tail
+
 RESULT_MARKER = "DAPO_ABLATE_RESULT "
 MLFLOW_RUN_ENV = "DAPO_ABLATE_MLFLOW_RUN_ID"  # the cell's MLflow child run (set by the driver: pool.MLFLOW_RUN_ENV)
 CONFIG_ENV = "DAPO_ABLATE_JOB_CONFIG"
 ADDRESS_ENV = "DAPO_ABLATE_JOBS_ADDRESS"
 GPUS_ENV = "DAPO_ABLATE_JOB_GPUS"
 CPUS_ENV = "DAPO_ABLATE_JOB_CPUS"
-LOG_TAIL_LINES = 20
-LOG_TAIL_CHARS = 1500
 """A failure's log tail is at most this long: it goes into one line of the ledger's error."""
 STOP_WAIT_S = 60.0
 """`stop_job` waits at most this long for a stopped job to end (Ray's SIGKILL comes after 3 s)."""
@@ -49,15 +51,6 @@ ACTIVE = ("PENDING", "RUNNING")
 
 class JobFailed(RuntimeError):
     """A cell's Ray job ended FAILED or STOPPED; the message (one line) ends with its log tail."""
-
-
-def log_tail(logs: str) -> str:
-    """The last `LOG_TAIL_LINES` non-blank lines of a job's log joined by `` | ``, cut to their last
-    `LOG_TAIL_CHARS` characters: one line, because the ledger keeps an error's first line, and
-    its end, because that is where a traceback names the error."""
-    lines = [line.strip() for line in logs.splitlines() if line.strip()][-LOG_TAIL_LINES:]
-    tail = " | ".join(lines)
-    return tail if len(tail) <= LOG_TAIL_CHARS else "..." + tail[-(LOG_TAIL_CHARS - 3):]
 
 
 def dashboard_address() -> str:
@@ -82,7 +75,7 @@ def submission_ids(run_dir: str) -> tuple[str, Path]:
 
 
 def builtin_entrypoint(run_dir: str, eval_cache_dir: str | None) -> str:
-    return " ".join(shlex.quote(word) for word in (sys.executable, "-m", "dapo_ablate.ablation.runtime.jobs", run_dir, eval_cache_dir or ""))
+    return " ".join(shlex.quote(word) for word in (sys.executable, "-m", "dapo_ablate.ablation.runtime.cell", run_dir, eval_cache_dir or ""))
 
 
 def job_cell(
@@ -121,8 +114,6 @@ def job_cell(
         reported.write_text(status)
         raise JobFailed(f"Ray job {sid} ended {status}; last lines of its log: {log_tail(logs)}")
     if config.get("backend") == "verl":
-        from dapo_ablate.ablation.runtime.backends.verl_results import result_from_mlflow
-
         job = _verl_job()
         return result_from_mlflow(job.env["MLFLOW_TRACKING_URI"], _mlflow_run_id(),
                                   wall_s=_job_wall_s(client.get_job_info(sid)), config=config, job_log=logs)
@@ -158,8 +149,6 @@ def _job_info(client: Any, sid: str) -> Any:
 
 def _verl_job() -> Any:
     """The cell's verl job, built by the driver (`backends.verl_job`; what a dry run prints)."""
-    from dapo_ablate.ablation.runtime.backends.verl_job import JOB_ENV, VerlJob
-
     if not os.environ.get(JOB_ENV):
         raise RuntimeError(f"a verl cell needs its job in ${JOB_ENV}; `dapo-ablate run` sets it")
     return VerlJob.from_json(os.environ[JOB_ENV])
@@ -220,19 +209,3 @@ def result_from_logs(logs: str, sid: str) -> dict[str, Any]:
             return json.loads(line[len(RESULT_MARKER):])
     raise JobFailed(f"Ray job {sid} succeeded but printed no result line ({RESULT_MARKER.strip()}); "
                     f"last lines of its log: {log_tail(logs)}")
-
-
-def main(argv: list[str]) -> int:
-    """The built-in trainer as a job's entrypoint: the cell's config from $DAPO_ABLATE_JOB_CONFIG,
-    its result printed as one marked JSON line."""
-    from dapo_ablate.ablation.runtime.cell import run_cell
-
-    run_dir, cache = argv[0], argv[1] if len(argv) > 1 else ""
-    config = json.loads(os.environ[CONFIG_ENV])
-    result = run_cell(config, run_dir, cache or None)
-    print(RESULT_MARKER + json.dumps(result), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

@@ -1,5 +1,5 @@
-"""One pool of runs in flight on Ray, shared by the factorial driver (`ablation.driver`) and the
-sweep driver (`sweeps.runner`), so that every rule of a run's life is written once:
+"""The one pool of runs in flight on Ray, which the one `Driver` (`runtime.driver`) runs for every
+scheduler (a factorial's, a sweep's), so that every rule of a run's life is written once:
 
 - **submit**: claim the run in the ledger (a lease for this driver), start its Ray task with the
   executor's CPUs/GPUs, at most `limit` at a time (a local Ray: what fits on this machine);
@@ -26,13 +26,18 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from dapo_ablate.ablation.store.ledger import Ledger
+from dapo_ablate.ablation.runtime.jobs import stop_job as stop_ray_job
+from dapo_ablate.ablation.runtime.task import describe_error, execute_run
 from dapo_ablate.ablation.store.errors import ExecutorError
+from dapo_ablate.ablation.store.ledger import Ledger
 from dapo_ablate.ablation.store.transient import retry_transient
+
+if TYPE_CHECKING:
+    from dapo_ablate.ablation.experiment.spec import ExecutorSpec
 
 DONE, FAILED, TIMED_OUT, LOST = "done", "failed", "timed_out", "lost"
 KEPT_RESULT = "finished-result.json"  # a finished run's result until the ledger holds it
@@ -55,6 +60,34 @@ class Outcome:
     error: str = ""
 
 
+@dataclass(frozen=True)
+class PoolSettings:
+    """How a pool runs its tasks: each task's Ray resources, at most `limit` at a time, leases of
+    `lease_s`, cancelled after `timeout_s`, in folders under `run_root` (and the shared step-0
+    evaluation cache), with `env` in every task's environment."""
+
+    resources: dict[str, float]
+    limit: int
+    lease_s: float
+    timeout_s: float | None
+    run_root: Path
+    eval_cache: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, executor: ExecutorSpec, limit: int, run_root: Path, env: dict[str, str] | None = None) -> PoolSettings:
+        """The executor section's settings; the evaluation cache sits beside the run folders."""
+        return cls({"num_cpus": executor.cpus_per_run, "num_gpus": executor.gpus_per_run}, limit, executor.lease_s,
+                   executor.run_timeout_s, run_root, run_root.parent / "eval-cache", dict(env or {}))
+
+
+def concurrency_limit(fits: int, max_concurrent: int | None, local: bool) -> int:
+    """Runs in flight at once. A local Ray cannot run more than `fits` (more would wait in Ray's
+    queue while the ledger calls them running); a cluster may autoscale, so its limit is taken as
+    given."""
+    return min(max_concurrent or fits, fits) if local else (max_concurrent or fits)
+
+
 @dataclass
 class _InFlight:
     run_id: str
@@ -66,34 +99,19 @@ class _InFlight:
 class RunPool:
     """The runs one driver has in flight on Ray (see the module docstring)."""
 
-    def __init__(
-        self,
-        ledger: Ledger,
-        host: str,
-        cell_fn: Callable[..., dict[str, Any]],
-        *,
-        resources: dict[str, float],
-        limit: int,
-        lease_s: float,
-        timeout_s: float | None,
-        run_root: Path,
-        eval_cache: Path,
-        names: Callable[[str], str] = str,
-        on_event: Callable[[str, str, int, dict[str, Any]], None] | None = None,
-        env: dict[str, str] | None = None,
-    ) -> None:
+    def __init__(self, ledger: Ledger, host: str, cell_fn: Callable[..., dict[str, Any]], settings: PoolSettings, *,
+                 names: Callable[[str], str] = str,
+                 on_event: Callable[[str, str, int, dict[str, Any]], None] | None = None) -> None:
         import ray
 
-        from dapo_ablate.ablation.runtime.executor import _execute
-
         self.ledger, self.host, self.cell_fn = ledger, host, cell_fn
-        self.resources, self.limit = resources, max(1, limit)
-        self.lease_s, self.timeout_s = lease_s, timeout_s
-        self.beat_s = min(lease_s / 4, 30.0)
-        self.run_root, self.eval_cache = run_root, eval_cache
+        self.resources, self.limit = settings.resources, max(1, settings.limit)
+        self.lease_s, self.timeout_s = settings.lease_s, settings.timeout_s
+        self.beat_s = min(self.lease_s / 4, 30.0)
+        self.run_root, self.eval_cache = settings.run_root, settings.eval_cache
         self.names, self.on_event = names, on_event
-        self.env = dict(env or {})
-        self.task = ray.remote(_execute)
+        self.env = dict(settings.env)
+        self.task = ray.remote(execute_run)
         self.events = live_queue()
         self._next_event: Any = None
         """A pending get on the events queue: `poll` wakes up as soon as an event arrives (a pruner
@@ -196,8 +214,6 @@ class RunPool:
         try:
             result = ray.get(flight.ref)
         except Exception as err:  # the run's failure, not the driver's: the driver records it
-            from dapo_ablate.ablation.runtime.executor import describe_error
-
             return Outcome(run_id, FAILED, error=describe_error(err))
         keep_result(self.run_root, run_id, result)
         return Outcome(run_id, DONE, result=result)
@@ -287,9 +303,7 @@ class RunPool:
             pass
         if stop_job and flight.job_id:
             try:
-                from dapo_ablate.ablation.runtime.jobs import stop_job as stop
-
-                stop(flight.job_id)
+                stop_ray_job(flight.job_id)
             except Exception:  # noqa: BLE001 - the job's failure is recorded by its next attempt
                 pass
 

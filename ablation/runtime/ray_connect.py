@@ -25,14 +25,24 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from dapo_ablate.ablation.runtime.reaper import _start_time, descendants, start_reaper
+from dapo_ablate.ablation.runtime.signals import ctrl_c_held
+from dapo_ablate.ablation.store.errors import ExecutorError
+
+if TYPE_CHECKING:
+    from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
 MODE_ENV = "RAY_AUTH_MODE"
 TOKEN_ENV = "RAY_AUTH_TOKEN"
 TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
 SPEC_FIELD = "executor.auth_token_file"
 QUIET: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
+LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
+"""A local Ray's object store: results are small dicts, so a small store keeps memory free."""
 _GCS_ADDRESS = re.compile(r"\[?([^\]\s/]+?)\]?:(\d+)")
 
 
@@ -170,3 +180,82 @@ def start_local(num_cpus: float, object_store_memory: int | None = None, **init_
     import ray
 
     ray.init(address="local", num_cpus=num_cpus, object_store_memory=object_store_memory, **{**QUIET, **init_kwargs})
+
+
+def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
+    """Join `address`, or start a local Ray sized to this machine; True if this call started
+    Ray (and so should shut it down). A Ray already initialised in this process is reused.
+    A Ctrl-C while Ray is imported or starts is held back until it has started (`ctrl_c_held`)."""
+    with ctrl_c_held():
+        import ray
+
+    if ray.is_initialized():
+        return False
+    quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
+    if address:
+        try:  # with the cluster's token when it uses token authentication (ablation/ray_connect.py)
+            with ctrl_c_held():
+                join_cluster(address, spec.executor.auth_token_file, **quiet)
+        except RayConnectError as err:
+            raise ExecutorError(str(err)) from None
+        return True
+    cpus = os.cpu_count() or 1
+    executor = spec.executor
+    if executor.cpus_per_run > cpus:
+        raise ExecutorError(
+            f"executor.cpus_per_run ({executor.cpus_per_run:g}) exceeds this machine's {cpus} CPUs; lower it or join a cluster with --address"
+        )
+    # address="local": always a new Ray of our own; a bare ray.init() would join whatever cluster
+    # Ray's current-cluster file names (a colleague's `ray start`, another driver's, a crashed one)
+    before = _children_now()
+    try:
+        with ctrl_c_held():
+            ray.init(address="local", num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
+    except BaseException:  # Ctrl-C (once Ray started) or SIGTERM while Ray starts: stop what it has started
+        _stop_interrupted_ray(before)
+        raise
+    start_reaper()  # the local Ray's processes die with this driver, even after a SIGKILL
+    if executor.gpus_per_run > ray.cluster_resources().get("GPU", 0):
+        ray.shutdown()
+        raise ExecutorError(
+            f"executor.gpus_per_run ({executor.gpus_per_run:g}) exceeds the GPUs Ray finds here; set it to 0 or join a GPU cluster with --address"
+        )
+    return True
+
+
+def _children_now() -> set[tuple[int, int | None]]:
+    """(pid, start time) of every process under this one (none known without /proc: macOS)."""
+    if not os.path.isdir("/proc"):
+        return set()
+    me = os.getpid()
+    return {(pid, _start_time(pid)) for pid in descendants([me]) if pid != me}
+
+
+def _stop_interrupted_ray(before: set[tuple[int, int | None]]) -> None:
+    """Stop what an interrupted ray.init had started. ray.shutdown() stops only what Ray had
+    registered by then: the raylet's dashboard and runtime-env agents (about 200 MB) outlived
+    it, orphaned, and the reaper is only started after ray.init. So every process started under
+    this driver since ray.init began (`before`: the ones there already) is killed too."""
+    import ray
+
+    started = _children_now() - before  # now: the agents are the raylet's children until it dies
+    ray.shutdown()
+    for pid, start in started:
+        if start is not None and _start_time(pid) == start:  # never a reused pid
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def capacity(spec: ExperimentSpec, runs: int) -> int:
+    """Runs that fit at once in the connected Ray cluster's CPUs and GPUs (at least 1; `runs`
+    when a run declares no resources)."""
+    import ray
+
+    total = ray.cluster_resources()
+    executor = spec.executor
+    fits = [int(total.get("CPU", 1) // executor.cpus_per_run)] if executor.cpus_per_run > 0 else []
+    if executor.gpus_per_run > 0:
+        fits.append(int(total.get("GPU", 0) // executor.gpus_per_run))
+    return max(1, min(fits, default=runs))

@@ -39,6 +39,7 @@ from typing import Any
 
 from dapo_ablate.ablation.store import metric_names as names
 from dapo_ablate.ablation.store.database import with_psycopg_driver
+from dapo_ablate.ablation.store.errors import ExecutorError
 
 ROLE_TAG = "dapo.role"
 RUN_ID_TAG = "dapo.run_id"
@@ -438,3 +439,15 @@ def mlflow_ui_command(uri: str, port: int) -> list[str]:
     """The command serving the MLflow UI of the store at `uri` on 127.0.0.1:`port`."""
     return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", normalize_tracking_uri(uri),
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+
+
+def open_tracker(uri: str, artifact_location: str | None, name: str) -> Tracker:
+    """A `Tracker`, with a store that cannot be opened reported as one sentence."""
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return Tracker(uri, artifact_location, name)
+    except (MlflowException, SQLAlchemyError, OSError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ExecutorError(f"could not open the MLflow tracking store at {uri} ({first}); check tracking.uri") from None

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dapo_ablate.ablation.runtime.jobs import log_tail
+from dapo_ablate.ablation.runtime.joblog import log_tail
 from dapo_ablate.ablation.store.metric_names import EVAL_TIME_NAME, STEP_NAMES, mlflow_safe
 
 _VAL = re.compile(r"val-core/(?P<source>[^/]+)/acc/(?P<score>mean|best|maj)(?:@|_at_)(?P<k>\d+)(?:/mean)?$")
