@@ -10,7 +10,8 @@ only its dependency-free contracts (``core.contracts``: column names, technique 
 """
 
 from .analysis import Analysis, analyze
-from .report import FORMATS, write_report
+from .options import FORMATS, ReportOptions
+from .report import write_report
 from .table import PAPER_AIME_AVG32, PAPER_FACTORS, ReportInputError, load_results_csv, validate_results
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "PAPER_AIME_AVG32",
     "PAPER_FACTORS",
     "ReportInputError",
+    "ReportOptions",
     "analyze",
     "load_results_csv",
     "validate_results",

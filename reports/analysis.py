@@ -19,15 +19,16 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from dapo_ablate.core.contracts import DEFAULT_METRIC, SEED_COLUMN
+from dapo_ablate.core.contracts import SEED_COLUMN
 
 from . import shapley as sv
-from .claims import ClaimOptions, Guarantee, build_tests, claims_table, simultaneous_effects
+from .claims import ClaimOptions, Guarantee, StatisticsToTest, build_tests, claims_table, simultaneous_effects
 from .compute import budget_values, compute_table
 from .design import DesignInfo, describe_design, require_design, roman, two_factor_chains
 from .effects import EFFECT_COLUMNS, EffectContrasts, effect_contrasts, lenth_pse, model_prediction_map
 from .inference import LENTH, NONE, WELCH, CellFit, Estimates, Noise, estimate, estimate_over_new_seeds, fit_cells
 from .multiplicity import lenth_bar, lenth_margins
+from .options import ReportOptions, report_options
 from .orderings import cumulative_means, path_masks, position_means, position_summary, resolve_orderings
 from .table import PAPER_AIME_AVG32, cell_label, cell_masks, describe_cell, validate_results
 
@@ -334,7 +335,8 @@ def _values_source(design: DesignInfo) -> str:
     return "the observed cell means only (statistics that need an unobserved cell are not computed)"
 
 
-def _design_notes(design: DesignInfo, factors: list[str], values: CellValues, paths, effects) -> list[str]:
+def _design_notes(model: _Model) -> list[str]:
+    design, factors, values, paths, effects = model.design, model.factors, model.values, model.paths, model.contrasts
     notes = []
     if design.kind == "fraction" and (design.resolution or 0) >= 5:
         notes.append(
@@ -392,49 +394,64 @@ def fit_table(results: pd.DataFrame, factors: list[str], metric: str) -> CellFit
     return fit_cells(cell_index.ravel(), seed_index.ravel(), results[metric].to_numpy(float), masks.astype(np.int64))
 
 
+@dataclass(frozen=True)
+class _Model:
+    """The fitted cell-means model of one analysis and what every table is computed from."""
+
+    factors: list[str]
+    options: ReportOptions
+    fit: CellFit
+    design: DesignInfo
+    contrasts: EffectContrasts  # the design's estimable effects
+    noise: Noise
+    lenth: dict | None  # Lenth's PSE and margins when the noise comes from it
+    values: CellValues
+    paths: list[tuple[str, list[str]]]  # the orderings of the cumulative tables, by name
+
+
+def _fit_model(results: pd.DataFrame, factors: list[str], options: ReportOptions) -> tuple[_Model, list[str]]:
+    """(the model of a validated table, the orderings' notes); ReportInputError for a design the
+    options refuse or an ordering that does not name the factors."""
+    fit = fit_table(results, factors, options.metric)
+    design = describe_design(fit.masks, len(factors))
+    require_design(design, options.design, factors)
+    paths, notes = resolve_orderings(options.orderings, factors)
+    contrasts = effect_contrasts(design, factors, np.linalg.inv(fit.g_inv))
+    noise, lenth = noise_model(fit, design, contrasts, options.confidence)
+    values = CellValues(fit, design, noise, options.confidence)
+    return _Model(factors, options, fit, design, contrasts, noise, lenth, values, paths), notes
+
+
 def analyze(
     results: pd.DataFrame,
     factors: list[str],
-    metric: str = DEFAULT_METRIC,
-    orderings: str | list[list[str]] = "paper",
-    confidence: float = 0.95,
-    design: str | None = None,
     *,
-    adjust: str = "holm",
-    per_effect_tests: bool = False,
+    options: ReportOptions | None = None,
     curves: pd.DataFrame | None = None,
+    **changes,
 ) -> Analysis:
-    """Every report table for ``results`` (see the module docstring for the steps).
-
-    ``design``: any | full | fraction-V | fraction (what the report may accept, see
-    ``design.require_design``); ``adjust``: holm | bh | none within each claims family;
-    ``per_effect_tests``: with one run per cell, test effects one by one (Lenth's ME) instead
-    of the experiment-wise SME; ``curves``: evaluation curves with cumulative
-    ``tokens_generated``, for the equal-compute view.
-    """
-    factors = list(factors)
+    """Every report table for ``results`` (see the module docstring for the steps). ``options``:
+    its metric, orderings, confidence, design, adjust and per_effect_tests are used (``changes``:
+    any field by keyword, ``analyze(results, factors, adjust="bh")``); ``curves``: evaluation
+    curves with cumulative ``tokens_generated``, for the equal-compute view."""
+    options = report_options(options, changes)
+    factors, metric = list(factors), options.metric
     results = validate_results(results, factors, metric)
-    fit = fit_table(results, factors, metric)
-    info = describe_design(fit.masks, len(factors))
-    require_design(info, design, factors)
-    paths, notes = resolve_orderings(orderings, factors)
-    options = ClaimOptions(adjust=adjust, alpha=1 - confidence, per_effect_tests=per_effect_tests)
-
-    contrasts = effect_contrasts(info, factors, np.linalg.inv(fit.g_inv))
-    noise, lenth = noise_model(fit, info, contrasts, confidence)
-    values = CellValues(fit, info, noise, confidence)
-    effects, all_effects = _effects_table(values, contrasts)
+    model, notes = _fit_model(results, factors, options)
+    fit, info, values, claims = model.fit, model.design, model.values, options.claims
+    effects, all_effects = _effects_table(values, model.contrasts)
     shapley, phi = _shapley_table(values, factors)
     order_gaps = _order_gap_table(values, factors)
-    cumulative = _cumulative_table(values, paths, factors)
-    tests, effects, guarantee = build_tests(info, factors, values, paths, shapley, phi, effects, order_gaps, options, lenth)
+    cumulative = _cumulative_table(values, model.paths, factors)  # before the tests: intervals.csv's row order
+    statistics = StatisticsToTest(shapley, phi, effects, order_gaps)
+    tests, effects, guarantee = build_tests(info, factors, values, model.paths, statistics, claims, model.lenth)
     effects = effects[EFFECT_COLUMNS]
     percent = bool(results[metric].between(0, 1).all())
-    compute, matched, compute_notes = _compute_views(results, factors, metric, fit, effects, curves, info, confidence)
+    compute, matched, compute_notes = _compute_views(results, model, effects, curves)
     return Analysis(
         factors=factors,
         metric=metric,
-        confidence=confidence,
+        confidence=options.confidence,
         design=info,
         n_runs=len(results),
         cells=_cells_table(values, factors),
@@ -449,18 +466,18 @@ def analyze(
         claims=claims_table(tests),
         tests=tests,
         intervals=_intervals_table(values.records),
-        ci_method=_ci_method(fit, noise, lenth),
-        effects_method=_effects_method(info, contrasts),
+        ci_method=_ci_method(fit, model.noise, model.lenth),
+        effects_method=_effects_method(info, model.contrasts),
         values_source=_values_source(info),
         fit=fit,
         all_effects=all_effects,
         shapley_check=_shapley_check(shapley, values),
         aliases=two_factor_chains(info, factors) if info.kind == "fraction" else [],
-        notes=notes + _design_notes(info, factors, values, paths, contrasts) + _seed_notes(fit, percent) + compute_notes,
+        notes=notes + _design_notes(model) + _seed_notes(fit, percent) + compute_notes,
         percent=percent,
-        paper_reference=PAPER_AIME_AVG32 if any(name == "paper" for name, _ in paths) else None,
-        options=options,
-        lenth=lenth_rule(lenth, options, guarantee, simultaneous_effects(lenth, options), _tested_effects(tests)),
+        paper_reference=PAPER_AIME_AVG32 if any(name == "paper" for name, _ in model.paths) else None,
+        options=claims,
+        lenth=lenth_rule(model.lenth, claims, guarantee, simultaneous_effects(model.lenth, claims), _tested_effects(tests)),
         guarantee=guarantee,
     )
 
@@ -496,8 +513,9 @@ def _intervals_table(records: list[pd.DataFrame]) -> pd.DataFrame:
     return table[table["estimate"].notna()].reset_index(drop=True)
 
 
-def _compute_views(results, factors, metric, fit, effects, curves, design, confidence):
+def _compute_views(results: pd.DataFrame, model: _Model, effects: pd.DataFrame, curves: pd.DataFrame | None):
     """(compute table, equal-compute effects table, notes)."""
+    factors, fit, metric, confidence = model.factors, model.fit, model.options.metric, model.options.confidence
     compute = compute_table(results, factors, metric, pd.Series(fit.mu, index=fit.masks))
     matched = pd.DataFrame(columns=COMPUTE_MATCHED_COLUMNS)
     notes: list[str] = []
@@ -508,7 +526,7 @@ def _compute_views(results, factors, metric, fit, effects, curves, design, confi
         compute["mean_at_budget"] = pd.Series(budget_fit.mu, index=budget_fit.masks).reindex(compute.index)
         compute["runs_at_budget"] = pd.Series(budget_fit.n, index=budget_fit.masks).reindex(compute.index).fillna(0)
         same_cells = np.array_equal(budget_fit.masks, fit.masks)
-        budget_design = design if same_cells else describe_design(budget_fit.masks, len(factors))
+        budget_design = model.design if same_cells else describe_design(budget_fit.masks, len(factors))
         matched = _matched_effects(budget_fit, budget_design, factors, effects, confidence, budget)
         notes.append(
             f"Equal compute: each run's {metric} at {budget / 1e6:.3g}M generated tokens (the smallest total any "

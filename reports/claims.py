@@ -165,14 +165,26 @@ def adjust_tests(
     return tests, guarantee
 
 
-def build_tests(design, factors, values, paths, shapley, phi, effects, order_gaps, options, lenth):
+@dataclass(frozen=True)
+class StatisticsToTest:
+    """The statistics the claims families test, as the analysis computed them."""
+
+    shapley: pd.DataFrame  # the Shapley table (NaN values where the design does not give them)
+    phi: Estimates  # the Shapley values' estimates behind it
+    effects: pd.DataFrame  # main effects and two-factor terms with their ``order`` (of the chain's term)
+    order_gaps: pd.DataFrame  # gain when added last minus when added first, per factor
+
+
+def build_tests(design: DesignInfo, factors, values, paths, statistics: StatisticsToTest, options: ClaimOptions, lenth):
     """(every tested statistic with p_adjusted and ``claimed``, effects table with p_adjusted,
-    the guarantee). ``effects`` holds every fitted effect with its ``order`` (of the chain's term).
+    the guarantee). ``values``: the analysis's CellValues (for the step gains of an incomplete
+    design, along ``paths``); ``lenth``: Lenth's PSE and margins, one run per cell (else None).
     """
+    effects, order_gaps = statistics.effects, statistics.order_gaps
     resolution_v = design.kind == "full" or (design.kind == "fraction" and (design.resolution or 0) >= 5)
     parts = []
-    if resolution_v and shapley["shapley"].notna().all():
-        parts.append(_rows("shapley", "attribution", factors, phi))
+    if resolution_v and statistics.shapley["shapley"].notna().all():
+        parts.append(_rows("shapley", "attribution", factors, statistics.phi))
     elif design.kind == "fraction":
         parts.append(_effect_rows(effects, 1, "main", "attribution"))
     if design.kind in ("full", "fraction"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -192,22 +193,26 @@ def to_html(table: pd.DataFrame, shown: pd.DataFrame) -> str:
     return styler.to_html()
 
 
+@dataclass(frozen=True)
+class TableFiles:
+    """Where and how one report writes its tables: the folder, the formats, and how values read
+    (metric columns in percentage points when ``percent``; the factor columns as 0/1 levels)."""
+
+    out_dir: Path
+    formats: frozenset[str]
+    percent: bool
+    factors: tuple[str, ...]
+
+
 def write_table(
-    name: str,
-    table: pd.DataFrame,
-    out_dir: Path,
-    formats: set[str],
-    caption: str,
-    percent: bool,
-    factors: list[str],
-    display: pd.DataFrame | None = None,
+    name: str, table: pd.DataFrame, files: TableFiles, caption: str, display: pd.DataFrame | None = None
 ) -> dict[str, Path]:
     """``name.csv`` (raw values of ``table``), ``name.md`` and ``name.tex`` (formatted ``display``,
     default ``table``; it may add columns such as the paper's numbers; the LaTeX float is labelled
-    ``tab:name``), as requested."""
+    ``tab:name``), as ``files.formats`` asks, into ``files.out_dir``."""
     display = table if display is None else display
-    shown = display_frame(display, percent, factors)
-    written = {}
+    shown = display_frame(display, files.percent, list(files.factors))
+    out_dir, formats, written = files.out_dir, files.formats, {}
     if "csv" in formats:
         written[f"{name}.csv"] = out_dir / f"{name}.csv"
         table.to_csv(written[f"{name}.csv"], index=False)

@@ -218,9 +218,9 @@ def headlines(
     """Setting name -> headline ("" for a results table without a ``setting`` column); raises
     ReportInputError like ``analyze`` when a setting's results cannot be analysed."""
     if "setting" not in results.columns:
-        return {"": headline(analyze(results, factors, metric, confidence=confidence))}
+        return {"": headline(analyze(results, factors, metric=metric, confidence=confidence))}
     return {
-        str(name): headline(analyze(part.drop(columns="setting"), factors, metric, confidence=confidence))
+        str(name): headline(analyze(part.drop(columns="setting"), factors, metric=metric, confidence=confidence))
         for name, part in results.groupby("setting", sort=False)
     }
 

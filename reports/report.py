@@ -12,21 +12,21 @@ import markupsafe
 import numpy as np
 import pandas as pd
 
-from dapo_ablate.core.contracts import DEFAULT_METRIC, SETTING_COLUMN
+from dapo_ablate.core.contracts import SETTING_COLUMN
 
 from . import plots
 from .analysis import Analysis, analyze
 from .claims import CLAIM_COLUMNS
-from .export import display_frame, to_html, to_markdown, write_table
+from .export import TableFiles, display_frame, to_html, to_markdown, write_table
 from .headline import cell_values
 from .inference import estimate
+from .options import ReportOptions, report_options
 from .orderings import comparisons_at
 from .pages import TABLES, FigureView, cumulative_display, render_page, table_captions
 from .summary import EMPTY_SUPPORTED, summary_sections
 from .table import ReportInputError, cell_label, validate_curves
 from .transfer_report import write_transfer_report
 
-FORMATS = ("csv", "md", "tex", "png", "html")
 REPORT_ORDERINGS_SHOWN = 3  # report.md/html show this many orderings; cumulative.csv has all
 
 
@@ -223,81 +223,71 @@ def report_html(analysis: Analysis, figures: dict[str, bytes]) -> str:
     )
 
 
-def _check_options(formats, confidence: float) -> set[str]:
-    chosen = {formats} if isinstance(formats, str) else set(formats)
-    unknown = chosen - set(FORMATS)
-    if unknown:
-        raise ReportInputError(
-            f"unknown format {', '.join(sorted(unknown))}; choose from {','.join(FORMATS)}"
-        )
-    if not 0 < confidence < 1:
-        raise ReportInputError(f"confidence {confidence} is not between 0 and 1; use e.g. 0.95")
-    return chosen
-
-
 def write_report(
     results: pd.DataFrame,
     factors: list[str],
     out_dir: str | Path,
-    metric: str = DEFAULT_METRIC,
-    orderings: str | list[list[str]] = "paper",
-    formats=FORMATS,
-    confidence: float = 0.95,
-    curves: pd.DataFrame | None = None,
-    design: str | None = None,
-    echo: Callable[[str], None] | None = None,
     *,
-    adjust: str = "holm",
-    per_effect_tests: bool = False,
+    options: ReportOptions | None = None,
+    curves: pd.DataFrame | None = None,
     signals: pd.DataFrame | None = None,
-    equivalence_margin: float = 0.02,
+    **changes,
 ) -> dict[str, Path]:
     """Analyse ``results`` and write the report files into ``out_dir``; returns {file name: path}.
 
     Always claims.csv (the summary's "supported by the data" list, one row per sentence).
     Tables: cells, cumulative, orderings, shapley, effects, leave_one_out, compute and
-    compute_matched, each as .csv / .md / .tex per ``formats``, and intervals.csv (every interval,
-    its SE, df and method) with csv; figures (png, each also in report.html with its caption):
-    cumulative.png, shapley.png, gain_by_position.png, effects.png, interactions.png, and
-    learning_curves.png with ``curves``, signals.png with ``signals`` (one row per run and training
-    step: the factor columns, ``step`` and the trainer's signals), where the data support them;
-    report.md; report.html. ``design``: any | full | fraction-V | fraction (see ``design.require_design``);
-    ``adjust`` and ``per_effect_tests``: see ``analysis.analyze``. A ``setting`` column naming two
-    or more settings makes it a transfer study (``transfer_report.write_transfer_report``; ``equivalence_margin``,
-    in the metric's units, is the largest difference a "transfers" verdict allows). Raises ReportInputError before
-    writing anything when the input cannot be used. ``echo`` (e.g. ``print``) receives the
-    plain-language summary.
+    compute_matched, each as .csv / .md / .tex per ``options.formats``, and intervals.csv (every
+    interval, its SE, df and method) with csv; figures (png, each also in report.html with its
+    caption): cumulative.png, shapley.png, gain_by_position.png, effects.png, interactions.png,
+    and learning_curves.png with ``curves``, signals.png with ``signals`` (one row per run and
+    training step: the factor columns, ``step`` and the trainer's signals), where the data support
+    them; report.md; report.html. ``options``: see ``ReportOptions`` (metric, orderings, formats,
+    confidence, design, adjust, per_effect_tests, equivalence_margin, echo); ``changes``: any of
+    its fields by keyword (``write_report(results, factors, out, formats=["csv"])``). A
+    ``setting`` column naming two or more settings makes it a transfer study
+    (``transfer_report.write_transfer_report``). Raises ReportInputError before writing anything
+    when the input cannot be used. ``options.echo`` (e.g. ``print``) receives the plain-language
+    summary.
     """
-    chosen = _check_options(formats, confidence)
+    options = report_options(options, changes)
+    chosen = options.chosen_formats()
     factors = list(factors)
     if SETTING_COLUMN in results.columns and results[SETTING_COLUMN].astype(str).nunique(dropna=False) > 1:
-        return write_transfer_report(  # a transfer study: one block per setting
-            results, factors, Path(out_dir), chosen, metric=metric, orderings=orderings, confidence=confidence,
-            design=design, adjust=adjust, per_effect_tests=per_effect_tests, echo=echo,
-            equivalence_margin=equivalence_margin,
-        )  # fmt: skip
+        return write_transfer_report(results, factors, Path(out_dir), options)  # one block per setting
     if curves is not None:
-        curves = validate_curves(curves, factors, metric)
+        curves = validate_curves(curves, factors, options.metric)
     if signals is not None:
         signals = signals_table(signals, factors)
-    analysis = analyze(
-        results, factors, metric, orderings, confidence, design,
-        adjust=adjust, per_effect_tests=per_effect_tests, curves=curves,
-    )  # fmt: skip
+    analysis = analyze(results, factors, options=options, curves=curves)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-
     written: dict[str, Path] = {"claims.csv": out / "claims.csv"}
     analysis.claims[CLAIM_COLUMNS].to_csv(written["claims.csv"], index=False)
+    written |= _write_tables(analysis, TableFiles(out, frozenset(chosen), analysis.percent, tuple(factors)))
+    figures = _figures(analysis, curves, signals) if chosen & {"png", "html"} else {}
+    written |= _write_pages(analysis, out, chosen, figures)
+    if options.echo is not None:
+        echo_summary(analysis, options.echo)
+    return written
+
+
+def _write_tables(analysis: Analysis, files: TableFiles) -> dict[str, Path]:
+    """Every table in ``files.formats``, and intervals.csv with csv."""
+    written: dict[str, Path] = {}
     captions = table_captions(analysis)
     for name in TABLES:
         display = {"cumulative": cumulative_display, "orderings": _orderings_display}.get(name, lambda a: None)(analysis)
-        table = getattr(analysis, name)
-        written |= write_table(name, table, out, chosen, captions[name], analysis.percent, factors, display)
-    if "csv" in chosen:
-        written["intervals.csv"] = out / "intervals.csv"
+        written |= write_table(name, getattr(analysis, name), files, captions[name], display)
+    if "csv" in files.formats:
+        written["intervals.csv"] = files.out_dir / "intervals.csv"
         analysis.intervals.to_csv(written["intervals.csv"], index=False)
-    figures = _figures(analysis, curves, signals) if chosen & {"png", "html"} else {}
+    return written
+
+
+def _write_pages(analysis: Analysis, out: Path, chosen: set[str], figures: dict[str, bytes]) -> dict[str, Path]:
+    """The figures (png) and report.md / report.html, as ``chosen`` asks."""
+    written: dict[str, Path] = {}
     if "png" in chosen:
         for name, png in figures.items():
             written[name] = out / name
@@ -308,8 +298,6 @@ def write_report(
     if "html" in chosen:
         written["report.html"] = out / "report.html"
         written["report.html"].write_text(report_html(analysis, figures))
-    if echo is not None:
-        echo_summary(analysis, echo)
     return written
 
 

@@ -13,12 +13,13 @@ independent run noise, both normal; ``noisy_cells`` makes some cells' run noise 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import product
 
 import numpy as np
 import pandas as pd
 
-from dapo_ablate.core.contracts import DEFAULT_METRIC, SEED_COLUMN
+from dapo_ablate.core.contracts import DEFAULT_METRIC, SEED_COLUMN, SETTING_COLUMN
 
 
 def true_cell_means(factors: list[str], baseline: float, planted: dict[tuple[str, ...], float]) -> np.ndarray:
@@ -30,6 +31,23 @@ def true_cell_means(factors: list[str], baseline: float, planted: dict[tuple[str
     return values
 
 
+@dataclass(frozen=True)
+class SimulationOptions:
+    """How a simulated table is laid out and drawn, besides its seeds and noise levels."""
+
+    metric: str = DEFAULT_METRIC
+    """Name of the metric column."""
+    cells: list[int] | None = None
+    """The cell bitmasks that ran (e.g. a fraction); None: all 2^k."""
+    rng: np.random.Generator | int = 0
+    """The random generator, or its seed."""
+    seeds_per_cell: bool = False
+    """Seeds numbered per cell (cell j runs seeds j*seeds ...), each with its own seed effect, so
+    no two cells share one."""
+    noisy_cells: dict[int, float] | None = None
+    """{cell bitmask: factor} multiplies that cell's run noise sd (heteroscedastic cells)."""
+
+
 def simulate_results(
     factors: list[str],
     baseline: float,
@@ -37,35 +55,30 @@ def simulate_results(
     seeds: int = 3,
     noise_sd: float = 0.01,
     seed_sd: float = 0.0,
-    metric: str = DEFAULT_METRIC,
-    cells: list[int] | None = None,
-    rng: np.random.Generator | int = 0,
-    seeds_per_cell: bool = False,
-    noisy_cells: dict[int, float] | None = None,
+    **options,
 ) -> pd.DataFrame:
-    """A tidy results table: one row per (cell, seed), factor columns 0/1, ``seed``, ``metric``.
+    """A tidy results table: one row per (cell, seed), factor columns 0/1, ``seed``, the metric.
 
-    ``cells`` restricts the design to some bitmasks (e.g. a fraction); default: all 2^k.
-    ``seeds_per_cell``: seeds numbered per cell (cell j runs seeds j*seeds ...), each with its
-    own seed effect, so no two cells share one. ``noisy_cells``: {cell bitmask: factor} multiplies
-    that cell's run noise sd. Compute columns are filled with plausible numbers (more tokens when
-    more factors are on).
+    ``options``: the fields of ``SimulationOptions`` by keyword (metric, cells, rng,
+    seeds_per_cell, noisy_cells). Compute columns are filled with plausible numbers (more tokens
+    when more factors are on).
     """
-    rng = np.random.default_rng(rng)
+    layout = SimulationOptions(**options)
+    rng = np.random.default_rng(layout.rng)
     truth = true_cell_means(factors, baseline, planted)
-    chosen = list(cells if cells is not None else range(2 ** len(factors)))
-    seed_effect = rng.normal(0.0, seed_sd, size=seeds * (len(chosen) if seeds_per_cell else 1))
-    scale = noisy_cells or {}
+    chosen = list(layout.cells if layout.cells is not None else range(2 ** len(factors)))
+    seed_effect = rng.normal(0.0, seed_sd, size=seeds * (len(chosen) if layout.seeds_per_cell else 1))
+    scale = layout.noisy_cells or {}
     rows = []
     for j, (mask, s) in enumerate(product(chosen, range(seeds))):
-        label = j if seeds_per_cell else s
+        label = j if layout.seeds_per_cell else s
         levels = {f: mask >> i & 1 for i, f in enumerate(factors)}
         tokens = 1e6 * (10 + sum(levels.values()))
         rows.append(
             {
                 **levels,
                 SEED_COLUMN: label,
-                metric: truth[mask] + seed_effect[label] + rng.normal(0.0, noise_sd * scale.get(mask, 1.0)),
+                layout.metric: truth[mask] + seed_effect[label] + rng.normal(0.0, noise_sd * scale.get(mask, 1.0)),
                 "tokens_generated": tokens,
                 "tokens_discarded": 0.1 * tokens * levels.get("dynamic_sampling", 0),
                 "wall_s": tokens / 2e4,
@@ -95,7 +108,7 @@ def simulate_settings(
         if noise_sd_by_setting and name in noise_sd_by_setting:
             own["noise_sd"] = noise_sd_by_setting[name]
         table = simulate_results(factors, baseline, planted, rng=rng, **own)
-        table.insert(0, "setting", name)
+        table.insert(0, SETTING_COLUMN, name)
         table.attrs = {}
         parts.append(table)
     return pd.concat(parts, ignore_index=True)

@@ -52,11 +52,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from dapo_ablate.core.contracts import DEFAULT_METRIC, SETTING_COLUMN
+from dapo_ablate.core.contracts import SETTING_COLUMN
 
 from .analysis import Analysis, analyze, lenth_rule
 from .claims import CLAIM_COLUMNS, ClaimOptions, Guarantee, adjust_tests, claims_table, effects_with_adjusted
 from .heterogeneity import cochran_q, detectable_difference, difference_interval, flip_p, welch_heterogeneity
+from .options import ReportOptions, report_options
 from .table import ReportInputError
 
 VERDICTS = ("transfers", "differs in size", "flips sign", "inconclusive", "not enough data")
@@ -66,7 +67,6 @@ TRANSFER_COLUMNS = [
     "detectable_difference",
 ]  # fmt: skip
 RANK_COLUMNS = ["setting_a", "setting_b", "kendall_tau", "p_value", "n_factors"]
-DEFAULT_MARGIN = 0.02  # 2 pp of an accuracy stored as a fraction
 TRANSFER_FAMILIES = ("transfer", "flips")
 
 
@@ -105,12 +105,12 @@ def split_settings(results: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(column.astype(str)))
 
 
-def _per_setting(results, factors, settings, **options) -> dict[str, Analysis]:
+def _per_setting(results, factors, settings, options: ReportOptions) -> dict[str, Analysis]:
     analyses = {}
     for name in settings:
         rows = results[results[SETTING_COLUMN].astype(str) == name].drop(columns=[SETTING_COLUMN])
         try:
-            analyses[name] = analyze(rows, factors, **options)
+            analyses[name] = analyze(rows, factors, options=options)
         except ReportInputError as error:
             raise ReportInputError(f"setting '{name}': {error}") from None
     return analyses
@@ -294,48 +294,39 @@ def _table(values, across, adjusted, settings, sim_alpha, margin, alpha) -> pd.D
 
 
 def analyze_transfer(
-    results: pd.DataFrame,
-    factors: list[str],
-    metric: str = DEFAULT_METRIC,
-    orderings="paper",
-    confidence: float = 0.95,
-    design: str | None = None,
-    *,
-    adjust: str = "holm",
-    per_effect_tests: bool = False,
-    equivalence_margin: float = DEFAULT_MARGIN,
+    results: pd.DataFrame, factors: list[str], *, options: ReportOptions | None = None, **changes
 ) -> TransferAnalysis:
     """Every setting's analysis and the transfer tables (module docstring) for a results table
-    with a ``setting`` column naming at least two settings."""
+    with a ``setting`` column naming at least two settings. ``options``: as for ``analyze``, and
+    its equivalence_margin (``changes``: any field by keyword)."""
+    options = report_options(options, changes)
     settings = split_settings(results)
     if len(settings) < 2:
         raise ReportInputError(
             f"column '{SETTING_COLUMN}' names one setting ({settings[0]}); a transfer study needs two or more"
         )
-    analyses = _per_setting(
-        results, list(factors), settings, metric=metric, orderings=orderings, confidence=confidence,
-        design=design, adjust=adjust, per_effect_tests=per_effect_tests,
-    )  # fmt: skip
+    analyses = _per_setting(results, list(factors), settings, options)
     ordered = [analyses[s] for s in settings]
-    _check_margin(equivalence_margin, ordered, metric)
-    options = ClaimOptions(adjust=adjust, alpha=1 - confidence, per_effect_tests=per_effect_tests)
+    margin = options.equivalence_margin
+    _check_margin(margin, ordered, options.metric)
+    claims = options.claims
     values = term_values(ordered)
-    equivalence_alpha = options.alpha  # per side, per term (module docstring)
+    equivalence_alpha = claims.alpha  # per side, per term (module docstring)
     across = [_across(v, equivalence_alpha) for v in values]
-    tests, guarantee, sim_alpha, sidak_m = _report_tests(ordered, values, across, settings, options)
+    tests, guarantee, sim_alpha, sidak_m = _report_tests(ordered, values, across, settings, claims)
     adjusted = {
         (row.family, *row.key): row.p_adjusted
         for row in tests[tests["family"].isin(TRANSFER_FAMILIES)].itertuples(index=False)
     }
     tested = int((tests["family"] == "interactions").sum())
     readjusted = {
-        s: _readjusted(a, tests[tests["setting"] == s], options, guarantee, sidak_m, tested)
+        s: _readjusted(a, tests[tests["setting"] == s], claims, guarantee, sidak_m, tested)
         for s, a in zip(settings, ordered)
     }
-    transfer = _table(values, across, adjusted, settings, sim_alpha, equivalence_margin, options.alpha)
+    transfer = _table(values, across, adjusted, settings, sim_alpha, margin, claims.alpha)
     return TransferAnalysis(
         settings=settings, analyses=readjusted, transfer=transfer, ranks=rank_agreement(transfer, settings),
-        claims=_transfer_claims(tests), options=options, guarantee=guarantee, margin=equivalence_margin,
+        claims=_transfer_claims(tests), options=claims, guarantee=guarantee, margin=margin,
         equivalence_alpha=equivalence_alpha, simultaneous_alpha=sim_alpha,
     )  # fmt: skip
 

@@ -17,11 +17,12 @@ from dapo_ablate.core.contracts import SETTING_COLUMN
 
 from . import plots
 from .claims import CLAIM_COLUMNS, amount, claim_sentence, interval, short_term
-from .export import display_frame, to_html, to_markdown, write_table
+from .export import TableFiles, display_frame, to_html, to_markdown, write_table
 from .headline import headline, headline_lines
 from .pages import TABLES, FigureView, cumulative_display, render_page, table_captions
 from .summary import EMPTY_SUPPORTED, design_line, summary_sections
-from .transfer import DEFAULT_MARGIN, TransferAnalysis, analyze_transfer
+from .options import ReportOptions
+from .transfer import TransferAnalysis, analyze_transfer
 
 STATISTIC_LABELS = {"main": "main effect", "shapley": "Shapley value", "interaction": "interaction"}
 PAGE_COLUMNS = [
@@ -211,16 +212,13 @@ def _html(transfer: TransferAnalysis, png: bytes | None) -> str:
 
 
 def write_transfer_report(
-    results: pd.DataFrame, factors: list[str], out: Path, chosen: set[str], *, metric: str, orderings,
-    confidence: float, design: str | None, adjust: str, per_effect_tests: bool,
-    echo: Callable[[str], None] | None = None, equivalence_margin: float = DEFAULT_MARGIN,
-) -> dict[str, Path]:  # fmt: skip
-    """Analyse every setting and the transfer between them; write the files (see module docstring).
-    Raises ReportInputError (naming the setting) before writing anything."""
-    transfer = analyze_transfer(
-        results, factors, metric, orderings, confidence, design, adjust=adjust, per_effect_tests=per_effect_tests,
-        equivalence_margin=equivalence_margin,
-    )  # fmt: skip
+    results: pd.DataFrame, factors: list[str], out: Path, options: ReportOptions
+) -> dict[str, Path]:
+    """Analyse every setting and the transfer between them; write the files (see module docstring)
+    in ``options.formats``, and echo the summary to ``options.echo``. Raises ReportInputError
+    (naming the setting) before writing anything."""
+    chosen = options.chosen_formats()
+    transfer = analyze_transfer(results, factors, options=options)
     first = transfer.analyses[transfer.settings[0]]
     out.mkdir(parents=True, exist_ok=True)
     written = {"claims.csv": out / "claims.csv", "transfer.csv": out / "transfer.csv",
@@ -229,17 +227,18 @@ def write_transfer_report(
     transfer.transfer.to_csv(written["transfer.csv"], index=False)
     transfer.ranks.to_csv(written["rank_agreement.csv"], index=False)
     captions = table_captions(first)
+    files = TableFiles(out, frozenset(chosen), transfer.percent, tuple(factors))
     for name in TABLES:
         table = _stacked(transfer, lambda a: getattr(a, name))
         display = _stacked(transfer, cumulative_display) if name == "cumulative" else None
         caption = captions[name] + " One block of rows per setting (column setting)."
-        written |= write_table(name, table, out, chosen, caption, transfer.percent, list(factors), display)
+        written |= write_table(name, table, files, caption, display)
     if "csv" in chosen:
         written["intervals.csv"] = out / "intervals.csv"
         _stacked(transfer, lambda a: a.intervals).to_csv(written["intervals.csv"], index=False)
     png = None
     if chosen & {"png", "html"}:
-        png = plots.forest_plot(transfer.transfer, _attribution(transfer), transfer.metric, transfer.percent, confidence)
+        png = plots.forest_plot(transfer.transfer, _attribution(transfer), transfer.metric, transfer.percent, options.confidence)
     if "png" in chosen and png is not None:
         written["transfer.png"] = out / "transfer.png"
         written["transfer.png"].write_bytes(png)
@@ -249,9 +248,9 @@ def write_transfer_report(
     if "html" in chosen:
         written["report.html"] = out / "report.html"
         written["report.html"].write_text(_html(transfer, png))
-    if echo is not None:
+    if options.echo is not None:
         for heading, lines in transfer_sections(transfer).items():
-            echo(f"{heading}:")
+            options.echo(f"{heading}:")
             for line in lines or [EMPTY_SUPPORTED]:
-                echo(f"  - {line}")
+                options.echo(f"  - {line}")
     return written

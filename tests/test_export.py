@@ -11,7 +11,15 @@ import textwrap
 import pandas as pd
 import pytest
 
-from dapo_ablate.reports.export import display_frame, latex_escape, to_html, to_latex, to_markdown, write_table
+from dapo_ablate.reports.export import (
+    TableFiles,
+    display_frame,
+    latex_escape,
+    to_html,
+    to_latex,
+    to_markdown,
+    write_table,
+)
 
 NAN = math.nan
 
@@ -252,7 +260,8 @@ def test_html_escapes_headers():
 
 def test_write_table_files(tmp_path):
     table = effects_table()
-    written = write_table("effects", table, tmp_path, {"csv", "md", "tex"}, "Effects_x.", True, [])
+    files = TableFiles(tmp_path, frozenset({"csv", "md", "tex"}), percent=True, factors=())
+    written = write_table("effects", table, files, "Effects_x.")
     assert sorted(written) == ["effects.csv", "effects.md", "effects.tex"]
     pd.testing.assert_frame_equal(pd.read_csv(written["effects.csv"]), table)  # stored as computed
     markdown = written["effects.md"].read_text()
@@ -264,7 +273,7 @@ def test_write_table_files(tmp_path):
 def test_write_table_display_adds_columns_to_md_only(tmp_path):
     table = pd.DataFrame({"step": [0], "mean": [0.30]})
     display = table.assign(paper=[30])
-    written = write_table("cumulative", table, tmp_path, {"csv", "md"}, "c", True, [], display)
+    written = write_table("cumulative", table, TableFiles(tmp_path, frozenset({"csv", "md"}), True, ()), "c", display)
     assert list(pd.read_csv(written["cumulative.csv"]).columns) == ["step", "mean"]
     assert "|   paper |" in written["cumulative.md"].read_text()
 

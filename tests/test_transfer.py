@@ -14,7 +14,7 @@ from statsmodels.stats.oneway import anova_oneway
 from typer.testing import CliRunner
 
 from dapo_ablate.cli.report_cmd import register
-from dapo_ablate.reports import PAPER_FACTORS, analyze
+from dapo_ablate.reports import PAPER_FACTORS, ReportOptions, analyze
 from dapo_ablate.reports.claims import CLAIM_COLUMNS
 from dapo_ablate.reports.heterogeneity import (
     cochran_q,
@@ -167,10 +167,7 @@ def test_one_seed_takes_each_settings_own_lenth_pse(tmp_path):
         assert set(tests.loc[tests["claimed"], "term"]) == set(sizes[sizes > lenth["bar"]].index)
         printed = " ".join(summary_sections(analysis)["Not supported by the data"])
         assert f"claimed only past {100 * lenth['bar']:.1f} pp" in printed and "45 effects of all the settings" in printed
-    written = write_transfer_report(
-        table, factors, tmp_path, {"csv", "md"}, metric="avg@32", orderings="paper", confidence=0.95,
-        design=None, adjust="holm", per_effect_tests=False,
-    )  # fmt: skip
+    written = write_transfer_report(table, factors, tmp_path, ReportOptions(formats=("csv", "md")))
     text = written["report.md"].read_text()
     assert "x: Lenth's PSE of its own 15 effects" in text and "never pooled" in text
 

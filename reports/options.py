@@ -1,0 +1,73 @@
+"""ReportOptions: what a report is asked to do, as one frozen object.
+
+``write_report`` hands it to ``write_transfer_report``, both hand it to ``analyze`` /
+``analyze_transfer``, and those derive the claims' ``ClaimOptions`` from it. Each function that
+takes ``options=`` also takes any field by keyword (``analyze(results, factors, adjust="bh")``):
+``report_options`` applies those changes to the given options (default: the defaults below).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dapo_ablate.core.contracts import DEFAULT_METRIC
+
+from .claims import ClaimOptions
+from .table import ReportInputError
+
+FORMATS = ("csv", "md", "tex", "png", "html")
+"""The file formats a report can write: tables as csv / md / tex, figures as png, and the pages
+report.md (with md) and report.html (self-contained, with html)."""
+
+DEFAULT_MARGIN = 0.02
+"""The transfer verdict's equivalence margin: 2 pp of an accuracy stored as a fraction."""
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """The options of one report; the CLI's ``dapo-ablate report`` flags map one to one."""
+
+    metric: str = DEFAULT_METRIC
+    """The metric column to analyse."""
+    orderings: str | list[list[str]] = "paper"
+    """Orderings of the cumulative tables: ``paper``, ``all``, or explicit lists of factors."""
+    formats: str | Iterable[str] = FORMATS
+    """Which of FORMATS to write (a name or several)."""
+    confidence: float = 0.95
+    """Confidence level of every interval; the claims are tested at alpha = 1 - confidence."""
+    design: str | None = None
+    """The weakest design to accept: any | full | fraction-V | fraction (``design.require_design``)."""
+    adjust: str = "holm"
+    """Multiplicity adjustment within each claims family: holm | bh | none."""
+    per_effect_tests: bool = False
+    """With one run per cell, test effects one by one (Lenth's ME) instead of the experiment-wise SME."""
+    equivalence_margin: float = DEFAULT_MARGIN
+    """Transfer studies: the largest difference between settings a "transfers" verdict allows, in
+    the metric's units."""
+    echo: Callable[[str], None] | None = field(default=None, compare=False)
+    """Receives the plain-language summary, one line per call (e.g. ``print``); None: silent."""
+
+    @property
+    def claims(self) -> ClaimOptions:
+        """How the claims are tested: the adjustment, alpha = 1 - confidence, per-effect tests."""
+        return ClaimOptions(adjust=self.adjust, alpha=1 - self.confidence, per_effect_tests=self.per_effect_tests)
+
+    def chosen_formats(self) -> set[str]:
+        """The formats to write, checked together with the confidence level: ReportInputError
+        (one sentence) for an unknown format or a confidence outside (0, 1)."""
+        chosen = {self.formats} if isinstance(self.formats, str) else set(self.formats)
+        unknown = chosen - set(FORMATS)
+        if unknown:
+            raise ReportInputError(f"unknown format {', '.join(sorted(unknown))}; choose from {','.join(FORMATS)}")
+        if not 0 < self.confidence < 1:
+            raise ReportInputError(f"confidence {self.confidence} is not between 0 and 1; use e.g. 0.95")
+        return chosen
+
+
+def report_options(options: ReportOptions | None, changes: dict[str, Any]) -> ReportOptions:
+    """``options`` (default: ReportOptions()) with the fields named in ``changes`` replaced;
+    TypeError for a name that is not a field."""
+    options = ReportOptions() if options is None else options
+    return replace(options, **changes) if changes else options
