@@ -14,7 +14,7 @@ import pandas as pd  # noqa: E402
 from dapo_ablate.reports.plots import figure_png  # noqa: E402
 
 if TYPE_CHECKING:
-    from dapo_ablate.sweeps.report import SweepReport
+    from dapo_ablate.sweeps.report_data import SweepReport
 
 
 def history_plot(report: SweepReport) -> bytes | None:

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
+from dapo_ablate.sweeps.report_data import SweepReport
 from dapo_ablate.sweeps.spec import SweepSpec
 
 MIN_IMPORTANCE_TRIALS = 3
@@ -40,22 +40,6 @@ def read_report(spec: SweepSpec) -> SweepReport:
 
     factors = [f if isinstance(f, str) else next(iter(f)) for f in spec.factors or []]
     return build_report(load_study(spec), spec.metric, list(spec.space), factors)
-
-
-@dataclass
-class SweepReport:
-    name: str
-    metric: str
-    direction: str
-    knobs: list[str]
-    factors: list[str]
-    best_params: pd.DataFrame
-    trials: pd.DataFrame
-    importances: pd.DataFrame
-    importance_note: str = ""
-    effects: pd.DataFrame | None = None
-    effect_summary: pd.DataFrame | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 def build_report(study: Any, metric: str, knobs: list[str], factors: list[str]) -> SweepReport:
