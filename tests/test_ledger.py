@@ -1,21 +1,32 @@
-"""The ledger's contract, one suite run on SQLite and on PostgreSQL (fixture `ledger_url`)."""
+"""The ledger's contract, one suite run on every backend: SQLite, PostgreSQL and memory (fixture
+`backend_url`). What only a SQL database has (schema versions, URLs, SQLite files and locks, other
+processes) is tested on SQLite and PostgreSQL alone (conftest's `ledger_url`), under "opening"."""
 
 from __future__ import annotations
 
+import inspect as python_inspect
 import json
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from dapo_ablate.ablation.experiment.identity import RunSpec
-from dapo_ablate.ablation.store.ledger import SCHEMA_VERSION, Ledger, LedgerError, SQLLedger
+from dapo_ablate.ablation.store.ledger import (
+    MEMORY_URL,
+    SCHEMA_VERSION,
+    Ledger,
+    LedgerError,
+    MemoryLedger,
+    SQLLedger,
+    connect_ledger,
+)
 
 FACTORS = (
     "overlong_filter", "clip_higher", "soft_overlong", "token_level_loss", "dynamic_sampling"
@@ -42,11 +53,30 @@ RESULT = {
 }
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres), "memory"])
+def backend_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """A URL of an empty ledger: a SQLite file, a fresh PostgreSQL database, then memory://."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger.db'}"
+    if request.param == "memory":
+        return MEMORY_URL
+    return request.getfixturevalue("postgres_url")
+
+
 @pytest.fixture
-def ledger(ledger_url: str) -> Iterator[Ledger]:
-    with SQLLedger(ledger_url) as opened:
+def ledger(backend_url: str) -> Iterator[Ledger]:
+    with connect_ledger(backend_url) as opened:
         opened.ensure_experiment("exp", {"design": "full"})
         yield opened
+
+
+@pytest.fixture
+def another_handle(ledger: Ledger, backend_url: str) -> Callable[[], Ledger]:
+    """Opens another handle on `ledger`'s store, as a second driver would: a SQL ledger with its
+    own engine (its own connections); in memory the same object, which is all threads can share."""
+    if backend_url == MEMORY_URL:
+        return lambda: ledger
+    return lambda: SQLLedger(backend_url)
 
 
 def read_schema_versions(url: str) -> list[int]:
@@ -58,7 +88,46 @@ def read_schema_versions(url: str) -> list[int]:
         engine.dispose()
 
 
-# -- opening ---------------------------------------------------------------------------------
+# -- the protocol ----------------------------------------------------------------------------
+
+
+PROTOCOL_METHODS = {name for name in vars(Ledger) if not name.startswith("_")} | {
+    "__enter__", "__exit__"
+}
+
+
+def test_the_protocol_lists_what_the_product_calls() -> None:
+    assert set(Ledger.__annotations__) == {"url"}  # its one attribute
+    assert PROTOCOL_METHODS == {
+        "close", "__enter__", "__exit__", "ensure_experiment", "get_experiment",
+        "set_mlflow_parent", "add_runs", "claimable", "expired_leases", "claim", "heartbeat",
+        "finish", "fail", "release", "reset_failed", "set_mlflow_run", "set_job_id",
+        "runs_table", "results",
+    }
+
+
+@pytest.mark.parametrize("implementation", [SQLLedger, MemoryLedger])
+def test_both_ledgers_implement_the_protocol_with_its_signatures(implementation: type) -> None:
+    assert PROTOCOL_METHODS <= set(dir(implementation))
+    for name in PROTOCOL_METHODS:
+        expected = python_inspect.signature(getattr(Ledger, name)).parameters
+        found = python_inspect.signature(getattr(implementation, name)).parameters
+        assert [(p.name, p.kind, p.default) for p in found.values()] == [
+            (p.name, p.kind, p.default) for p in expected.values()
+        ], name
+
+
+def test_connect_ledger_opens_sql_or_memory(tmp_path) -> None:
+    with connect_ledger(f"sqlite:///{tmp_path / 'ledger.db'}") as sql:
+        assert type(sql) is SQLLedger and isinstance(sql, Ledger)
+    memory = connect_ledger(MEMORY_URL)
+    assert type(memory) is MemoryLedger and isinstance(memory, Ledger)
+    assert memory.url == MEMORY_URL
+    memory.ensure_experiment("exp", {})
+    assert connect_ledger(MEMORY_URL).get_experiment("exp") is None  # each one is its own
+
+
+# -- opening (SQL only: schema versions, URLs, SQLite files and locks, other processes) ---------
 
 
 def test_schema_version_is_recorded_once(ledger_url: str) -> None:
@@ -207,7 +276,7 @@ def test_status_from_a_second_process_while_a_writer_holds_the_lock(tmp_path) ->
             writer.close()
 
 
-# -- experiments and runs ----------------------------------------------------------------------
+# -- experiments and runs (every backend from here on) -----------------------------------------
 
 
 def test_ensure_experiment_is_idempotent_and_updates_the_spec(ledger: Ledger) -> None:
@@ -263,10 +332,12 @@ def test_claim_is_exclusive(ledger: Ledger) -> None:
     assert row["started_at"] is not None and row["heartbeat_at"] is not None
 
 
-def test_racing_drivers_claim_each_run_exactly_once(ledger: Ledger, ledger_url: str) -> None:
+def test_racing_drivers_claim_each_run_exactly_once(
+    ledger: Ledger, another_handle: Callable[[], Ledger]
+) -> None:
     run_ids = [run.run_id for run in make_runs(range(20))]
     ledger.add_runs("exp", make_runs(range(20)))
-    drivers = [SQLLedger(ledger_url) for _ in range(6)]  # separate engines: separate connections
+    drivers = [another_handle() for _ in range(6)]
     barrier, wins, errors = threading.Barrier(len(drivers)), [], []
 
     def drive(number: int, driver: Ledger) -> None:
@@ -413,3 +484,43 @@ def test_a_job_id_is_kept_through_release_fail_and_finish(ledger: Ledger) -> Non
     assert ledger.runs_table("exp")[0]["job_id"] is None
     with pytest.raises(KeyError, match="no run"):
         ledger.set_job_id("no-such-run", "job")
+
+
+def test_unstorable_result_is_a_type_error_and_writes_nothing(ledger: Ledger) -> None:
+    ledger.add_runs("exp", make_runs([0]))
+    run_id = make_runs([0])[0].run_id
+    ledger.claim(run_id, "a:1")
+    with pytest.raises(TypeError, match="cannot store a object in the ledger"):
+        ledger.finish(run_id, {**RESULT, "metrics": {"avg@32": object()}})
+    assert ledger.runs_table("exp")[0]["status"] == "running" and ledger.results("exp") == []
+    assert ledger.finish(run_id, RESULT)  # the run can still be finished
+
+
+def test_reset_failed_gives_failed_runs_a_fresh_attempt_budget(ledger: Ledger) -> None:
+    ledger.add_runs("exp", make_runs(range(3)))
+    failed, done, pending = (run.run_id for run in make_runs(range(3)))
+    for _ in range(2):
+        assert ledger.claim(failed, "a:1", max_attempts=2) and ledger.fail(failed, "boom")
+    assert ledger.claim(done, "a:1") and ledger.finish(done, RESULT)
+    assert failed not in ledger.claimable("exp", max_attempts=2)
+    assert ledger.reset_failed("exp", [failed, done, pending, "no-such-run"]) == 1
+    rows = {row["run_id"]: row for row in ledger.runs_table("exp")}
+    assert (rows[failed]["status"], rows[failed]["attempts"]) == ("failed", 0)
+    assert rows[done]["status"] == "done" and rows[pending]["attempts"] == 0
+    assert ledger.claimable("exp", max_attempts=2) == [failed, pending]
+
+
+def test_what_a_ledger_returns_is_the_callers(ledger: Ledger) -> None:
+    spec = {"design": "full", "seeds": [0, 1]}
+    ledger.ensure_experiment("exp", spec)
+    spec["seeds"].append(2)  # the caller's objects are not the stored ones, either way
+    ledger.add_runs("exp", make_runs([0]))
+    run_id = make_runs([0])[0].run_id
+    ledger.claim(run_id, "a:1")
+    ledger.finish(run_id, RESULT)
+    ledger.get_experiment("exp").spec["seeds"].append(3)
+    ledger.results("exp")[0]["metrics"]["avg@32"] = 0.0
+    ledger.runs_table("exp")[0]["factors"]["clip_higher"] = 7
+    assert ledger.get_experiment("exp").spec == {"design": "full", "seeds": [0, 1]}
+    assert ledger.results("exp")[0]["metrics"] == RESULT["metrics"]
+    assert ledger.runs_table("exp")[0]["factors"]["clip_higher"] == 0
