@@ -7,6 +7,13 @@ task (`data.builtin_task`) has its own warm-start: the comparison task adds its 
 vocabulary, so its policy is another checkpoint. A checkpoint is saved as an ordinary Hugging Face
 folder, cached on disk under a hash of its recipe (size, task, warm-start), so it is built once per
 machine and then loaded by the same code path as any user checkpoint.
+
+A user's folder is checked before transformers sees it (`check_model_folder`): an empty or garbage
+folder is one sentence naming it and what is missing, not a traceback from deep in
+`from_pretrained` (an empty folder even loads a one-token tokenizer that encodes every prompt to
+nothing). `check_context` refuses a prompt + response ceiling beyond the model's positions from its
+config.json alone, so `validate` can call it before anything starts; torch is imported only by the
+functions that build or load a model, which keeps these checks light.
 """
 
 from __future__ import annotations
@@ -16,23 +23,38 @@ import fcntl
 import hashlib
 import json
 import os
+import pickle
 import random
 import re
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from . import comparison, tasks
 from .comparison import ComparisonSpec
-from .config import BUILTIN, ModelConfig
+from .config import BUILTIN, ConfigError, ModelConfig
 from .tasks import ANSWER_TOKEN, TaskSpec
 
+if TYPE_CHECKING:
+    import torch
+
 RECIPE_VERSION = 1
+
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
+"""A folder's weights, as `from_pretrained` finds them (one file, or shards with their index)."""
+TOKENIZER_PATTERNS = ("tokenizer.json", "vocab.json", "vocab.txt", "*.model", "*.tiktoken")
+"""A tokenizer's vocabulary: a fast tokenizer's tokenizer.json, a BPE vocab.json, a WordPiece
+vocab.txt, a SentencePiece or tiktoken model. tokenizer_config.json alone is not one."""
+MAX_MODEL_CONFIG_BYTES = 2**20  # a config.json is a few KB
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+"""Where Hugging Face configs keep the number of positions (Qwen, Llama: the first; GPT-2: n_positions)."""
+SCALED_ROPE_TYPES = ("linear", "dynamic", "yarn")
+"""RoPE scalings that stretch the positions by `factor` (as vLLM counts them); llama3's already
+reports the stretched length in max_position_embeddings."""
 
 
 @dataclass(frozen=True)
@@ -144,19 +166,151 @@ def cache_root() -> Path:
     return Path(os.environ.get("DAPO_ABLATE_CACHE", Path.home() / ".cache" / "dapo-ablate")).expanduser()
 
 
+def _load_errors() -> tuple[type[BaseException], ...]:
+    """What `from_pretrained` raises for a folder it cannot use: an unreadable or unknown config
+    (OSError, ValueError), garbage tokenizer.json (JSONDecodeError), garbage or empty safetensors
+    (SafetensorError), a pickled .bin refused by weights_only (UnpicklingError), an empty .bin
+    (EOFError), weights of another shape (RuntimeError)."""
+    errors: tuple[type[BaseException], ...] = (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError)
+    try:
+        from safetensors import SafetensorError
+    except ImportError:  # an older safetensors without the public name
+        return errors
+    return (*errors, SafetensorError)
+
+
+LOAD_ERRORS = _load_errors()
+
+
+def _load_problem(error: BaseException) -> str:
+    """A load error's gist on one line (torch's weights_only refusal runs to a paragraph of advice
+    that ends by suggesting weights_only=False: not repeated here)."""
+    if isinstance(error, pickle.UnpicklingError):
+        return "its .bin weights pickle objects other than tensors, refused without running them"
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+
+
 def load_policy(cfg: ModelConfig, builtin_task: str = "addition") -> Policy:
     """Load the configured policy (building and caching the built-in one on first use).
-    builtin_task (`data.builtin_task`) picks the built-in policy's warm-start; a folder ignores it."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = builtin_checkpoint(builtin_recipe(cfg, builtin_task)) if cfg.path == BUILTIN else Path(cfg.path).expanduser()
-    dtype = torch.float32  # master weights; cfg.dtype is the compute dtype (autocast), see ModelConfig.dtype
-    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=cfg.trust_remote_code)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, trust_remote_code=cfg.trust_remote_code)
+    builtin_task (`data.builtin_task`) picks the built-in policy's warm-start; a folder ignores it.
+    A user's folder that is empty, incomplete or garbage raises ConfigError naming it."""
+    if cfg.path == BUILTIN:
+        path = builtin_checkpoint(builtin_recipe(cfg, builtin_task))
+    else:
+        path = Path(cfg.path).expanduser()
+        check_model_folder(path, trust_remote_code=cfg.trust_remote_code)
+    try:
+        tokenizer, model = _from_pretrained(path, cfg.trust_remote_code)
+    except LOAD_ERRORS as error:
+        if cfg.path == BUILTIN:
+            raise  # our own cache: a bug, with its traceback
+        raise ConfigError(f"model.path {cfg.path!r} cannot be loaded by transformers ({_load_problem(error)}); "
+                          "re-save the model and tokenizer there with save_pretrained") from None
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.config.use_cache = True
     return Policy(model=model, tokenizer=tokenizer, use_chat_template=cfg.use_chat_template, source=str(path))
+
+
+def _from_pretrained(path: Path, trust_remote_code: bool) -> tuple[Any, torch.nn.Module]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = torch.float32  # master weights; cfg.dtype is the compute dtype (autocast), see ModelConfig.dtype
+    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, trust_remote_code=trust_remote_code)
+    return tokenizer, model
+
+
+# ----------------------------------------------------------------------- a user's checkpoint folder
+def check_model_folder(path: str | Path, trust_remote_code: bool = False) -> dict[str, Any]:
+    """The parsed config.json of a Hugging Face checkpoint folder, checked without loading it:
+    a folder, with a readable config.json, weights and (unless trust_remote_code, whose code may
+    read anything) a tokenizer's vocabulary. Raises ConfigError naming the folder and what is missing."""
+    folder, name = Path(path).expanduser(), f"model.path {str(path)!r}"
+    if not folder.is_dir():
+        raise ConfigError(f"{name} is not a folder; give a local Hugging Face checkpoint folder or `builtin`")
+    config = _read_model_config(folder, name)
+    missing = []
+    if not _has_any(folder, WEIGHT_PATTERNS):
+        missing.append("weights (model.safetensors or pytorch_model.bin)")
+    if not trust_remote_code and not _has_any(folder, TOKENIZER_PATTERNS):
+        missing.append("tokenizer (tokenizer.json, vocab.json or tokenizer.model)")
+    if missing:
+        raise ConfigError(f"{name} has no {' and no '.join(missing)}; save the model and its tokenizer there "
+                          "with save_pretrained")
+    return config
+
+
+def _has_any(folder: Path, patterns: tuple[str, ...]) -> bool:
+    return any(match.is_file() for pattern in patterns for match in folder.glob(pattern))
+
+
+def _read_model_config(folder: Path, name: str) -> dict[str, Any]:
+    """config.json of ``folder`` as a dict, or ConfigError (missing, not a regular file, too large,
+    not UTF-8 JSON, not an object)."""
+    config_path = folder / "config.json"
+    if not config_path.exists():
+        raise ConfigError(f"{name} has no config.json, so it is no Hugging Face checkpoint folder; save the model "
+                          "there with save_pretrained")
+    if not config_path.is_file() or config_path.stat().st_size > MAX_MODEL_CONFIG_BYTES:
+        raise ConfigError(f"{name}: config.json is not a regular file of at most 1 MiB; re-save the model config")
+    try:
+        config = json.loads(config_path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        raise ConfigError(f"{name}: config.json is not valid UTF-8 JSON; re-save the model config") from None
+    except OSError as error:
+        raise ConfigError(f"{name}: config.json cannot be read ({error.strerror}); check its permissions") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{name}: config.json holds a {type(config).__name__}, not an object; re-save the model config")
+    return config
+
+
+# -------------------------------------------------------------------------- context length
+def model_context(model: str | Path | Mapping[str, Any] | Any) -> int | None:
+    """Positions the model attends over, from `builtin`, a checkpoint folder's config.json, a parsed
+    config dict, or a transformers config; None where that is unknown (a hub name, a config without
+    a length). Raises ConfigError for a folder whose config.json is unusable."""
+    if isinstance(model, (str, Path)):
+        if str(model) == BUILTIN:
+            return BuiltinRecipe().max_positions  # every built-in size shares it (BUILTIN_SIZES)
+        folder = Path(model).expanduser()
+        if not folder.is_dir():
+            return None  # a hub name (backend verl) or a path checked elsewhere
+        model = _read_model_config(folder, f"model.path {str(model)!r}")
+    elif not isinstance(model, Mapping) and hasattr(model, "to_dict"):
+        model = model.to_dict()
+    return _context_of(model) if isinstance(model, Mapping) else None
+
+
+def _context_of(config: Mapping[str, Any]) -> int | None:
+    """The context length a config.json declares, stretched by a RoPE scaling where it has one."""
+    positions = next((config[key] for key in CONTEXT_KEYS if isinstance(config.get(key), int)), None)
+    if positions is None:
+        text_config = config.get("text_config")  # multimodal checkpoints keep the LM's config inside
+        return _context_of(text_config) if isinstance(text_config, Mapping) else None
+    rope = config.get("rope_scaling")
+    if isinstance(rope, Mapping) and rope.get("rope_type", rope.get("type")) in SCALED_ROPE_TYPES:
+        factor, original = rope.get("factor"), rope.get("original_max_position_embeddings", positions)
+        if isinstance(factor, (int, float)) and factor > 1 and isinstance(original, int):
+            return max(positions, int(original * factor))
+    return positions
+
+
+def check_context(model: str | Path | Mapping[str, Any] | Any, max_prompt_len: int, max_response_len: int) -> int | None:
+    """Refuse, with ConfigError, a prompt of ``max_prompt_len`` tokens plus a response ceiling of
+    ``max_response_len`` beyond the model's positions (`model_context`); returns that context, or
+    None when it is unknown (nothing checked). Reads config.json only: no torch, no weights."""
+    context = model_context(model)
+    if context is None or max_prompt_len + max_response_len <= context:
+        return context
+    if max_prompt_len >= context:
+        raise ConfigError(f"a prompt of {max_prompt_len} tokens already fills the model's context of {context} "
+                          f"positions; lower the prompt length (verl.max_prompt_length) below {context}")
+    tokens = "token" if max_prompt_len == 1 else "tokens"
+    raise ConfigError(f"rollout.max_response_len {max_response_len} plus a prompt of up to {max_prompt_len} {tokens} "
+                      f"exceeds the model's context of {context} positions; lower max_response_len to at most "
+                      f"{context - max_prompt_len}")
 
 
 # --------------------------------------------------------------------------------- built-in model
@@ -178,6 +332,7 @@ def builtin_tokenizer(extra: tuple[str, ...] = ()):
 
 
 def builtin_model(recipe: BuiltinRecipe, vocab_size: int, eos_id: int, pad_id: int) -> torch.nn.Module:
+    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(
@@ -229,6 +384,8 @@ def file_lock(path: Path):
 
 def _build_builtin(recipe: BuiltinRecipe, out: Path, log) -> None:
     """Supervised warm-start on noisy worked solutions (loss on the response tokens only)."""
+    import torch
+
     tokenizer = builtin_tokenizer(recipe.symbols)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     model = builtin_model(recipe, len(tokenizer), eos, pad)
@@ -259,6 +416,8 @@ def _build_builtin(recipe: BuiltinRecipe, out: Path, log) -> None:
 
 
 def _sft_batch(tokenizer, rng: random.Random, recipe: BuiltinRecipe, eos: int, pad: int):
+    import torch
+
     rows = []
     for _ in range(recipe.batch_size):
         prompt, solution = recipe.warmstart_example(rng)
