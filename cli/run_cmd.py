@@ -22,7 +22,7 @@ from dapo_ablate.ablation.store.results import ResultsError
 from dapo_ablate.ablation.experiment.spec import SpecError
 from dapo_ablate.core.config import ConfigError
 
-from .overrides import SPEC_OVERRIDES_EPILOG, SPEC_OVERRIDES_HELP, OverrideError, load_spec_with_overrides
+from dapo_ablate.ablation.experiment.overrides import SPEC_OVERRIDES_EPILOG, SPEC_OVERRIDES_HELP, OverrideError, load_spec_with_overrides
 from .train_cmd import fail
 
 USER_ERRORS = (SpecError, ConfigError, LedgerError, ExecutorError, ResultsError)

@@ -18,7 +18,7 @@ from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.experiment.spec import SpecError
 from dapo_ablate.core.config import ConfigError
 
-from .overrides import OverrideError, load_spec_with_overrides
+from dapo_ablate.ablation.experiment.overrides import OverrideError, load_spec_with_overrides
 from .train_cmd import fail
 
 SWEEP_ARG = typer.Argument(..., help="Sweep spec YAML (see examples/sweep.yaml).")

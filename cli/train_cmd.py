@@ -11,7 +11,7 @@ import typer
 from dapo_ablate.core.config import ConfigError, load_trainer_config
 from dapo_ablate.core.data import DataError
 
-from .overrides import OverrideError, dotted_keys, parse_overrides, unknown_key_sentence
+from dapo_ablate.ablation.experiment.overrides import OverrideError, dotted_keys, parse_overrides, unknown_key_sentence
 
 
 def fail(message: str) -> None:

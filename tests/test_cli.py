@@ -13,7 +13,7 @@ from tiny_configs import TINY_TRAINER
 from typer.testing import CliRunner
 
 from dapo_ablate.cli.main import COMMANDS, app
-from dapo_ablate.cli.overrides import OverrideError, parse_overrides
+from dapo_ablate.ablation.experiment.overrides import OverrideError, parse_overrides
 
 HEAVY = ("torch", "ray", "mlflow", "pandas", "scipy", "transformers", "sqlalchemy", "matplotlib")
 

@@ -25,7 +25,7 @@ from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.runtime.reaper import kill_session
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec, load_spec
 from dapo_ablate.cli.main import app
-from dapo_ablate.cli.overrides import OverrideError, is_field_path, load_spec_with_overrides
+from dapo_ablate.ablation.experiment.overrides import OverrideError, is_field_path, load_spec_with_overrides
 from dapo_ablate.sweeps.spec import SweepSpec
 
 COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
@@ -142,6 +142,10 @@ BAD = {
     "bad value": (["executor.max_concurrent=0"], "`executor.max_concurrent`"),
     "bad trainer value": (["trainer.algorithm.eps_high=0.1"], "eps_high"),
     "not key=value": (["seeds"], "is not key=value"),
+    # a YAML alias bomb (9**8 values once expanded): refused under the file loader's limits, not expanded
+    "alias bomb": (["seeds=" + "{a: &a [0,0,0,0,0,0,0,0,0], " + ", ".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]" for i in range(7)) + "}"],
+        "through YAML aliases"),
 }
 
 

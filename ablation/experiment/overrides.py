@@ -18,7 +18,9 @@ import typing
 from pathlib import Path
 from typing import Any
 
-import yaml
+from dapo_ablate.ablation.experiment.spec import SpecError, load_spec_file, validate_spec
+from dapo_ablate.core.config import ConfigError, read_yaml, resolve_relative_paths
+from dapo_ablate.core.yamlio import YAMLFileError, YAMLSyntaxError, load_yaml_text
 
 YAML11_MISSED_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
 SPEC_OVERRIDES_HELP = (
@@ -46,10 +48,12 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise OverrideError(f"override {item!r} is not key=value; write e.g. schedule.total_steps=5")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+        try:  # under the YAML file limits: an alias bomb or a 100 MB value is one sentence, not a hang
+            value = load_yaml_text(raw, f"override {key.strip()!r}") if raw.strip() else ""
+        except YAMLSyntaxError:
             value = raw
+        except YAMLFileError as err:
+            raise OverrideError(str(err)) from None
         if isinstance(value, str) and YAML11_MISSED_FLOAT.match(value):
             value = float(value)  # YAML 1.1 reads 1e-6 as a string
         parsed[key.strip()] = value
@@ -80,9 +84,6 @@ def load_spec_with_overrides(model: type, path: str | Path, items: list[str] | N
 
     Raises OverrideError for a malformed or unknown key, SpecError (the file's own sentence, its
     source saying "with overrides") for a bad value."""
-    from dapo_ablate.ablation.experiment.spec import SpecError, load_spec_file, validate_spec
-    from dapo_ablate.core.config import ConfigError, read_yaml
-
     values = parse_overrides(items)
     if not values:
         return load_spec_file(model, path, kind)
@@ -161,9 +162,6 @@ def set_in_file_data(data: dict[str, Any], dotted: str, value: Any, base: Path) 
 
 def _read_trainer_file(path: Path) -> dict[str, Any]:
     """A spec's trainer file as data, its relative model and data paths resolved against its folder."""
-    from dapo_ablate.ablation.experiment.spec import SpecError
-    from dapo_ablate.core.config import ConfigError, read_yaml, resolve_relative_paths
-
     try:
         return resolve_relative_paths(read_yaml(path), path.parent)
     except ConfigError as err:
