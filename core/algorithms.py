@@ -60,14 +60,39 @@ def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, token_level: boo
     token_level=False: mean over responses of each response's token mean (GRPO's sample-level
                        loss), so every response weighs the same whatever its length. Responses
                        with no valid token (all masked, e.g. overlong-filtered) are left out.
+    The divisor is `loss_units(mask, token_level)` (at least 1).
     """
     mask = mask.to(per_token.dtype)
     if token_level:
-        return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
-    tokens = mask.sum(dim=-1)
-    seq_mean = (per_token * mask).sum(dim=-1) / tokens.clamp(min=1.0)
-    has_tokens = (tokens > 0).to(per_token.dtype)
-    return (seq_mean * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
+        total = (per_token * mask).sum()
+    else:
+        tokens = mask.sum(dim=-1)
+        seq_mean = (per_token * mask).sum(dim=-1) / tokens.clamp(min=1.0)
+        total = (seq_mean * (tokens > 0).to(per_token.dtype)).sum()
+    return total / loss_units(mask, token_level).clamp(min=1.0)
+
+
+def loss_units(mask: torch.Tensor, token_level: bool) -> torch.Tensor:
+    """What `aggregate_loss` averages over: mask [B, T] -> scalar count (a float tensor).
+
+    token_level=True : the number of valid tokens;
+    token_level=False: the number of responses with at least one valid token.
+    """
+    mask = mask if mask.is_floating_point() else mask.to(torch.float32)
+    return mask.sum() if token_level else (mask.sum(dim=-1) > 0).to(mask.dtype).sum()
+
+
+def micro_batch_weight(micro_mask: torch.Tensor, mini_mask: torch.Tensor, token_level: bool) -> float:
+    """The weight of a micro-batch's `aggregate_loss` when a mini-batch is split into micro-batches.
+
+    micro_mask: [b, T], the micro-batch's rows of mini_mask [B, T]. The weight is the micro-batch's
+    share of the mini-batch's `loss_units` (tokens, or responses, that count), so the weighted
+    micro-batch losses sum to the un-split mini-batch's aggregate_loss: token-mean divides by the
+    mini-batch's token count, not by each micro-batch's.
+    Example: token-level, micro-batches of 30 and 10 valid tokens in a 40-token mini-batch weigh
+    0.75 and 0.25, and 0.75 * (S1 / 30) + 0.25 * (S2 / 10) = (S1 + S2) / 40.
+    """
+    return float(loss_units(micro_mask, token_level)) / float(loss_units(mini_mask, token_level).clamp(min=1.0))
 
 
 def clipped_policy_loss(

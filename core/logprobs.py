@@ -21,6 +21,7 @@ from the first real prompt token, so the positions match the decoding loop's.
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -84,6 +85,16 @@ def _selective(head_weight: torch.Tensor, head_bias, hidden: torch.Tensor, token
     return token_logp, entropy
 
 
+@dataclass(frozen=True)
+class LogProbSettings:
+    """How the log-prob pass runs (its memory and precision), not what it computes."""
+
+    chunk: int | None = None
+    """Response positions per lm-head chunk (None: `auto_chunk` of the vocabulary)."""
+    compute_dtype: torch.dtype = torch.float32
+    """Autocast dtype of the forward (`compute_context`); the weights stay fp32."""
+
+
 def response_log_probs(
     model: torch.nn.Module,
     prompt_ids: list[list[int]],
@@ -91,15 +102,14 @@ def response_log_probs(
     mask: torch.Tensor,
     temperature: float,
     pad_id: int,
-    chunk: int | None = None,
-    compute_dtype: torch.dtype = torch.float32,
+    settings: LogProbSettings = LogProbSettings(),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs [B, T] of ``responses`` (right-padded, ``mask`` 1 on real tokens) and token
     entropies [B, T] (no gradient), 0 at padding; T = responses.shape[1].
 
     Gradients flow through the log-probs when grad mode is on. Only the columns up to the widest
-    real response are computed (trailing padding columns are returned as 0). ``chunk``: response
-    positions per lm-head chunk (None: `auto_chunk` of the vocabulary).
+    real response are computed (trailing padding columns are returned as 0). ``settings``: the
+    lm-head chunk and the compute dtype.
     """
     device = next(model.parameters()).device
     B, T = responses.shape
@@ -115,14 +125,14 @@ def response_log_probs(
     # padding after EOS is masked out of the loss, and causal attention never looks ahead
     attn = torch.cat([prompt_attn, torch.ones((B, width), dtype=torch.long)], dim=1).to(device)
     base, head = _split_model(model)
-    with compute_context(model, compute_dtype):
+    with compute_context(model, settings.compute_dtype):
         hidden = base(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).last_hidden_state
         # the hidden state at position p predicts token p + 1: response token j is predicted at P - 1 + j
         valid = mask[:, :width].bool().to(device)
         rows, cols = valid.nonzero(as_tuple=True)
         h = hidden[rows, P - 1 + cols]  # [n, H], response positions only
         targets = ids[rows, P + cols]
-        chunk = chunk or auto_chunk(head.weight.shape[0])
+        chunk = settings.chunk or auto_chunk(head.weight.shape[0])
         logps, entropies = [], []
         for start in range(0, len(rows), chunk):
             piece = (head.weight, head.bias, h[start : start + chunk], targets[start : start + chunk], temperature)

@@ -147,6 +147,24 @@ class PromptSampler:
 
 
 @dataclass
+class TrainingPrompts:
+    """The training problems as the steps draw them: shuffled passes (`sampler`), each prompt
+    tokenized once and cached in `encoded` (problem index -> token ids) for the rest of the run."""
+
+    problems: list[tuple[Any, str]]  # (prompt, answer) pairs
+    sampler: PromptSampler
+    encoded: dict[int, list[int]] = field(default_factory=dict)
+
+    def draw(self, n: int, policy: Policy) -> tuple[list[list[int]], list[str]]:
+        """The next `n` problems: (their encoded prompts, their answers)."""
+        idx = self.sampler.draw(n)
+        for i in idx:
+            if i not in self.encoded:
+                self.encoded[i] = policy.encode_prompt(self.problems[i][0])
+        return [self.encoded[i] for i in idx], [self.problems[i][1] for i in idx]
+
+
+@dataclass
 class Task:
     """Training and held-out problems as (prompt after data.prompt_template, answer) pairs."""
 
@@ -239,9 +257,7 @@ def collect_batch(
     engine: RolloutEngine,
     policy: Policy,
     verifier: Verifier,
-    train: list[tuple[Any, str]],
-    encoded: dict[int, list[int]],
-    sampler: PromptSampler,
+    prompts: TrainingPrompts,
     step: int,
 ) -> StepBatch:
     """Generate, verify, reward and (with dynamic sampling) filter until the batch is full."""
@@ -251,17 +267,14 @@ def collect_batch(
     tally = RoundTally()
     while True:
         tally.rounds += 1
-        idx = sampler.draw(config.gen_prompts_per_round)
-        for i in idx:
-            if i not in encoded:
-                encoded[i] = policy.encode_prompt(train[i][0])
+        prompt_ids, answers = prompts.draw(config.gen_prompts_per_round, policy)
         t0 = time.perf_counter()
         rollout = engine.generate(
-            [encoded[i] for i in idx], G, roll.temperature, roll.top_p, roll.max_response_len,
+            prompt_ids, G, roll.temperature, roll.top_p, roll.max_response_len,
             seed=derive_seed(config.schedule.seed, step, tally.rounds),
         )
         t1 = time.perf_counter()
-        texts, correct = score_rollout(rollout, [train[i][1] for i in idx for _ in range(G)], policy.decode, verifier)
+        texts, correct = score_rollout(rollout, [a for a in answers for _ in range(G)], policy.decode, verifier)
         # a noisy verifier (algorithm.reward_flip): rewards, the DS filter and `accuracy` see the flipped verdicts
         correct = flip_verdicts(correct, algo.reward_flip, derive_seed(config.schedule.seed, step, tally.rounds, 1))
         rewards, penalty = shape_rewards(config, correct, rollout.lengths)
@@ -269,9 +282,9 @@ def collect_batch(
         tally.t_roll += t1 - t0
         tally.t_reward += time.perf_counter() - t1
 
-        correct_g = correct.view(len(idx), G)
+        correct_g = correct.view(len(prompt_ids), G)
         mixed = alg.keep_mixed_groups(correct_g)
-        keep = mixed if tech.dynamic_sampling else torch.ones(len(idx), dtype=torch.bool)
+        keep = mixed if tech.dynamic_sampling else torch.ones(len(prompt_ids), dtype=torch.bool)
         keep_groups = keep.nonzero().squeeze(-1)[: want - tally.n_kept]  # surplus kept groups are discarded
         rows = (keep_groups[:, None] * G + torch.arange(G)).reshape(-1)
         if len(keep_groups):
@@ -315,10 +328,9 @@ class Run:
     eval_prompts: list[list[int]]
     settings: EvalSettings
     optimizer: torch.optim.Optimizer
-    sampler: PromptSampler
+    prompts: TrainingPrompts
     update_gen: torch.Generator
     result: RunResult
-    encoded: dict[int, list[int]] = field(default_factory=dict)
 
 
 def train(
@@ -395,7 +407,7 @@ def _setup(config: TrainerConfig, engine_factory) -> Run:
         ref_model=copy.deepcopy(model).eval() if config.algorithm.kl_coef > 0 else None,
         engine=(engine_factory or default_engine)(policy, config), verifier=Verifier(method=config.verifier_method),
         task=task, eval_prompts=eval_prompts, settings=settings, optimizer=optimizer,
-        sampler=PromptSampler(size=len(task.train), seed=config.schedule.seed),
+        prompts=TrainingPrompts(task.train, PromptSampler(size=len(task.train), seed=config.schedule.seed)),
         update_gen=torch.Generator().manual_seed(config.schedule.seed + 17), result=result,
     )
 
@@ -418,7 +430,7 @@ def _resume(run: Run, ckpt: Path) -> None:
         return
     run.model.load_state_dict(state["model"])
     run.optimizer.load_state_dict(state["optimizer"])
-    run.sampler = PromptSampler(size=len(run.task.train), seed=run.config.schedule.seed, **state["sampler"])
+    run.prompts.sampler = PromptSampler(size=len(run.task.train), seed=run.config.schedule.seed, **state["sampler"])
     run.update_gen.set_state(state["update_gen"])
     setup_s = run.result.setup_s
     run.result = RunResult.from_dict(state["result"])
@@ -451,7 +463,7 @@ def _train_step(run: Run, step: int) -> dict[str, float]:
     lr = lr_at(config, step)
     for group in run.optimizer.param_groups:
         group["lr"] = lr
-    batch = collect_batch(config, run.engine, run.policy, run.verifier, run.task.train, run.encoded, run.sampler, step)
+    batch = collect_batch(config, run.engine, run.policy, run.verifier, run.prompts, step)
     signals: dict[str, float] = {"step": step, "lr": lr, **batch.stats}
     t0 = time.perf_counter()
     if batch.rollout is not None:
@@ -493,7 +505,7 @@ def _save_checkpoint(path: Path, run: Run) -> None:
             "config_digest": run.config.digest(),
             "model": run.model.state_dict(),
             "optimizer": run.optimizer.state_dict(),
-            "sampler": run.sampler.state(),
+            "sampler": run.prompts.sampler.state(),
             "update_gen": run.update_gen.get_state(),
             "result": run.result.to_dict(),
         },

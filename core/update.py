@@ -98,22 +98,20 @@ def policy_loss(config: TrainerConfig, log_probs, old_log_probs, advantages, mas
 # ------------------------------------------------------------------------------------ the update
 def response_log_probs(
     model: torch.nn.Module, rollout: Rollout, rows: torch.Tensor, temperature: float, pad_id: int,
-    chunk: int | None = None, compute_dtype: torch.dtype = torch.float32,
+    settings: logprobs.LogProbSettings = logprobs.LogProbSettings(),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs [b, T] of the responses in `rows` at `temperature`, and token entropies [b, T]
     (memory-bounded and padding-free: see core/logprobs.py)."""
     return logprobs.response_log_probs(
         model, [rollout.prompt_ids[i] for i in rows.tolist()], rollout.responses[rows], rollout.mask[rows],
-        temperature, pad_id, chunk=chunk, compute_dtype=compute_dtype,
+        temperature, pad_id, settings,
     )
 
 
 def _log_probs_of(config: TrainerConfig, model, rollout: Rollout, rows: torch.Tensor, pad_id: int):
     """response_log_probs with the config's temperature, chunk and compute dtype."""
-    return response_log_probs(
-        model, rollout, rows, config.rollout.temperature, pad_id,
-        chunk=config.batch.logprob_chunk, compute_dtype=config.compute_dtype,
-    )
+    settings = logprobs.LogProbSettings(chunk=config.batch.logprob_chunk, compute_dtype=config.compute_dtype)
+    return response_log_probs(model, rollout, rows, config.rollout.temperature, pad_id, settings)
 
 
 def importance_advantages(config: TrainerConfig, rollout: Rollout, advantages: torch.Tensor) -> torch.Tensor:
@@ -153,6 +151,7 @@ def update_policy(
     if not rollout.log_probs_exact or config.compute_dtype != torch.float32:
         mismatch = recompute_behaviour_log_probs(config, model, rollout, micro, pad_id)
     advantages = importance_advantages(config, rollout, advantages)
+    inputs = UpdateInputs(config, model, ref_model, rollout, mask, advantages, pad_id)
     N, mb = len(advantages), config.batch.mini_batch_size
     totals = {"clipfrac_low": 0.0, "clipfrac_high": 0.0, "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0, "tokens": 0.0}
     gaps: list[torch.Tensor] = []
@@ -166,7 +165,7 @@ def update_policy(
                 continue
             optimizer.zero_grad(set_to_none=True)
             for rows in logprobs.length_sorted_micro_batches(mini, rollout.lengths, micro):
-                gap = _micro_step(config, model, ref_model, rollout, rows, mask, mini, advantages, pad_id, totals)
+                gap = _micro_step(inputs, rows, mini, totals)
                 if not grad_norms and gap is not None:  # no update yet: the pure engine-vs-trainer gap
                     gaps.append(gap)
             norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip))
@@ -184,28 +183,41 @@ def update_policy(
     return {**out, **mismatch}
 
 
-def _micro_step(config, model, ref_model, rollout, rows, mask, mini, advantages, pad_id, totals) -> torch.Tensor | None:
-    """Forward/backward of one micro-batch, weighted so the micro-batches sum to the mini-batch's
-    average; adds its metrics to `totals`. Returns |trainer - behaviour| log-prob per valid token."""
-    tech, algo = config.techniques, config.algorithm
-    m = mask[rows]
+@dataclass(frozen=True)
+class UpdateInputs:
+    """What every micro-step of one policy update reads (`update_policy` builds it once a step)."""
+
+    config: TrainerConfig
+    model: torch.nn.Module
+    ref_model: torch.nn.Module | None  # the KL reference (None without a KL term)
+    rollout: Rollout
+    mask: torch.Tensor  # [N, T] per-token loss weights (`loss_mask`)
+    advantages: torch.Tensor  # [N], or [N, T] with truncated importance weights
+    pad_id: int
+
+
+def _micro_step(
+    inputs: UpdateInputs, rows: torch.Tensor, mini: torch.Tensor, totals: dict[str, float]
+) -> torch.Tensor | None:
+    """Forward/backward of the micro-batch `rows` of the mini-batch `mini`, weighted so the
+    micro-batches sum to the mini-batch's average (`algorithms.micro_batch_weight`); adds its
+    metrics to `totals`. Returns |trainer - behaviour| log-prob per valid token."""
+    config, model, rollout, pad_id = inputs.config, inputs.model, inputs.rollout, inputs.pad_id
+    token_level, algo = config.techniques.token_level_loss, config.algorithm
+    m = inputs.mask[rows]
     if m.sum() == 0:
         return None
     logp, entropy = _log_probs_of(config, model, rollout, rows, pad_id)
-    loss, metrics = policy_loss(config, logp, rollout.log_probs[rows], advantages[rows], m)
-    if ref_model is not None and algo.kl_coef > 0:
+    loss, metrics = policy_loss(config, logp, rollout.log_probs[rows], inputs.advantages[rows], m)
+    if inputs.ref_model is not None and algo.kl_coef > 0:
         with torch.no_grad():
-            ref_logp, _ = _log_probs_of(config, ref_model, rollout, rows, pad_id)
-        kl = alg.aggregate_loss(alg.k3_kl(logp, ref_logp), m, tech.token_level_loss)
+            ref_logp, _ = _log_probs_of(config, inputs.ref_model, rollout, rows, pad_id)
+        kl = alg.aggregate_loss(alg.k3_kl(logp, ref_logp), m, token_level)
         loss = loss + algo.kl_coef * kl
         totals["kl"] += float(kl) * float(m.sum())
     if not torch.isfinite(loss):
         raise NonFiniteError(f"the loss is {float(loss.detach())} (lower optim.lr or use model.dtype float32)")
-    if tech.token_level_loss:
-        weight = float(m.sum()) / float(mask[mini].sum())
-    else:
-        weight = float((m.sum(-1) > 0).sum()) / float((mask[mini].sum(-1) > 0).sum())
-    (loss * weight).backward()
+    (loss * alg.micro_batch_weight(m, inputs.mask[mini], token_level)).backward()
     n_tok = float(m.sum())
     totals["tokens"] += n_tok
     for key in ("clipfrac_low", "clipfrac_high", "approx_kl"):

@@ -11,6 +11,8 @@ from dapo_ablate.core.algorithms import (
     group_advantages,
     k3_kl,
     keep_mixed_groups,
+    loss_units,
+    micro_batch_weight,
     soft_overlong_penalty,
 )
 
@@ -143,6 +145,40 @@ def test_micro_batch_split_equals_unsplit_mini_batch(token_level):
         (g,) = torch.autograd.grad(loss * weight, theta)
         g_split += g
     assert torch.allclose(g_full, g_split, atol=1e-6)
+
+
+def test_loss_units_hand_computed():
+    # rows with 3, 0 and 2 valid tokens: 5 tokens; 2 responses that have a token
+    mask = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
+    assert float(loss_units(mask, token_level=True)) == 5.0
+    assert float(loss_units(mask, token_level=False)) == 2.0
+    assert float(loss_units(mask.bool(), token_level=False)) == 2.0
+    assert float(loss_units(torch.zeros(2, 3), token_level=True)) == 0.0
+
+
+def test_micro_batch_weight_hand_computed():
+    # mini-batch rows with 3, 0, 2, 1 valid tokens: 6 tokens, 3 responses that count.
+    # Micro-batch rows {0, 1}: 3 tokens, 1 response -> 3/6 token-level, 1/3 sample-level.
+    mask = (torch.arange(3)[None, :] < torch.tensor([3, 0, 2, 1])[:, None]).float()
+    assert micro_batch_weight(mask[:2], mask, token_level=True) == pytest.approx(0.5)
+    assert micro_batch_weight(mask[:2], mask, token_level=False) == pytest.approx(1 / 3)
+    assert micro_batch_weight(mask[1:2], mask, token_level=True) == 0.0  # no valid token: no weight
+
+
+@pytest.mark.parametrize("token_level", [True, False])
+def test_weighted_micro_batch_losses_sum_to_the_mini_batch_loss(token_level):
+    """sum over micro-batches of micro_batch_weight * aggregate_loss == the un-split aggregate_loss,
+    for any grouping (a fully masked row included)."""
+    torch.manual_seed(1)
+    per_token = torch.randn(8, 6, dtype=torch.float64)
+    mask = (torch.arange(6)[None, :] < torch.tensor([6, 0, 3, 6, 2, 5, 4, 1])[:, None]).double()
+    whole = float(aggregate_loss(per_token, mask, token_level))
+    for split in ([[0, 1, 2], [3, 4], [5, 6, 7]], [[1], [0, 2, 3, 4, 5, 6, 7]], [[i] for i in range(8)]):
+        parts = sum(
+            float(aggregate_loss(per_token[rows], mask[rows], token_level)) * micro_batch_weight(mask[rows], mask, token_level)
+            for rows in map(torch.tensor, split)
+        )
+        assert parts == pytest.approx(whole, abs=1e-12)
 
 
 def test_token_level_weighs_long_responses_more():

@@ -8,7 +8,13 @@ import torch
 from tiny_configs import TINY_TRAINER
 
 from dapo_ablate.core.config import ModelConfig, TrainerConfig
-from dapo_ablate.core.logprobs import left_pad, length_sorted_micro_batches, position_ids, response_log_probs
+from dapo_ablate.core.logprobs import (
+    LogProbSettings,
+    left_pad,
+    length_sorted_micro_batches,
+    position_ids,
+    response_log_probs,
+)
 from dapo_ablate.core.policy import load_policy
 from dapo_ablate.core.rollout import HFRolloutEngine
 from dapo_ablate.core.tasks import generate_problems
@@ -41,7 +47,8 @@ def test_chunked_selective_log_probs_equal_the_naive_pass(sampled, chunk):
     model, m = policy.model, rollout.mask
     with torch.no_grad():
         ref_logp, ref_ent = naive_log_probs(model, rollout.prompt_ids, rollout.responses, 0.7, policy.pad_token_id)
-        logp, ent = response_log_probs(model, rollout.prompt_ids, rollout.responses, m, 0.7, policy.pad_token_id, chunk=chunk)
+        logp, ent = response_log_probs(model, rollout.prompt_ids, rollout.responses, m, 0.7, policy.pad_token_id,
+                                       LogProbSettings(chunk=chunk))
     torch.testing.assert_close(logp, ref_logp * m, atol=1e-5, rtol=0)
     torch.testing.assert_close(ent, ref_ent * m, atol=1e-5, rtol=0)
     if chunk == 1:  # the same entropy as algorithms.token_entropy on the full logits
@@ -68,7 +75,8 @@ def test_gradients_through_checkpointed_chunks_equal_the_naive_pass(sampled):
         return [p.grad.clone() for p in model.parameters()]
 
     naive = grads(lambda: naive_log_probs(model, rollout.prompt_ids, rollout.responses, 1.0, policy.pad_token_id)[0])
-    chunked = grads(lambda: response_log_probs(model, rollout.prompt_ids, rollout.responses, m, 1.0, policy.pad_token_id, chunk=5)[0])
+    chunked = grads(lambda: response_log_probs(model, rollout.prompt_ids, rollout.responses, m, 1.0, policy.pad_token_id,
+                                               LogProbSettings(chunk=5))[0])
     for a, b in zip(naive, chunked):  # fp32 summation-order noise, relative to each tensor's scale
         torch.testing.assert_close(b, a, atol=2e-6 * float(a.abs().max()), rtol=1e-4)
 

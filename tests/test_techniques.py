@@ -15,6 +15,7 @@ from dapo_ablate.core.policy import Policy, builtin_tokenizer
 from dapo_ablate.core.rollout import Rollout
 from dapo_ablate.core.trainer import (
     PromptSampler,
+    TrainingPrompts,
     collect_batch,
     compute_advantages,
     loss_mask,
@@ -84,7 +85,7 @@ SCRIPT = {
 def run_collect(cfg, policy):
     engine = ScriptedEngine(policy.tokenizer, SCRIPT, cfg.rollout.max_response_len)
     sampler = PromptSampler(size=len(TRAIN), seed=0)
-    return collect_batch(cfg, engine, policy, Verifier(method="answer_line"), TRAIN, {}, sampler, step=1)
+    return collect_batch(cfg, engine, policy, Verifier(method="answer_line"), TrainingPrompts(TRAIN, sampler), step=1)
 
 
 def test_dynamic_sampling_keeps_only_mixed_groups(policy):
@@ -104,8 +105,8 @@ def test_dynamic_sampling_stops_at_max_gen_rounds_and_trains_on_what_was_kept(po
     script = {p: ["\nAnswer: 0"] * 4 for p, _ in TRAIN}  # every group all wrong: nothing is mixed
     cfg = config(dynamic_sampling=True)
     engine = ScriptedEngine(policy.tokenizer, script, cfg.rollout.max_response_len)
-    batch = collect_batch(cfg, engine, policy, Verifier(method="answer_line"), TRAIN, {},
-                          PromptSampler(size=4, seed=0), step=1)
+    batch = collect_batch(cfg, engine, policy, Verifier(method="answer_line"),
+                          TrainingPrompts(TRAIN, PromptSampler(size=4, seed=0)), step=1)
     assert batch.rollout is None and batch.stats["ds_exhausted"] == 1.0
     assert batch.stats["gen_rounds"] == cfg.algorithm.max_gen_rounds
 
@@ -172,8 +173,8 @@ def test_dynamic_sampling_filters_on_correctness_not_reward_and_discards_the_sur
     rewards, _ = shape_rewards(cfg, torch.zeros(4, dtype=torch.bool),
                                torch.tensor([len(policy.tokenizer(t)["input_ids"]) + 1 for t in script["2+2="]]))
     assert rewards.unique().numel() > 1  # the all-wrong group's rewards do differ
-    batch = collect_batch(cfg, engine, policy, Verifier(method="answer_line"), TRAIN, {},
-                          PromptSampler(size=4, seed=0), step=1)
+    batch = collect_batch(cfg, engine, policy, Verifier(method="answer_line"),
+                          TrainingPrompts(TRAIN, PromptSampler(size=4, seed=0)), step=1)
     # one round of 4 prompts: two mixed groups, one kept (prompts_per_step 1), the other discarded
     assert batch.correct.shape == (1, 4)
     n = int(batch.correct.sum())

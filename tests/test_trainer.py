@@ -115,7 +115,7 @@ def test_builtin_policy_leaves_every_technique_something_to_act_on():
     samples, and returns some all-correct or all-wrong groups."""
     from dapo_ablate.core.policy import load_policy
     from dapo_ablate.core.rollout import HFRolloutEngine
-    from dapo_ablate.core.trainer import PromptSampler, collect_batch, load_task
+    from dapo_ablate.core.trainer import PromptSampler, TrainingPrompts, collect_batch, load_task
     from dapo_ablate.core.verifier import Verifier
 
     config = load_trainer_config(ROOT / "examples" / "dapo_cpu.yaml").with_overrides(
@@ -124,7 +124,8 @@ def test_builtin_policy_leaves_every_technique_something_to_act_on():
     policy = load_policy(config.model)
     engine = HFRolloutEngine(policy.model, policy.eos_token_id, policy.pad_token_id)
     train_set = load_task(config).train
-    batch = collect_batch(config, engine, policy, Verifier(), train_set, {}, PromptSampler(len(train_set), 0), 1)
+    prompts = TrainingPrompts(train_set, PromptSampler(len(train_set), 0))
+    batch = collect_batch(config, engine, policy, Verifier(), prompts, 1)
     assert batch.stats["overlong_rate"] >= 0.05
     assert batch.stats["groups_mixed"] < 0.9  # some groups are all-correct or all-wrong
     assert 0.10 <= batch.stats["accuracy"] <= 0.60
@@ -136,7 +137,7 @@ def test_micro_batches_give_the_same_update_as_the_whole_mini_batch():
 
     from dapo_ablate.core.policy import load_policy
     from dapo_ablate.core.rollout import HFRolloutEngine
-    from dapo_ablate.core.trainer import PromptSampler, collect_batch, load_task, update_policy
+    from dapo_ablate.core.trainer import PromptSampler, TrainingPrompts, collect_batch, load_task, update_policy
     from dapo_ablate.core.verifier import Verifier
 
     torch.set_num_threads(1)
@@ -146,7 +147,8 @@ def test_micro_batches_give_the_same_update_as_the_whole_mini_batch():
         policy = load_policy(config.model)
         engine = HFRolloutEngine(policy.model, policy.eos_token_ids, policy.pad_token_id)
         train_set = load_task(config).train
-        batch = collect_batch(config, engine, policy, Verifier(), train_set, {}, PromptSampler(len(train_set), 0), 1)
+        prompts = TrainingPrompts(train_set, PromptSampler(len(train_set), 0))
+        batch = collect_batch(config, engine, policy, Verifier(), prompts, 1)
         models = []
         for micro in (None, 5):
             model = copy.deepcopy(policy.model)
@@ -186,15 +188,22 @@ def test_bf16_first_update_matches_fp32_to_bf16_precision():
     import copy
 
     from dapo_ablate.core.policy import load_policy
-    from dapo_ablate.core.trainer import PromptSampler, collect_batch, default_engine, load_task, update_policy
+    from dapo_ablate.core.trainer import (
+        PromptSampler,
+        TrainingPrompts,
+        collect_batch,
+        default_engine,
+        load_task,
+        update_policy,
+    )
     from dapo_ablate.core.verifier import Verifier
 
     torch.set_num_threads(1)
     base = TrainerConfig(**TINY).with_overrides({"techniques.dynamic_sampling": False, "batch.mini_batch_size": 32})
     policy = load_policy(base.model)
     train_set = load_task(base).train
-    batch = collect_batch(base, default_engine(policy, base), policy, Verifier(), train_set, {},
-                          PromptSampler(len(train_set), 0), 1)
+    batch = collect_batch(base, default_engine(policy, base), policy, Verifier(),
+                          TrainingPrompts(train_set, PromptSampler(len(train_set), 0)), 1)
     start = [p.detach().clone() for p in policy.model.parameters()]
     deltas = {}
     for dtype in ("float32", "bfloat16"):
