@@ -33,6 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from . import comparison
+from .tasks import TaskSpec, generate_problems
+
 if TYPE_CHECKING:
     from .config import DataConfig
 
@@ -164,9 +167,6 @@ def builtin_problems(data: "DataConfig", split: str) -> list[Problem]:
     (default 64) held-out ones. Both splits of one task draw from the same distribution (for
     addition, the difficulty mix builtin_min/max_terms); the trainer then removes from training
     any problem whose text is a held-out one (`decontaminate`)."""
-    from . import comparison
-    from .tasks import TaskSpec, generate_problems
-
     n = data.builtin_train_size if split == "train" else data.num_eval_problems or BUILTIN_EVAL_SIZE
     if data.builtin_task == "comparison":
         seed = comparison.COMPARISON_TRAIN_SEED if split == "train" else comparison.COMPARISON_EVAL_SEED
