@@ -7,36 +7,13 @@ from typing import Optional
 
 import typer
 
-from dapo_ablate.cli.report_cmd import parse_list
-from dapo_ablate.cli.train_cmd import fail
-from dapo_ablate.reports import ReportInputError, load_results_csv
-from dapo_ablate.reports.multiplicity import ADJUSTMENTS
-from dapo_ablate.reports.power import pilot_sigma, plan_seeds as plan
+from dapo_ablate.ablation.app import seeds as app
+from dapo_ablate.ablation.app.report import ADJUSTMENTS
+
+from .common import fail, parse_list, user_facing
 
 
-def _from_spec(spec: Path, metric: str | None, sd: float | None):
-    """(factors, metric, pilot results or None) of an experiment spec; its results if it ran."""
-    from dapo_ablate.ablation.store.ledger import LedgerError
-    from dapo_ablate.ablation.store.results import ResultsError, load_experiment_results
-    from dapo_ablate.ablation.experiment.spec import SpecError, load_spec
-    from dapo_ablate.core.config import ConfigError
-
-    try:
-        loaded = load_spec(spec)
-    except (SpecError, ConfigError) as error:
-        fail(str(error))
-    metric = metric or loaded.metric
-    try:
-        results, factors, *_ = load_experiment_results(spec)
-        return factors, metric, results
-    except (ResultsError, LedgerError) as error:
-        if sd is None:
-            fail(f"{error}; without pilot results, pass --sd (the run-to-run sd of {metric})")
-        from dapo_ablate.ablation.experiment.design import expand
-
-        return [factor.name for factor in expand(loaded).factors], metric, None
-
-
+@user_facing
 def plan_seeds(
     spec: Optional[Path] = typer.Argument(None, help="Experiment spec YAML (its results, if any, are the pilot)."),
     results: Optional[Path] = typer.Option(None, "--results", help="Pilot results CSV instead of a spec."),
@@ -61,22 +38,9 @@ def plan_seeds(
         fail(f"--sd {sd} is not a positive number; give the run-to-run sd of the metric")
     if adjust not in ADJUSTMENTS:
         fail(f"--adjust {adjust!r} is not one of {', '.join(ADJUSTMENTS)}; holm is the default")
-    try:
-        metric = metric or "avg@32"
-        pilot, names = None, parse_list(factors)
-        if results is not None:
-            pilot, names = load_results_csv(results, names, metric)
-        elif spec is not None:
-            names, metric, pilot = _from_spec(spec, metric if metric != "avg@32" else None, sd)
-        if not names:
-            fail("no factors: pass --factors a,b,... with --sd")
-        if sd is None:
-            sd, source = pilot_sigma(pilot, names, metric)
-        else:
-            source = "--sd"
-        table = plan(names, sd, effect, power, 1 - confidence, adjust)
-    except ReportInputError as error:
-        fail(str(error))
+    request = app.SeedsRequest(effect, spec, results, sd, metric, parse_list(factors), power, confidence, adjust)
+    found = app.plan_seeds(request)
+    metric, sd, source, table = found.metric, found.sd, found.source, found.table
     typer.echo(
         f"Seeds per cell to claim a statistic of size {effect:g} ({metric}) with {power:.0%} power at the report's "
         f"{adjust} adjustment (alpha {1 - confidence:.2g}); run noise sd {sd:.4g} from {source}:"
@@ -88,6 +52,6 @@ def plan_seeds(
     )
 
 
-def register(app: typer.Typer) -> None:
+def register(cli: typer.Typer) -> None:
     """Add the ``plan-seeds`` command to the dapo-ablate app."""
-    app.command("plan-seeds")(plan_seeds)
+    cli.command("plan-seeds")(plan_seeds)

@@ -12,14 +12,10 @@ from typing import Optional
 
 import typer
 
-from dapo_ablate.ablation.runtime.preflight import preflight
-from dapo_ablate.ablation.store.errors import ExecutorError
-from dapo_ablate.ablation.store.ledger import LedgerError
-from dapo_ablate.ablation.experiment.spec import SpecError
-from dapo_ablate.core.config import ConfigError
+from dapo_ablate.ablation.app import sweep as app
+from dapo_ablate.ablation.app.errors import Interrupted
 
-from dapo_ablate.ablation.experiment.overrides import OverrideError, load_spec_with_overrides
-from .train_cmd import fail
+from .common import user_facing
 
 SWEEP_ARG = typer.Argument(..., help="Sweep spec YAML (see examples/sweep.yaml).")
 OVERRIDES_ARG = typer.Argument(
@@ -36,22 +32,7 @@ SWEEP_OVERRIDES_EPILOG = (
 )
 
 
-def _user_errors() -> tuple[type[Exception], ...]:
-    from dapo_ablate.sweeps.study import StudyError
-
-    return (SpecError, ConfigError, LedgerError, ExecutorError, StudyError)
-
-
-def _load(sweep_path: Path, overrides: list[str] | None):
-    """The sweep spec with its command-line overrides; a mistake in either ends with exit status 2."""
-    from dapo_ablate.sweeps.spec import SweepSpec
-
-    try:
-        return load_spec_with_overrides(SweepSpec, sweep_path, overrides, kind="sweep")
-    except (SpecError, OverrideError) as err:
-        fail(str(err))
-
-
+@user_facing
 def sweep(
     sweep_path: Path = SWEEP_ARG,
     overrides: Optional[list[str]] = OVERRIDES_ARG,
@@ -61,23 +42,12 @@ def sweep(
     dry_run: bool = typer.Option(False, "--dry-run", help="Check the spec, folders and Ray address, print the plan, stop."),
 ) -> None:
     """Run (or resume) the sweep's Optuna study: trials on Ray, runs in the ledger, trials in MLflow."""
-    spec = _load(sweep_path, overrides)
+    spec = app.load_sweep(sweep_path, overrides)
     if dry_run:
-        from dapo_ablate.sweeps.plan import format_sweep_plan
-
-        try:
-            preflight(spec, address if address is not None else spec.executor.address)  # type: ignore[arg-type]
-        except _user_errors() as err:
-            fail(str(err))
-        typer.echo(format_sweep_plan(spec, n_trials))
+        typer.echo(app.sweep_plan(spec, address, n_trials))
         return
-    from dapo_ablate.ablation.runtime.signals import Interrupted
-    from dapo_ablate.sweeps.runner import run_sweep
-
     try:
-        summary = run_sweep(spec, address=address, n_trials=n_trials, progress=progress)
-    except _user_errors() as err:
-        fail(str(err))
+        summary = app.sweep(spec, address=address, n_trials=n_trials, progress=progress)
     except Interrupted as stopped:  # Ctrl-C or SIGTERM during the checks or Ray's start
         typer.echo(f"{spec.name}: {stopped}", err=True)
         raise typer.Exit(stopped.exit_code) from None
@@ -96,27 +66,18 @@ def sweep(
     raise typer.Exit(summary.exit_code)
 
 
+@user_facing
 def sweep_report(
     sweep_path: Path = SWEEP_ARG,
     overrides: Optional[list[str]] = OVERRIDES_ARG,
     out: Path = typer.Option(..., "--out", help="Folder for report.md, the CSV tables and the PNG figures."),
 ) -> None:
     """Write the sweep's best parameters, trials, parameter importances and (robustness mode) factor effects."""
-    from dapo_ablate.sweeps.report import read_report, write_report
-
-    from .train_cmd import check_writable
-
-    spec = _load(sweep_path, overrides)
-    try:
-        report = read_report(spec)
-    except _user_errors() as err:
-        fail(str(err))
-    check_writable(out)
-    paths = write_report(report, out)
+    paths = app.sweep_report(app.load_sweep(sweep_path, overrides), out)
     typer.echo(f"wrote {len(paths)} files to {out}: " + ", ".join(p.name for p in paths))
 
 
-def register(app: typer.Typer) -> None:
+def register(cli: typer.Typer) -> None:
     """Add sweep and sweep-report to the dapo-ablate app."""
-    app.command("sweep", epilog=SWEEP_OVERRIDES_EPILOG)(sweep)
-    app.command("sweep-report", epilog=SWEEP_OVERRIDES_EPILOG)(sweep_report)
+    cli.command("sweep", epilog=SWEEP_OVERRIDES_EPILOG)(sweep)
+    cli.command("sweep-report", epilog=SWEEP_OVERRIDES_EPILOG)(sweep_report)

@@ -2,35 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from dapo_ablate.core.config import ConfigError, load_trainer_config
-from dapo_ablate.core.data import DataError
+from dapo_ablate.ablation.app import train as app
 
-from dapo_ablate.ablation.experiment.overrides import OverrideError, dotted_keys, parse_overrides, unknown_key_sentence
-
-
-def fail(message: str) -> None:
-    """Print a user's mistake as one sentence and exit with status 2."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
+from .common import user_facing
 
 
-def check_writable(out: Path) -> None:
-    """Refuse an output folder that cannot be created or written, before any work starts."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        fail(f"output folder {str(out)!r} is not writable ({err.strerror}); choose another --out")
-
-
+@user_facing
 def train(
     config: Path = typer.Argument(..., help="TrainerConfig YAML (see examples/dapo_cpu.yaml)."),
     overrides: Optional[list[str]] = typer.Argument(
@@ -41,20 +23,10 @@ def train(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
     """Train one configuration and write DIR/result.json."""
-    try:
-        cfg = load_trainer_config(config)
-        cfg = apply_overrides(cfg, overrides)
-    except (ConfigError, OverrideError) as err:
-        fail(str(err))
-    check_writable(out)
-    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
-    from dapo_ablate.core.trainer import train as run_training
-
+    cfg = app.load_config(config, overrides)
+    app.check_inputs(cfg)
     with _progress(progress, cfg.schedule.total_steps) as callback:
-        try:
-            result = run_training(cfg, out, callbacks=[callback], resume=resume)
-        except DataError as err:
-            fail(str(err))
+        result = app.train(cfg, out, resume=resume, callbacks=[callback])
     k = cfg.rollout.eval_k
     first, last = result.eval[0], result.eval[-1]
     typer.echo(
@@ -62,17 +34,6 @@ def train(
         f"maj@{k} {last[f'maj@{k}']:.3f}  tokens {result.tokens_generated:,} ({result.tokens_discarded:,} discarded)  "
         f"{result.wall_s:.1f} s  -> {out / 'result.json'}"
     )
-
-
-def apply_overrides(cfg, overrides: list[str] | None):
-    """The config with command-line key=value overrides, validated like the file."""
-    values = parse_overrides(overrides)
-    if not values:
-        return cfg
-    try:
-        return cfg.with_overrides(values)
-    except KeyError as err:
-        raise OverrideError(unknown_key_sentence(err.args[0], dotted_keys(cfg.to_dict()))) from None
 
 
 class _progress:
@@ -113,5 +74,5 @@ class _progress:
         return False
 
 
-def register(app: typer.Typer) -> None:
-    app.command("train")(train)
+def register(cli: typer.Typer) -> None:
+    cli.command("train")(train)

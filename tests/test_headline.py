@@ -90,7 +90,7 @@ def write_two_factor_spec(tmp_path: Path, name: str, seeds: int) -> Path:
     return spec_path
 
 def test_no_headline_before_anything_finished(tmp_path: Path):
-    from dapo_ablate.cli.report_cmd import log_experiment_headline
+    from dapo_ablate.ablation.app.report import log_experiment_headline
 
     out, spec_path = tmp_path / "out", write_two_factor_spec(tmp_path, "nothing-yet", seeds=1)
     assert log_experiment_headline(spec_path).startswith("no headline: experiment 'nothing-yet' has no ledger")
@@ -121,7 +121,7 @@ def test_report_puts_the_headline_on_the_parent_run(local_ray, tmp_path: Path):
     from dapo_ablate.ablation.store.ledger import SQLLedger
     from dapo_ablate.ablation.experiment.spec import load_spec
     from dapo_ablate.cli.main import app
-    from dapo_ablate.cli.report_cmd import log_experiment_headline
+    from dapo_ablate.ablation.app.report import log_experiment_headline
 
     spec_path = write_two_factor_spec(tmp_path, "headline-exp", seeds=2)
     spec = load_spec(spec_path)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
 import types
 from pathlib import Path
 
@@ -195,12 +194,12 @@ def test_report_from_a_spec_logs_to_mlflow(app, tmp_path, monkeypatch):
         def log_artifacts(self, local_dir, artifact_path=None):
             logged.append((local_dir, artifact_path))
 
-    module = types.ModuleType("dapo_ablate.ablation.store.results")
-    module.load_experiment_results = lambda spec: (results, FACTORS, None, "full", Logger())
-    module.ResultsError = type("ResultsError", (ValueError,), {})
-    module.open_ledger = lambda spec: None  # no training signals
-    monkeypatch.setattr("dapo_ablate.ablation.experiment.spec.load_spec", lambda spec: types.SimpleNamespace(metric="avg@32", name="exp"))
-    monkeypatch.setitem(sys.modules, "dapo_ablate.ablation.store.results", module)
+    from dapo_ablate.ablation.app import report as app_report
+
+    monkeypatch.setattr(app_report, "load_experiment_results", lambda spec: (results, FACTORS, None, "full", Logger()))
+    monkeypatch.setattr(app_report, "load_signals", lambda spec, plan: None)  # no training signals
+    monkeypatch.setattr(app_report, "load_spec", lambda spec: types.SimpleNamespace(metric="avg@32", name="exp"))
+    monkeypatch.setattr(app_report, "expand", lambda spec: None)
     out = tmp_path / "out"
     result = invoke(app, str(tmp_path / "factorial.yaml"), "--out", str(out), "--format", "csv")
     assert result.exit_code == 0, result.output

@@ -141,6 +141,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
 
 
 def test_sweep_command_passes_its_options_to_run_sweep(tmp_path, monkeypatch):
+    from dapo_ablate.ablation.app import sweep as app_sweep
     from dapo_ablate.sweeps import runner
 
     asked = {}
@@ -150,12 +151,12 @@ def test_sweep_command_passes_its_options_to_run_sweep(tmp_path, monkeypatch):
         return runner.SweepSummary(spec.name, 4, states={"COMPLETE": 4}, counted=4, best_number=2,
                                    best_value=0.5, best_params={"eps_high": 0.3})
 
-    monkeypatch.setattr(runner, "run_sweep", fake_run_sweep)
+    monkeypatch.setattr(app_sweep, "run_sweep", fake_run_sweep)
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(sweep()))
     result = CliRunner().invoke(app(), ["sweep", str(path), "--address", "ray://head:10001", "--n-trials", "9", "--no-progress"])
     assert result.exit_code == 0, result.output
-    assert asked == {"address": "ray://head:10001", "n_trials": 9, "progress": False, "name": "s"}
+    assert asked == {"address": "ray://head:10001", "n_trials": 9, "cell_fn": None, "progress": False, "name": "s"}
     assert "s: 4/4 trials finished" in result.output and "best trial 2: avg@4 0.5000 eps_high=0.3" in result.output
 
 

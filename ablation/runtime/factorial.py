@@ -47,6 +47,7 @@ from dapo_ablate.ablation.store.tracking import (
     open_tracker,
 )
 from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
+from dapo_ablate.core.contracts import RESULT_KEYS
 
 if TYPE_CHECKING:
     from dapo_ablate.ablation.experiment.design import Plan, PlannedRun
@@ -72,6 +73,11 @@ class ExperimentSummary:
     wall_s: float = 0.0
     failures: dict[str, str] = field(default_factory=dict)
     """Run name -> error text of runs that are failed at the end."""
+    records: list[dict[str, Any]] = field(default_factory=list)
+    """The plan's finished runs at the end, as the ledger's result records (`Ledger.results`), in
+    plan order: what this invocation recorded and what was done before (read once at the start)."""
+    parent_run_id: str | None = None
+    """The experiment's MLflow parent run."""
 
     @property
     def exit_code(self) -> int:
@@ -132,6 +138,8 @@ class FactorialScheduler:
         """The runs in flight (created when scheduling starts)."""
         self.live_off: set[str] = set()
         """Runs whose live MLflow logging stopped (the store stayed down)."""
+        self.records: dict[str, dict[str, Any]] = {}
+        """Run id -> the finished run's result record (`Ledger.results`' shape)."""
 
     def run(self) -> ExperimentSummary:
         try:
@@ -189,6 +197,10 @@ class FactorialScheduler:
             self.planned[run_id].name: row["error"] or "" for run_id, row in rows.items() if row["status"] == FAILED
         }
         self.summary.wall_s = wall_s
+        if any(row["status"] == DONE and run_id not in self.records for run_id, row in rows.items()):
+            self._read_records()  # runs another driver finished meanwhile
+        self.summary.records = [self.records[run.run_id] for run in self.plan.runs if run.run_id in self.records]
+        self.summary.parent_run_id = self.parent_id
         return self.summary
 
     # -- set-up --------------------------------------------------------------------------------
@@ -243,15 +255,17 @@ class FactorialScheduler:
         return {row["run_id"]: row for row in self.ledger.runs_table(self.name) if row["run_id"] in self.planned}
 
     def _log_unlogged_results(self, rows: dict[str, dict[str, Any]]) -> None:
-        """Finished runs without a finished MLflow child (a driver died between the two writes,
-        or another experiment trained the shared run) are logged now."""
+        """The plan's finished runs are read once (the records the summary hands on); those without
+        a finished MLflow child (a driver died between the two writes, or another experiment
+        trained the shared run) are logged now."""
+        self._read_records()
         logged = self.tracker.finished_children(self.parent_id)
-        missing = {run_id for run_id, row in rows.items() if row["status"] == DONE and run_id not in logged}
-        if not missing:
-            return
-        for result in self.ledger.results(self.name):
-            if result["run_id"] in missing:
-                self._log_child(result["run_id"], result, result["mlflow_run_id"] is None)
+        for run_id, record in self.records.items():
+            if rows[run_id]["status"] == DONE and run_id not in logged:
+                self._log_child(run_id, record, record["mlflow_run_id"] is None)
+
+    def _read_records(self) -> None:
+        self.records.update((r["run_id"], r) for r in self.ledger.results(self.name) if r["run_id"] in self.planned)
 
     def _queue(self, rows: dict[str, dict[str, Any]]) -> deque[str]:
         claimable = self.ledger.claimable(self.name, lease_s=self.lease_s, max_attempts=self.retries + 1)
@@ -359,6 +373,8 @@ class FactorialScheduler:
             self.display.note(f"{planned.name}: already done by another driver")
             return
         self._log_child(run_id, result, set_ledger=True)
+        self.records[run_id] = {"run_id": run_id, "cell_key": planned.cell.key, "factors": dict(planned.factors),
+                                "seed": planned.seed, **{key: result.get(key) for key in RESULT_KEYS}, "mlflow_run_id": None}
         self.summary.finished += 1
         self.display.done(planned.name, result, self.spec.metric)
 

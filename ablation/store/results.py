@@ -62,7 +62,14 @@ def load_experiment_results(
 
     spec = spec_path if isinstance(spec_path, ExperimentSpec) else load_spec(spec_path)
     plan = expand(spec)
-    records, parent_id = _finished_runs(spec, plan)
+    return experiment_tables(spec, plan, *_finished_runs(spec, plan))
+
+
+def experiment_tables(
+    spec: ExperimentSpec, plan: Plan, records: list[dict[str, Any]], parent_id: str | None
+) -> tuple[pd.DataFrame, list[str], pd.DataFrame | None, str, ParentRunLogger | None]:
+    """`load_experiment_results`' tables from the plan's finished runs' ledger records (those a
+    driver already holds, e.g. `ExperimentSummary.records`) and the MLflow parent run's id."""
     factors = [factor.name for factor in plan.factors]
     logger = ParentRunLogger(spec.tracking.uri, parent_id) if parent_id else None
     results, curves = results_frame(records, factors), curves_frame(records, factors)

@@ -1,0 +1,154 @@
+"""``run | validate | status | ui`` of an experiment spec: load it with its command-line
+overrides, check and plan it, run it on Ray, read where its runs stand, and the MLflow UI command.
+Every user's mistake is a `UserError` (one sentence); nothing is written before the checks pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from dapo_ablate.ablation.app.errors import UserError, user_errors
+from dapo_ablate.ablation.experiment.design import Plan, expand
+from dapo_ablate.ablation.experiment.fractions import DesignError
+from dapo_ablate.ablation.experiment.overrides import (  # noqa: F401 - the CLI's help texts, re-exported
+    SPEC_OVERRIDES_EPILOG,
+    SPEC_OVERRIDES_HELP,
+    OverrideError,
+    load_spec_with_overrides,
+)
+from dapo_ablate.ablation.experiment.plan import format_plan
+from dapo_ablate.ablation.experiment.spec import ExperimentSpec, SpecError
+from dapo_ablate.ablation.runtime.backends.verl import VerlTranslationError
+from dapo_ablate.ablation.runtime.backends.verl_plan import format_verl_jobs, uses_verl, verl_jobs
+from dapo_ablate.ablation.runtime.executor import ExperimentSummary, RunOptions, run_experiment
+from dapo_ablate.ablation.runtime.preflight import preflight
+from dapo_ablate.ablation.store.errors import ExecutorError
+from dapo_ablate.ablation.store.ledger import LedgerError
+from dapo_ablate.ablation.store.results import ResultsError, status_rows
+from dapo_ablate.ablation.store.tracking import mlflow_ui_command, rebase_artifacts, sqlite_path
+from dapo_ablate.core.config import ConfigError
+
+ERRORS = (SpecError, ConfigError, LedgerError, ExecutorError, ResultsError, DesignError, OverrideError,
+          VerlTranslationError)
+"""The user's mistakes these commands can meet (each one sentence)."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A spec file with its overrides applied, and its plan."""
+
+    spec: ExperimentSpec
+    plan: Plan
+    path: Path
+    """The spec file (hints the CLI prints name it)."""
+
+
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
+    """The spec at `path` with `overrides` (KEY=VALUE by dotted path) applied, and its plan."""
+    with user_errors(*ERRORS):
+        spec = load_spec_with_overrides(ExperimentSpec, path, overrides, kind="spec")
+        return Experiment(spec, expand(spec), Path(path))
+
+
+@dataclass(frozen=True)
+class Validation:
+    """What `validate` (and `run --dry-run`) prints: the plan, where its runs stand in the ledger,
+    and for verl cells every job and a GPU-hour estimate."""
+
+    plan: str
+    ledger: str
+    verl_jobs: str | None = None
+
+    def lines(self) -> list[str]:
+        return [self.plan, self.ledger, *([self.verl_jobs] if self.verl_jobs else [])]
+
+
+def validate(experiment: Experiment, address: str | None = None) -> Validation:
+    """Check the spec's folders, stores and Ray address (`address` over ``executor.address``)
+    and, for verl cells, that verl can run every one; writes nothing."""
+    spec, plan = experiment.spec, experiment.plan
+    with user_errors(*ERRORS):
+        preflight(spec, address if address is not None else spec.executor.address)
+        verl = check_verl(experiment)
+    return Validation(format_plan(plan), ledger_line(experiment), format_verl_jobs(spec, plan) if verl else None)
+
+
+def check_verl(experiment: Experiment) -> bool:
+    """True when cells run on verl, after checking that verl can run every one."""
+    if not uses_verl(experiment.plan):
+        return False
+    with user_errors(*ERRORS):
+        verl_jobs(experiment.spec, experiment.plan)
+    return True
+
+
+def ledger_line(experiment: Experiment) -> str:
+    """Where the plan's runs stand in the ledger (read only: a missing ledger is not created)."""
+    plan = experiment.plan
+    try:
+        _, counts = status_rows(experiment.spec, plan)
+    except ERRORS as err:
+        return f"ledger   not readable ({err}); all {len(plan.runs)} runs counted as to do"
+    done, total = counts.get("done", 0), len(plan.runs)
+    to_do = total - done
+    parts = ", ".join(f"{counts[key]} {key}" for key in ("done", "running", "failed", "pending", "new") if counts.get(key))
+    return f"ledger   {parts}: {to_do} of {total} runs still to do" if to_do else f"ledger   all {total} runs done: nothing to run"
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What `run` did (`summary`) and, once every run is done, the headline sentence it put on the
+    experiment's MLflow parent run."""
+
+    summary: ExperimentSummary
+    headline: str | None = None
+
+
+def run(experiment: Experiment, address: str | None = None, options: RunOptions | None = None,
+        cell_fn: Callable[..., dict[str, Any]] | None = None) -> RunOutcome:
+    """Run every run of the plan that is not done yet (see `runtime.executor`). Raises
+    `Interrupted` for a Ctrl-C or SIGTERM before any run started. The headline is computed from
+    the finished runs the driver holds (`ExperimentSummary.records`), not read back."""
+    options = options or RunOptions()
+    check_verl(experiment)
+    with user_errors(*ERRORS):
+        summary = run_experiment(experiment.spec, experiment.plan, address=address, cell_fn=cell_fn,
+                                 progress=options.progress, max_concurrent=options.max_concurrent,
+                                 retry_failed=options.retry_failed)
+    if summary.interrupted or summary.exit_code != 0:
+        return RunOutcome(summary)
+    from dapo_ablate.ablation.app.report import experiment_headline  # the statistics load only now
+
+    return RunOutcome(summary, experiment_headline(experiment.spec, experiment.plan, summary.records, summary.parent_run_id))
+
+
+@dataclass(frozen=True)
+class Status:
+    """The runs table of `status`: one dict per planned run (`store.results.status_rows`) and the
+    number of runs per status."""
+
+    rows: list[dict[str, Any]]
+    counts: dict[str, int]
+
+    @property
+    def has_jobs(self) -> bool:
+        """Some cells ran as Ray jobs (verl): their ids, to inspect with `ray job`."""
+        return any(row["job_id"] for row in self.rows)
+
+
+def status(experiment: Experiment) -> Status:
+    with user_errors(*ERRORS):
+        return Status(*status_rows(experiment.spec, experiment.plan))
+
+
+def ui_command(experiment: Experiment, port: int) -> list[str]:
+    """The command serving the MLflow UI of the experiment's store on 127.0.0.1:`port`. A copied
+    or moved store (a `dapo-runs/` copied elsewhere) has its artifact locations moved to its own
+    folder first, so the UI shows the copy's artifacts, not the original's."""
+    uri = experiment.spec.tracking.uri
+    store = sqlite_path(uri)
+    if store is not None and not store.is_file():
+        raise UserError(f"no MLflow store at {uri} yet; run `dapo-ablate run {experiment.path}` first")
+    rebase_artifacts(uri)
+    return mlflow_ui_command(uri, port)

@@ -1,0 +1,74 @@
+"""``plan-seeds``: seeds per cell for a wanted power in each claims family, before booking GPUs;
+the run noise from a pilot (an experiment's results or a CSV) or given."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from dapo_ablate.ablation.app.errors import UserError, user_errors
+from dapo_ablate.ablation.experiment.design import expand
+from dapo_ablate.ablation.experiment.spec import SpecError, load_spec
+from dapo_ablate.ablation.store.ledger import LedgerError
+from dapo_ablate.ablation.store.results import ResultsError, load_experiment_results
+from dapo_ablate.core.config import ConfigError
+from dapo_ablate.core.contracts import DEFAULT_METRIC
+from dapo_ablate.reports import ReportInputError, load_results_csv
+from dapo_ablate.reports.power import pilot_sigma
+from dapo_ablate.reports.power import plan_seeds as seeds_table
+
+
+@dataclass(frozen=True)
+class SeedsRequest:
+    """The pilot: an experiment `spec`, a results CSV `results`, or `sd` with `factors`; the
+    effect size to detect, the power wanted, and the report's confidence and adjustment."""
+
+    effect: float
+    spec: Path | None = None
+    results: Path | None = None
+    sd: float | None = None
+    metric: str | None = None
+    factors: list[str] | None = None
+    power: float = 0.8
+    confidence: float = 0.95
+    adjust: str = "holm"
+
+
+@dataclass(frozen=True)
+class SeedPlan:
+    table: pd.DataFrame
+    metric: str
+    sd: float
+    source: str
+    """Where the sd came from: the pilot's seeds, or --sd."""
+
+
+def plan_seeds(request: SeedsRequest) -> SeedPlan:
+    with user_errors(ReportInputError, SpecError, ConfigError):
+        names, metric, pilot = _pilot(request)
+        if not names:
+            raise UserError("no factors: pass --factors a,b,... with --sd")
+        sd, source = (request.sd, "--sd") if request.sd is not None else pilot_sigma(pilot, names, metric)
+        table = seeds_table(names, sd, request.effect, request.power, 1 - request.confidence, request.adjust)
+    return SeedPlan(table, metric, sd, source)
+
+
+def _pilot(request: SeedsRequest) -> tuple[list[str] | None, str, pd.DataFrame | None]:
+    """(factors, metric, pilot results or None)."""
+    metric = request.metric or DEFAULT_METRIC
+    if request.results is not None:
+        pilot, names = load_results_csv(request.results, request.factors, metric)
+        return names, metric, pilot
+    if request.spec is None:
+        return request.factors, metric, None
+    spec = load_spec(request.spec)
+    metric = request.metric or spec.metric
+    try:
+        results, factors, *_ = load_experiment_results(spec)
+        return factors, metric, results
+    except (ResultsError, LedgerError) as error:
+        if request.sd is None:
+            raise UserError(f"{error}; without pilot results, pass --sd (the run-to-run sd of {metric})") from None
+        return [factor.name for factor in expand(spec).factors], metric, None

@@ -1,0 +1,52 @@
+"""``sweep | sweep-report``: an Optuna study over the knobs (each trial's runs on the one driver),
+its dry-run plan, and its report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from dapo_ablate.ablation.app.errors import check_writable, user_errors
+from dapo_ablate.ablation.experiment.overrides import OverrideError, load_spec_with_overrides
+from dapo_ablate.ablation.experiment.spec import SpecError
+from dapo_ablate.ablation.runtime.preflight import preflight
+from dapo_ablate.ablation.store.errors import ExecutorError
+from dapo_ablate.ablation.store.ledger import LedgerError
+from dapo_ablate.core.config import ConfigError
+from dapo_ablate.sweeps.plan import format_sweep_plan
+from dapo_ablate.sweeps.report import read_report, write_report
+from dapo_ablate.sweeps.runner import SweepSummary, run_sweep
+from dapo_ablate.sweeps.spec import SweepSpec
+from dapo_ablate.sweeps.study import StudyError
+
+ERRORS = (SpecError, ConfigError, LedgerError, ExecutorError, StudyError, OverrideError)
+
+
+def load_sweep(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:
+    """The sweep spec at `path` with its command-line overrides applied."""
+    with user_errors(*ERRORS):
+        return load_spec_with_overrides(SweepSpec, path, overrides, kind="sweep")
+
+
+def sweep_plan(spec: SweepSpec, address: str | None = None, n_trials: int | None = None) -> str:
+    """Check the spec's folders, stores and Ray address; the plan `sweep --dry-run` prints."""
+    with user_errors(*ERRORS):
+        preflight(spec, address if address is not None else spec.executor.address)  # type: ignore[arg-type]
+    return format_sweep_plan(spec, n_trials)
+
+
+def sweep(spec: SweepSpec, address: str | None = None, n_trials: int | None = None, progress: bool = True,
+          cell_fn: Callable[..., dict[str, Any]] | None = None) -> SweepSummary:
+    """Run (or resume) the study until `n_trials` trials have finished (`sweeps.runner`). Raises
+    `Interrupted` for a Ctrl-C or SIGTERM before any trial started."""
+    with user_errors(*ERRORS):
+        return run_sweep(spec, address=address, n_trials=n_trials, cell_fn=cell_fn, progress=progress)
+
+
+def sweep_report(spec: SweepSpec, out: Path) -> list[Path]:
+    """The study's best parameters, trials, importances and (robustness mode) factor effects,
+    written into `out`; the paths."""
+    with user_errors(*ERRORS):
+        report = read_report(spec)
+    check_writable(out)
+    return write_report(report, out)
