@@ -15,6 +15,7 @@ import torch
 from dapo_ablate.ablation.runtime.backends.verl import NO_DUAL_CLIP
 from dapo_ablate.ablation.runtime.backends.verl_loss import (
     MAX_RESPONSE_LEN_ENV,
+    LossSettings,
     overlong_filtered_policy_loss,
     register,
     truncated_rows,
@@ -54,9 +55,9 @@ def test_equals_the_builtin_clipped_loss_with_truncated_rows_masked(seed: int, t
         token_level=token_level, clip_ratio_c=clip_ratio_c,
     )
     got, metrics = overlong_filtered_policy_loss(
-        b["old"], b["new"], b["adv"].unsqueeze(-1).expand(B, T), b["mask"], clip_ratio_low=0.2, clip_ratio_high=0.28,
-        clip_ratio_c=clip_ratio_c if clip_ratio_c is not None else NO_DUAL_CLIP, max_response_length=T,
-        loss_agg_mode="token-mean" if token_level else "seq-mean-token-mean",
+        b["old"], b["new"], b["adv"].unsqueeze(-1).expand(B, T), b["mask"],
+        LossSettings(0.2, 0.28, T, clip_ratio_c=clip_ratio_c if clip_ratio_c is not None else NO_DUAL_CLIP,
+                     loss_agg_mode="token-mean" if token_level else "seq-mean-token-mean"),
     )
     assert abs(float(got) - float(expected)) < 1e-6
     assert metrics["actor/overlong_filtered_frac"] == pytest.approx(4 / B)
@@ -72,8 +73,7 @@ def test_verls_entry_point_with_its_global_counts_equals_the_filtered_loss(mode:
     monkeypatch.setenv(MAX_RESPONSE_LEN_ENV, str(T))
     b = batch(3)
     full, _ = overlong_filtered_policy_loss(b["old"], b["new"], b["adv"].unsqueeze(-1).expand(B, T), b["mask"],
-                                            clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, max_response_length=T,
-                                            loss_agg_mode=mode)
+                                            LossSettings(0.2, 0.28, T, clip_ratio_c=3.0, loss_agg_mode=mode))
     info = {"dp_size": 1, "batch_num_tokens": int(b["mask"].sum()), "global_batch_size": B}
     config = ActorConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, global_batch_info=info)
     # two micro-batches with the same kept share of tokens / rows (two truncated rows each)

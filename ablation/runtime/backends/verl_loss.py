@@ -27,6 +27,7 @@ micro-batch per mini-batch on one data-parallel rank, an estimate otherwise).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -61,22 +62,29 @@ def _clipped_per_token(old_log_prob, log_prob, advantages, clip_ratio_low, clip_
     return per_token, negative_approx_kl, loss1, loss2, clipped, loss3
 
 
+@dataclass(frozen=True)
+class LossSettings:
+    """The loss's settings, as verl's actor config gives them (`verl_policy_loss`)."""
+
+    clip_ratio_low: float
+    clip_ratio_high: float
+    max_response_length: int
+    """Responses this long were truncated: they are left out of the loss and its denominator."""
+    clip_ratio_c: float = 1e9
+    """Dual-clip bound for negative advantages (1e9: no dual clip)."""
+    loss_agg_mode: str = "token-mean"
+    denominator: float | None = None
+    """Kept tokens (token-mean) or kept responses (seq-mean-token-mean); None: this batch's."""
+
+
 def overlong_filtered_policy_loss(
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    *,
-    clip_ratio_low: float,
-    clip_ratio_high: float,
-    clip_ratio_c: float = 1e9,
-    max_response_length: int,
-    loss_agg_mode: str = "token-mean",
-    denominator: float | None = None,
+    old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor,
+    settings: LossSettings,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The clipped policy loss over responses shorter than `max_response_length`. Tensors [B, T]
-    (T may be below the ceiling); `denominator` (kept tokens for token-mean, kept responses for
-    seq-mean-token-mean) defaults to this batch's."""
+    """The clipped policy loss over responses shorter than ``settings.max_response_length``.
+    Tensors [B, T] (T may be below the ceiling)."""
+    clip_ratio_low, clip_ratio_high, clip_ratio_c = settings.clip_ratio_low, settings.clip_ratio_high, settings.clip_ratio_c
+    max_response_length, loss_agg_mode, denominator = settings.max_response_length, settings.loss_agg_mode, settings.denominator
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1).expand_as(log_prob)
     truncated = truncated_rows(response_mask, max_response_length)
@@ -131,11 +139,9 @@ def verl_policy_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg
     ceiling = response_ceiling()
     keep_rows = ~truncated_rows(response_mask, ceiling)
     info = dict(getattr(config, "global_batch_info", None) or {})
-    return overlong_filtered_policy_loss(
-        old_log_prob, log_prob, advantages, response_mask, clip_ratio_low=low, clip_ratio_high=high,
-        clip_ratio_c=config.get("clip_ratio_c", 3.0), max_response_length=ceiling, loss_agg_mode=loss_agg_mode,
-        denominator=_global_denominator(response_mask, keep_rows, loss_agg_mode, info),
-    )
+    settings = LossSettings(low, high, ceiling, clip_ratio_c=config.get("clip_ratio_c", 3.0), loss_agg_mode=loss_agg_mode,
+                            denominator=_global_denominator(response_mask, keep_rows, loss_agg_mode, info))
+    return overlong_filtered_policy_loss(old_log_prob, log_prob, advantages, response_mask, settings)
 
 
 def register() -> bool:
