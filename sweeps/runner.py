@@ -264,9 +264,8 @@ class SweepScheduler:
     def _loop(self) -> None:
         fits = capacity(self.spec, 2**31)  # type: ignore[arg-type]
         limit = concurrency_limit(fits, self.spec.executor.max_concurrent, self.local)
-        pool = RunPool(self.ledger, self.host, self.cell_fn, PoolSettings.of(self.spec.executor, limit, self.run_root),
-                       names=self.run_name, on_event=self.on_event)
-        Driver(self, pool, check_stop=self.check_stop, tick_s=self.tick_s).run()
+        settings = PoolSettings.of(self.spec.executor, limit, self.run_root)
+        Driver(self, settings, self.ledger, self.host, self.cell_fn, check_stop=self.check_stop, tick_s=self.tick_s).run()
 
     # -- the Scheduler protocol (ablation.runtime.driver) -----------------------------------------
 

@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from dapo_ablate.ablation.runtime.pool import Outcome, RunPool
+from dapo_ablate.ablation.runtime.pool import Outcome, PoolSettings, RunPool
+from dapo_ablate.ablation.store.ledger import Ledger
 
 
 @dataclass(frozen=True)
@@ -62,13 +63,16 @@ class Scheduler(Protocol):
 
 
 class Driver:
-    """Runs one scheduler on one pool until the scheduler is finished and nothing is in flight.
-    `check_stop` raises KeyboardInterrupt for a Ctrl-C or SIGTERM whose own interrupt a library
-    swallowed; it is asked at every step."""
+    """Runs one scheduler on the one pool it builds (`RunPool`: the runs' tasks on Ray, claimed in
+    `ledger` by this driver's `host`, each running `cell_fn`) until the scheduler is finished and
+    nothing is in flight. `check_stop` raises KeyboardInterrupt for a Ctrl-C or SIGTERM whose own
+    interrupt a library swallowed; it is asked at every step. Ray must be connected."""
 
-    def __init__(self, scheduler: Scheduler, pool: RunPool, *, check_stop: Callable[[], None] = lambda: None,
+    def __init__(self, scheduler: Scheduler, settings: PoolSettings, ledger: Ledger, host: str,
+                 cell_fn: Callable[..., dict[str, Any]], *, check_stop: Callable[[], None] = lambda: None,
                  tick_s: float | None = None) -> None:
-        self.scheduler, self.pool, self.check_stop, self.tick_s = scheduler, pool, check_stop, tick_s
+        self.scheduler, self.check_stop, self.tick_s = scheduler, check_stop, tick_s
+        self.pool = RunPool(ledger, host, cell_fn, settings, names=scheduler.run_name, on_event=scheduler.on_event)
 
     def run(self) -> None:
         scheduler, pool = self.scheduler, self.pool

@@ -287,9 +287,8 @@ class FactorialScheduler:
         fits = capacity(self.spec, len(queue))
         limit = concurrency_limit(fits, self.max_concurrent, self.local)
         env = {"MLFLOW_TRACKING_URI": absolute_tracking_uri(self.spec.tracking.uri)}
-        pool = RunPool(self.ledger, self.host, self.cell_fn, PoolSettings.of(self.spec.executor, limit, self.run_root, env),
-                       names=self.run_name, on_event=self.on_event)
-        Driver(self, pool, check_stop=self.check_stop).run()
+        settings = PoolSettings.of(self.spec.executor, limit, self.run_root, env)
+        Driver(self, settings, self.ledger, self.host, self.cell_fn, check_stop=self.check_stop).run()
 
     # -- the Scheduler protocol (runtime.driver) -----------------------------------------------
 
