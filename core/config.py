@@ -269,7 +269,7 @@ class TrainerConfig(_Frozen):
 
     backend: Literal["builtin", "verl"] = "builtin"
     """Which trainer runs a cell: `builtin` (this package's one-process trainer) or `verl` (a verl
-    DAPO job on a Ray cluster, its overrides translated by `dapo_ablate.ablation.backends.verl`).
+    DAPO job on a Ray cluster, its overrides translated by `dapo_ablate.ablation.runtime.backends.verl`).
     The scheduler, ledger, MLflow layout and reports are the same either way."""
     techniques: Techniques = Techniques()
     model: ModelConfig = ModelConfig()

@@ -235,7 +235,7 @@ def log_parent_headline(
 ) -> dict[str, Headline]:
     """Compute the headline of ``results`` and log it to the MLflow parent run ``parent_id``.
 
-    ``tracker``: a ``dapo_ablate.ablation.tracking.Tracker`` (or anything with its
+    ``tracker``: a ``dapo_ablate.ablation.store.tracking.Tracker`` (or anything with its
     ``log_parent_metrics(parent_id, metrics)`` and an MLflow ``client``). Logs the metrics of
     ``headline_metrics`` (a transfer study: one set per setting, ``headline/<setting>/...``), the
     tag ``dapo.headline.best_cell`` (the best cell's label; per setting ``.../<setting>``) and the

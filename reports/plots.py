@@ -261,7 +261,7 @@ SIGNAL_LABELS = {
     "gen_rounds": "train/num_gen_batches",
 }
 """Training signals the signals figure draws (ledger key -> verl's name, the MLflow name; kept in
-step with ``dapo_ablate.ablation.metric_names``, which the reports may not import).
+step with ``dapo_ablate.ablation.store.metric_names``, which the reports may not import).
 ``pg_clipfrac`` is ``clipfrac_low + clipfrac_high``, as verl counts it."""
 
 
