@@ -62,14 +62,14 @@ def naive(model, prompts, responses):
 
 
 def run_case(case: str, batch: int, tokens: int, chunk: int | None = None) -> dict:
-    from dapo_ablate.core.logprobs import response_log_probs
+    from dapo_ablate.core.logprobs import LogProbSettings, response_log_probs
 
     torch.set_num_threads(1)
     model, prompts, responses, mask = build(batch, tokens)
     base_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()
     if case == "after":
-        logp, _ = response_log_probs(model, prompts, responses, mask, 1.0, pad_id=0, chunk=chunk)
+        logp, _ = response_log_probs(model, prompts, responses, mask, 1.0, 0, LogProbSettings(chunk=chunk))
     else:
         logp, _ = naive(model, prompts, responses)
     (logp * mask).sum().backward()

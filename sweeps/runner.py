@@ -64,10 +64,9 @@ from dapo_ablate.sweeps.display import TrialDisplay
 from dapo_ablate.sweeps.spec import SweepSpec
 from dapo_ablate.sweeps.tracking import SweepTracker
 from dapo_ablate.sweeps.trials import TrialPlan, factor_effects, format_params, plan_trial, trial_value
+from dapo_ablate.core.contracts import RESULT_KEYS
 
 _ALWAYS_CLAIMABLE = 2**31 - 1  # retries are counted per invocation, as the executor does
-_RESULT_KEYS = ("metrics", "eval_curve", "signals", "tokens_generated", "tokens_discarded", "wall_s")
-"""A ledger results row's keys that make a run result (what `Ledger.finish` stores)."""
 
 
 @dataclass
@@ -322,7 +321,7 @@ class SweepScheduler:
                 self.queue.append((trial.number, run.run_id))
         for run_id, row in done.items():  # trained before (another trial, a factorial, a dead driver)
             if trial.number in self.active:
-                self._run_done(active, run_id, {key: row[key] for key in _RESULT_KEYS})
+                self._run_done(active, run_id, {key: row[key] for key in RESULT_KEYS})
 
     def run_name(self, run_id: str) -> str:
         active = self.active.get(self.trial_of.get(run_id, -1))
@@ -424,7 +423,7 @@ class SweepScheduler:
     def _stored_result(self, run_id: str) -> dict[str, Any] | None:
         for row in self.ledger.results(self.spec.name):
             if row["run_id"] == run_id:
-                return {key: row[key] for key in _RESULT_KEYS}
+                return {key: row[key] for key in RESULT_KEYS}
         return None
 
     # -- trial outcomes -------------------------------------------------------------------------
@@ -501,7 +500,7 @@ class SweepScheduler:
                 plan = None
             if plan is not None:
                 stored = {row["run_id"]: row for row in self.ledger.results(self.spec.name) if row["run_id"] in plan.by_id}
-                runs = [(run, {key: stored[run.run_id][key] for key in _RESULT_KEYS}) for run in plan.runs if run.run_id in stored]
+                runs = [(run, {key: stored[run.run_id][key] for key in RESULT_KEYS}) for run in plan.runs if run.run_id in stored]
         self.logged[trial.number] = self.mlflow.log_trial(trial, runs)
         if trial.state == TrialState.COMPLETE:
             self._mark_best()

@@ -113,7 +113,6 @@ def test_contracts_module_defines_every_constant_itself():
     assert {"TECHNIQUES", "SHORT_LABELS", "TECHNIQUE_LABELS", "DEFAULT_METRIC ('avg@32')", "METRIC_PATTERN"} <= names
 
 
-@pytest.mark.xfail(strict=False, reason="ablation/sweeps rewiring pending")
 def test_no_contract_constant_is_defined_twice():
     hits = scan(_modules())
     assert not hits, "import these from dapo_ablate.core.contracts instead:\n" + "\n".join(hits)

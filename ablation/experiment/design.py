@@ -31,13 +31,12 @@ from dapo_ablate.ablation.experiment.fractions import STANDARD_FRACTIONS, Design
 from dapo_ablate.ablation.experiment.identity import RunSpec, make_run_id
 from dapo_ablate.core.config import (
     BUILTIN,
-    SHORT_NAMES,
-    TECHNIQUES,
     TrainerConfig,
     build_trainer_config,
     resolve_knob,
     set_dotted,
 )
+from dapo_ablate.core.contracts import SHORT_LABELS, TECHNIQUES
 
 if TYPE_CHECKING:
     from dapo_ablate.ablation.experiment.spec import ExperimentSpec
@@ -88,7 +87,7 @@ class Factor:
     @property
     def short(self) -> str:
         """OF, CH, SP, TL, DS for the techniques; the knob's leaf name otherwise."""
-        return SHORT_NAMES[self.name] if self.is_technique else self.name
+        return SHORT_LABELS[self.name] if self.is_technique else self.name
 
     def value(self, level: int) -> Any:
         return self.high if level else self.low

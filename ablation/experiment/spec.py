@@ -32,8 +32,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from dapo_ablate.ablation.experiment.fractions import DesignError, choose_fraction, roman
 from dapo_ablate.core.config import (
-    SHORT_NAMES,
-    TECHNIQUES,
     ConfigError,
     TrainerConfig,
     build_trainer_config,
@@ -43,6 +41,7 @@ from dapo_ablate.core.config import (
     resolve_relative_paths,
     set_dotted,
 )
+from dapo_ablate.core.contracts import METRIC_PATTERN, SHORT_LABELS, TECHNIQUES, metric_name
 
 __all__ = [
     "DEFAULT_LEDGER",
@@ -68,8 +67,7 @@ MAX_SEEDS = 1000  # per cell; a power analysis (`dapo-ablate plan-seeds`) never 
 MAX_COMBINED_KNOBS = 10
 """Knob factors up to this many have every combination of their levels validated (2^10 builds)."""
 FILE_KNOBS = ("model.path", "data.train", "data.eval")
-METRIC = re.compile(r"^(avg|pass|maj)@(\d+)$")
-TECHNIQUE_LIST = "overlong_filter, clip_higher, soft_overlong, token_level_loss, dynamic_sampling"
+TECHNIQUE_LIST = ", ".join(TECHNIQUES)
 
 
 class SpecError(ValueError):
@@ -177,8 +175,8 @@ class TrainerBasedSpec(_Section):
         trainer = info.data.get("trainer")
         k = trainer.rollout.eval_k if isinstance(trainer, TrainerConfig) else None
         if value is None:
-            return f"avg@{k or 32}"
-        match = METRIC.match(value) if isinstance(value, str) else None
+            return metric_name("avg", k or 32)
+        match = METRIC_PATTERN.match(value) if isinstance(value, str) else None
         if not match:
             raise SpecProblem(f"{value!r} is not a metric; use avg@k, pass@k or maj@k", "metric")
         if k is not None and int(match.group(2)) != k:
@@ -447,7 +445,7 @@ def validate_spec(model: type[SpecT], data: dict[str, Any], source: str, base: s
 # ---------------------------------------------------------------------------------- factors
 def _canonical_factor(entry: Any) -> str | dict[str, list[Any]]:
     """A technique name (or its short label) -> the name; {knob: [low, high]} -> {leaf: [low, high]}."""
-    by_short = {short: name for name, short in SHORT_NAMES.items()}
+    by_short = {short: name for name, short in SHORT_LABELS.items()}
     knobs = knob_paths()
     if isinstance(entry, str):
         if entry in TECHNIQUES or entry in by_short:
@@ -542,7 +540,7 @@ def _canonical_ordering(i: int, ordering: list[Any], factors: list) -> list[str]
     names = [f if isinstance(f, str) else next(iter(f)) for f in factors]
     knobs = knob_paths()
     alias = {n: n for n in names}
-    alias.update({SHORT_NAMES[n]: n for n in names if n in SHORT_NAMES})
+    alias.update({SHORT_LABELS[n]: n for n in names if n in SHORT_LABELS})
     alias.update({knobs[n]: n for n in names if n in knobs})
     out = []
     for entry in ordering:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from dapo_ablate.ablation.runtime.jobs import CONFIG_ENV, RESULT_MARKER, job_cell
+from dapo_ablate.core.contracts import RunRecord
 
 COMPUTE_FIELDS = ("tokens_trained", "eval_tokens", "peak_rss_mb", "steps")
 """RunResult fields stored among a run's metrics besides its final evaluation."""
@@ -74,14 +75,9 @@ def ledger_result(result: Any) -> dict[str, Any]:
     metrics: the final evaluation (avg@k, pass@k, maj@k, ...) plus `COMPUTE_FIELDS`.
     """
     metrics = {**result.final, **{name: getattr(result, name) for name in COMPUTE_FIELDS}}
-    return {
-        "metrics": metrics,
-        "eval_curve": list(result.eval),
-        "signals": list(result.signals),
-        "tokens_generated": int(result.tokens_generated),
-        "tokens_discarded": int(result.tokens_discarded),
-        "wall_s": float(result.wall_s),
-    }
+    record = RunRecord(metrics, tuple(result.eval), tuple(result.signals), int(result.tokens_generated),
+                       int(result.tokens_discarded), float(result.wall_s))
+    return record.result_dict()
 
 
 def main(argv: list[str]) -> int:

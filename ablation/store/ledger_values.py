@@ -9,14 +9,11 @@ import json
 import math
 from typing import Any
 
-RESULT_DEFAULTS: dict[str, Any] = {
-    "eval_curve": [],
-    "signals": [],
-    "tokens_generated": 0,
-    "tokens_discarded": 0,
-    "wall_s": 0.0,
-}
-"""The result keys besides ``metrics`` and their values when a cell function leaves them out."""
+from dapo_ablate.core.contracts import RunRecord
+
+RESULT_DEFAULTS: dict[str, Any] = {key: value for key, value in RunRecord({}).result_dict().items() if key != "metrics"}
+"""The result keys besides ``metrics`` and their values when a cell function leaves them out
+(`RunRecord`'s defaults)."""
 
 
 def result_values(result: dict[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from dapo_ablate.core.contracts import METRIC_PATTERN
+
 STEP_NAMES = {
     "reward": "critic/score/mean",
     "entropy": "actor/entropy",
@@ -37,7 +39,6 @@ STEP_NAMES = {
 PG_CLIPFRAC = "actor/pg_clipfrac"
 """verl's share of tokens where the clipped objective was taken: lower + upper bound (disjoint)."""
 
-_EVAL_SCORE = re.compile(r"(avg|pass|maj)@(\d+)")
 _EVAL_SCORE_NAMES = {"avg": "mean@{k}", "pass": "best@{k}/mean", "maj": "maj@{k}/mean"}
 EVAL_AUX_NAMES = {
     "response_length": "response_length/mean",
@@ -68,7 +69,7 @@ def step_name(key: str) -> str:
 def eval_name(key: str, source: str) -> str:
     """The MLflow name of an evaluation metric: ``avg@32`` -> ``val-core/<source>/acc/mean_at_32``,
     ``pass@32`` -> ``.../acc/best_at_32/mean``, ``maj@32`` -> ``.../acc/maj_at_32/mean``."""
-    match = _EVAL_SCORE.fullmatch(key)
+    match = METRIC_PATTERN.fullmatch(key)
     if match:
         return mlflow_safe(f"val-core/{source}/acc/" + _EVAL_SCORE_NAMES[match.group(1)].format(k=match.group(2)))
     if key == "time_eval_s":
@@ -78,7 +79,7 @@ def eval_name(key: str, source: str) -> str:
 
 def is_eval_key(key: str) -> bool:
     """A key an evaluation produces (the final metrics repeat the last evaluation's)."""
-    return bool(_EVAL_SCORE.fullmatch(key)) or key in EVAL_AUX_NAMES or key == "time_eval_s"
+    return bool(METRIC_PATTERN.fullmatch(key)) or key in EVAL_AUX_NAMES or key == "time_eval_s"
 
 
 def final_name(key: str, source: str) -> str:

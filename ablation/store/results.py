@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from dapo_ablate.ablation.store.ledger import Ledger, LedgerError, RUN_STATUSES, connect_ledger
 from dapo_ablate.ablation.store.tracking import normalize_tracking_uri, sqlite_path
+from dapo_ablate.core.contracts import COMPUTE_COLUMNS, METRIC_PREFIXES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
 
 NEW = "new"
 """Status shown for a planned run the ledger has not recorded yet."""
-COMPUTE_COLUMNS = ("tokens_generated", "tokens_discarded", "wall_s")
-_HEADLINE = ("avg@", "pass@", "maj@")
 
 
 class ResultsError(ValueError):
@@ -92,7 +91,7 @@ def results_frame(records: list[dict[str, Any]], factors: list[str]) -> pd.DataF
                      **{name: record[name] for name in COMPUTE_COLUMNS}, "run_id": record["run_id"]})
     frame = pd.DataFrame(rows)
     metric_columns = [c for c in frame.columns if c not in (*factors, "seed", *COMPUTE_COLUMNS, "run_id")]
-    headline = sorted((c for c in metric_columns if c.startswith(_HEADLINE)), key=_headline_order)
+    headline = sorted((c for c in metric_columns if c.startswith(METRIC_PREFIXES)), key=_headline_order)
     others = [c for c in metric_columns if c not in headline]
     return frame[[*factors, "seed", *headline, *others, *COMPUTE_COLUMNS, "run_id"]]
 
@@ -199,4 +198,4 @@ def _levels(record: dict[str, Any], factors: list[str]) -> dict[str, int]:
 
 
 def _headline_order(column: str) -> tuple[int, str]:
-    return next(i for i, prefix in enumerate(_HEADLINE) if column.startswith(prefix)), column
+    return next(i for i, prefix in enumerate(METRIC_PREFIXES) if column.startswith(prefix)), column

@@ -40,6 +40,7 @@ from typing import Any
 from dapo_ablate.ablation.store import metric_names as names
 from dapo_ablate.ablation.store.database import with_psycopg_driver
 from dapo_ablate.ablation.store.errors import ExecutorError
+from dapo_ablate.core.contracts import COMPUTE_COLUMNS
 
 ROLE_TAG = "dapo.role"
 RUN_ID_TAG = "dapo.run_id"
@@ -296,7 +297,7 @@ def result_points(result: dict[str, Any], source: str) -> Iterator[tuple[str, An
         step = int(row.get("step", 0))
         last_step = max(last_step, step)
         yield from ((key, value, step) for key, value in names.eval_metrics(row, source).items())
-    totals = {key: result.get(key) for key in ("tokens_generated", "tokens_discarded", "wall_s")}
+    totals = {key: result.get(key) for key in COMPUTE_COLUMNS}
     for key, value in {**(result.get("metrics") or {}), **totals}.items():
         yield names.final_name(key, source), value, last_step
 
