@@ -106,6 +106,7 @@ def test_fractional_and_cumulative_options_are_accepted():
 # Each case: spec fields -> words the single-sentence error must contain (the field among them).
 BAD_SPECS = [
     ({"bogus": 1}, ["unknown key `bogus`"]),
+    ({"ledger": "memory://"}, ["`ledger`", "one process", "sqlite:///"]),
     ({"executor": {"cpus": 2}}, ["unknown key `executor.cpus`"]),
     ({"trainer": {**TINY, "optim": {"lrr": 1}}}, ["unknown key `trainer.optim.lrr`"]),
     ({"trainer": {**TINY, "rollout": {"eval_k": 8, "max_response_len": 4}}}, ["`trainer`", "overlong_cache"]),

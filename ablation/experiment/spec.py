@@ -187,6 +187,17 @@ class TrainerBasedSpec(_Section):
             )
         return value
 
+    @field_validator("ledger", check_fields=False)
+    @classmethod
+    def _shared_ledger(cls, value: str) -> str:
+        if value.strip().lower().startswith("memory:"):
+            raise SpecProblem(
+                f"{value!r} keeps runs inside one process only, so status, report and a resumed run would not see them; "
+                "use a SQLite path (sqlite:///dapo-runs/ledger.db) or a PostgreSQL URL",
+                "ledger",
+            )
+        return value
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able and self-contained: the trainer fully resolved, every default explicit."""
         return self.model_dump(mode="json")
