@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,16 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C works in this process and in the processes it starts, however the suite was started.
+    A shell starts a background job (or one under nohup) with SIGINT ignored, which every child
+    inherits; the tests that send SIGINT (to themselves, or to a `dapo-ablate run` they start, as a
+    terminal's Ctrl-C does) would then wait out their sleeps and fail. With a handler in place here,
+    the processes the tests start get SIGINT's default back at exec, as from a terminal."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="module")
