@@ -6,11 +6,18 @@ The writers are pandas' own (``DataFrame.to_markdown`` through tabulate, ``Style
 booktabs rules, ``Styler.to_html``); this module only decides how each column's values read
 (``column_formatter``), which columns are text (left-aligned) or numbers (right-aligned), and
 how text is escaped.
+
+Names in these files are user text (factor, setting and metric names, and the cell labels and
+terms built from them), so every writer keeps them inert: CSV cells that a spreadsheet would
+run as a formula are quoted (``spreadsheet_safe``), Markdown escapes HTML and its own syntax
+(``markdown_text``), LaTeX escapes every character TeX acts on (``latex_escape``), and HTML is
+escaped by Styler and the templates' autoescape.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,18 +126,37 @@ def is_text_column(table: pd.DataFrame, column: str) -> bool:
     return is_text and column not in METRIC_COLUMNS and column != "position"
 
 
-def _escape_pipe(text) -> str:
-    """tabulate writes cells as they are; a "|" inside one would end the Markdown cell."""
-    return str(text).replace("|", r"\|")
+LINE_BREAKS = re.compile(r"\r\n|[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]")
+"""Everything a reader or renderer may take as the end of a line."""
+MARKDOWN_SPECIALS = re.compile(
+    r"[\\`*|#~]"  # escapes, code spans, emphasis, table cells, headings, strikethrough
+    r"|\](?=[(\[:])"  # links, images, references and their definitions ("[-2.6, 2.5]" stays as it is)
+    r"|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])"  # "_" opens or closes emphasis only at a word's edge
+)
+HTML_OPENERS = re.compile(r"<(?=[A-Za-z/!?])|&(?=#?[A-Za-z0-9]+;)")
+"""A "<" that could start a tag, comment or autolink, an "&" that would read as an entity."""
+
+
+def markdown_text(text) -> str:
+    """``text`` as Markdown shows it literally, on one line: line breaks become spaces (a name's
+    newline would end a table row or a list item), Markdown's syntax characters are
+    backslash-escaped, and "<" / "&" where they could start HTML become entities. Text that
+    renders as itself is left as it is ("p < 0.05", "clip_higher", "GRPO -> OF").
+
+    Example: ``a|b <script>`` -> ``a\\|b &lt;script>``."""
+    text = LINE_BREAKS.sub(" ", str(text))
+    text = HTML_OPENERS.sub(lambda match: "&lt;" if match.group() == "<" else "&amp;", text)
+    return MARKDOWN_SPECIALS.sub(lambda match: "\\" + match.group(), text)
 
 
 def to_markdown(table: pd.DataFrame, shown: pd.DataFrame) -> str:
-    """GitHub Markdown (pipe) table of the formatted ``shown``; text columns left, numbers right.
+    """GitHub Markdown (pipe) table of the formatted ``shown``; text columns left, numbers right;
+    every cell and header through ``markdown_text`` (tabulate writes cells as they are).
 
     ``disable_numparse``: the cells are already formatted ("36.0", "<0.001"); left to itself
     tabulate would parse and re-format them ("36.0" -> "36")."""
     align = tuple("left" if is_text_column(table, c) else "right" for c in shown.columns)
-    escaped = shown.map(_escape_pipe).rename(columns=_escape_pipe)
+    escaped = shown.map(markdown_text).rename(columns=markdown_text)
     return escaped.to_markdown(index=False, tablefmt="pipe", colalign=align, disable_numparse=True) + "\n"
 
 
@@ -154,8 +180,8 @@ def latex_escape(text) -> str:
     """Text as LaTeX prints it literally. Used for cells, headers and the caption alike:
     Styler's own ``escape="latex"`` leaves ``<`` and ``>``, which LaTeX's default (OT1) fonts
     print as "¡" and "¿" (p-values "<0.001", path labels "GRPO -> OF"), and it never escapes
-    the caption."""
-    return "".join(LATEX_SPECIALS.get(ch, ch) for ch in str(text))
+    the caption. Line breaks become spaces: two in a row would end the paragraph inside a cell."""
+    return "".join(LATEX_SPECIALS.get(ch, ch) for ch in LINE_BREAKS.sub(" ", str(text)))
 
 
 def to_latex(table: pd.DataFrame, shown: pd.DataFrame, caption: str, label: str | None = None) -> str:
@@ -171,6 +197,36 @@ def to_latex(table: pd.DataFrame, shown: pd.DataFrame, caption: str, label: str 
         position="ht",
         position_float="centering",
     )
+
+
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+"""A spreadsheet reads a cell starting with one of these as a formula (OWASP, "CSV injection")."""
+PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def spreadsheet_cell(value):
+    """A text ``value`` that a spreadsheet would run as a formula, prefixed with a single quote
+    (``=cmd|' /C calc'!A0`` -> ``'=cmd|' /C calc'!A0``); a number, or text that is a plain
+    number ("-0.03"), is left as it is."""
+    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES) and not PLAIN_NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def spreadsheet_safe(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with every text cell and column name through ``spreadsheet_cell``; numeric
+    columns are untouched, so negative estimates stay numbers."""
+    safe = table.rename(columns=spreadsheet_cell)
+    for position in range(safe.shape[1]):
+        column = safe.iloc[:, position]
+        if pd.api.types.is_object_dtype(column) or pd.api.types.is_string_dtype(column):
+            safe.isetitem(position, column.map(spreadsheet_cell))
+    return safe
+
+
+def write_csv(table: pd.DataFrame, path: Path) -> None:
+    """``table`` as CSV at ``path`` (no index), its text cells made inert (``spreadsheet_safe``)."""
+    spreadsheet_safe(table).to_csv(path, index=False)
 
 
 def _table_id(shown: pd.DataFrame) -> str:
@@ -207,18 +263,18 @@ class TableFiles:
 def write_table(
     name: str, table: pd.DataFrame, files: TableFiles, caption: str, display: pd.DataFrame | None = None
 ) -> dict[str, Path]:
-    """``name.csv`` (raw values of ``table``), ``name.md`` and ``name.tex`` (formatted ``display``,
-    default ``table``; it may add columns such as the paper's numbers; the LaTeX float is labelled
-    ``tab:name``), as ``files.formats`` asks, into ``files.out_dir``."""
+    """``name.csv`` (raw values of ``table``, text made inert), ``name.md`` and ``name.tex``
+    (formatted ``display``, default ``table``; it may add columns such as the paper's numbers; the
+    LaTeX float is labelled ``tab:name``), as ``files.formats`` asks, into ``files.out_dir``."""
     display = table if display is None else display
     shown = display_frame(display, files.percent, list(files.factors))
     out_dir, formats, written = files.out_dir, files.formats, {}
     if "csv" in formats:
         written[f"{name}.csv"] = out_dir / f"{name}.csv"
-        table.to_csv(written[f"{name}.csv"], index=False)
+        write_csv(table, written[f"{name}.csv"])
     if "md" in formats:
         written[f"{name}.md"] = out_dir / f"{name}.md"
-        written[f"{name}.md"].write_text(f"{caption}\n\n" + to_markdown(display, shown))
+        written[f"{name}.md"].write_text(f"{markdown_text(caption)}\n\n" + to_markdown(display, shown))
     if "tex" in formats:
         written[f"{name}.tex"] = out_dir / f"{name}.tex"
         written[f"{name}.tex"].write_text(to_latex(display, shown, caption, label=f"tab:{name}"))

@@ -12,6 +12,7 @@ import jinja2
 import pandas as pd
 
 from .analysis import Analysis
+from .export import markdown_text
 from .summary import EMPTY_SUPPORTED
 
 TABLES = ("cells", "cumulative", "orderings", "shapley", "effects", "leave_one_out", "compute", "compute_matched")
@@ -87,8 +88,9 @@ TEMPLATES = Path(__file__).with_name("templates")
 
 @functools.cache
 def _environment() -> jinja2.Environment:
-    """The report pages' templates; HTML templates autoescape, Markdown ones do not."""
-    return jinja2.Environment(
+    """The report pages' templates; HTML templates autoescape, Markdown ones put their text
+    through the ``md`` filter (``export.markdown_text``)."""
+    environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default_for_string=False),
         trim_blocks=True,
@@ -96,6 +98,8 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined,
     )
+    environment.filters["md"] = markdown_text
+    return environment
 
 
 def render_page(template: str, **context) -> str:

@@ -1,10 +1,12 @@
 """PNG figures (matplotlib, Agg backend: no display needed). Each returns PNG bytes or None.
 
-Values are drawn in percentage points when the metric is a fraction, like the tables.
+Values are drawn in percentage points when the metric is a fraction, like the tables. Names
+are user text, so every figure draws "$" as it is, never as TeX math (``literal_text``).
 """
 
 from __future__ import annotations
 
+import functools
 import io
 
 import matplotlib
@@ -16,6 +18,18 @@ import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from .table import cell_label, cell_masks, factor_label  # noqa: E402
+
+
+def literal_text(plot):
+    """Run ``plot`` with matplotlib's math parsing off: a factor named ``$\\foo$`` is drawn as
+    written instead of failing the whole report with a mathtext error."""
+
+    @functools.wraps(plot)
+    def draw(*args, **kwargs):
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return plot(*args, **kwargs)
+
+    return draw
 
 
 def figure_png(figure, rect: tuple[float, float, float, float] = (0, 0, 1, 1)) -> bytes:
@@ -38,6 +52,7 @@ def _error_bars(center: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.nda
     return np.nan_to_num(np.vstack([center - low, high - center]))
 
 
+@literal_text
 def shapley_plot(shapley: pd.DataFrame, metric: str, percent: bool, confidence: float) -> bytes | None:
     """Bars of Shapley and Banzhaf values per factor, with their confidence intervals."""
     if shapley["shapley"].isna().all():
@@ -60,6 +75,7 @@ def shapley_plot(shapley: pd.DataFrame, metric: str, percent: bool, confidence: 
     return figure_png(figure)
 
 
+@literal_text
 def position_plot(orderings: pd.DataFrame, metric: str, percent: bool) -> bytes | None:
     """Mean gain of each factor by the position at which an ordering adds it, with CIs."""
     by_position = orderings[orderings["position"] != "all"]
@@ -87,6 +103,7 @@ PAPER_COLOUR = "#9a9a9a"
 OFF_COLOUR, ON_COLOUR = "#4c72b0", "#dd8452"  # technique off / on, in every figure
 
 
+@literal_text
 def cumulative_plot(
     cumulative: pd.DataFrame, metric: str, percent: bool, confidence: float, baseline_label: str, paper_label: str
 ) -> bytes | None:
@@ -155,6 +172,7 @@ def _forest_rows(axis, rows: pd.DataFrame, scale: float, colour: str, tested: se
     axis.axvline(0, color="black", linewidth=0.8)
 
 
+@literal_text
 def effects_forest_plot(
     shapley: pd.DataFrame, effects: pd.DataFrame, tests: pd.DataFrame, metric: str, percent: bool, confidence: float
 ) -> bytes | None:
@@ -200,6 +218,7 @@ def _term_label(term: str) -> str:
     return " = ".join(" x ".join(factor_label(f) for f in member.split(":")) for member in term.split(" = "))
 
 
+@literal_text
 def interaction_plots(means: pd.DataFrame, metric: str, percent: bool, confidence: float) -> bytes | None:
     """Classic 2x2 interaction plots, one panel per two-factor interaction: the mean of
     ``metric`` with the first factor off/on (x) for the second factor off and on (two lines),
@@ -279,6 +298,7 @@ def _band(values: pd.Series) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
+@literal_text
 def signals_plot(signals: pd.DataFrame, factors: list[str]) -> bytes | None:
     """Training signals by technique: one row of panels per signal, one column per factor; each
     panel the per-step mean over the runs with the factor off and on, with a band.
@@ -315,6 +335,7 @@ def signals_plot(signals: pd.DataFrame, factors: list[str]) -> bytes | None:
     return figure_png(figure, rect=(0, 0, 1, 0.98))
 
 
+@literal_text
 def curves_plot(curves: pd.DataFrame, factors: list[str], metric: str, percent: bool) -> bytes | None:
     """Learning curves as small multiples, one panel per cell labelled by it (cells ordered by how
     many factors are on): each seed thin, their mean thick, and the baseline cell's mean dashed
@@ -355,6 +376,7 @@ def curves_plot(curves: pd.DataFrame, factors: list[str], metric: str, percent: 
     return figure_png(figure)
 
 
+@literal_text
 def forest_plot(transfer: pd.DataFrame, statistic: str, metric: str, percent: bool, confidence: float) -> bytes | None:
     """Forest plot: each term's estimate with its CI in every setting (one row per term, one
     marker per setting, offset vertically), and the verdict beside the term."""

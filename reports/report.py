@@ -17,7 +17,7 @@ from dapo_ablate.core.contracts import SETTING_COLUMN
 from . import plots
 from .analysis import Analysis, analyze
 from .claims import CLAIM_COLUMNS
-from .export import TableFiles, display_frame, to_html, to_markdown, write_table
+from .export import TableFiles, display_frame, to_html, to_markdown, write_csv, write_table
 from .headline import cell_values
 from .inference import estimate
 from .options import ReportOptions, report_options
@@ -263,7 +263,7 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {"claims.csv": out / "claims.csv"}
-    analysis.claims[CLAIM_COLUMNS].to_csv(written["claims.csv"], index=False)
+    write_csv(analysis.claims[CLAIM_COLUMNS], written["claims.csv"])
     written |= _write_tables(analysis, TableFiles(out, frozenset(chosen), analysis.percent, tuple(factors)))
     figures = _figures(analysis, curves, signals) if chosen & {"png", "html"} else {}
     written |= _write_pages(analysis, out, chosen, figures)
@@ -281,7 +281,7 @@ def _write_tables(analysis: Analysis, files: TableFiles) -> dict[str, Path]:
         written |= write_table(name, getattr(analysis, name), files, captions[name], display)
     if "csv" in files.formats:
         written["intervals.csv"] = files.out_dir / "intervals.csv"
-        analysis.intervals.to_csv(written["intervals.csv"], index=False)
+        write_csv(analysis.intervals, written["intervals.csv"])
     return written
 
 

@@ -17,7 +17,7 @@ from dapo_ablate.core.contracts import SETTING_COLUMN
 
 from . import plots
 from .claims import CLAIM_COLUMNS, amount, claim_sentence, interval, short_term
-from .export import TableFiles, display_frame, to_html, to_markdown, write_table
+from .export import TableFiles, display_frame, to_html, to_markdown, write_csv, write_table
 from .headline import headline, headline_lines
 from .pages import TABLES, FigureView, cumulative_display, render_page, table_captions
 from .summary import EMPTY_SUPPORTED, design_line, summary_sections
@@ -223,9 +223,9 @@ def write_transfer_report(
     out.mkdir(parents=True, exist_ok=True)
     written = {"claims.csv": out / "claims.csv", "transfer.csv": out / "transfer.csv",
                "rank_agreement.csv": out / "rank_agreement.csv"}  # fmt: skip
-    claims_frame(transfer).to_csv(written["claims.csv"], index=False)
-    transfer.transfer.to_csv(written["transfer.csv"], index=False)
-    transfer.ranks.to_csv(written["rank_agreement.csv"], index=False)
+    write_csv(claims_frame(transfer), written["claims.csv"])
+    write_csv(transfer.transfer, written["transfer.csv"])
+    write_csv(transfer.ranks, written["rank_agreement.csv"])
     captions = table_captions(first)
     files = TableFiles(out, frozenset(chosen), transfer.percent, tuple(factors))
     for name in TABLES:
@@ -235,7 +235,7 @@ def write_transfer_report(
         written |= write_table(name, table, files, caption, display)
     if "csv" in chosen:
         written["intervals.csv"] = out / "intervals.csv"
-        _stacked(transfer, lambda a: a.intervals).to_csv(written["intervals.csv"], index=False)
+        write_csv(_stacked(transfer, lambda a: a.intervals), written["intervals.csv"])
     png = None
     if chosen & {"png", "html"}:
         png = plots.forest_plot(transfer.transfer, _attribution(transfer), transfer.metric, transfer.percent, options.confidence)
