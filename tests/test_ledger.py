@@ -100,9 +100,9 @@ def test_the_protocol_lists_what_the_product_calls() -> None:
     assert set(Ledger.__annotations__) == {"url"}  # its one attribute
     assert PROTOCOL_METHODS == {
         "close", "__enter__", "__exit__", "ensure_experiment", "get_experiment",
-        "set_mlflow_parent", "add_runs", "claimable", "expired_leases", "claim", "heartbeat",
-        "finish", "fail", "release", "reset_failed", "set_mlflow_run", "set_job_id",
-        "runs_table", "results",
+        "set_mlflow_parent", "result_key", "add_runs", "claimable", "expired_leases", "claim",
+        "heartbeat", "finish", "fail", "release", "reset_failed", "reopen_malformed",
+        "set_mlflow_run", "set_job_id", "runs_table", "results",
     }
 
 
@@ -173,11 +173,14 @@ def test_drivers_opening_a_fresh_database_at_once_all_succeed(ledger_url: str) -
 
 def as_schema_1(url: str) -> None:
     """Turn a ledger into what schema 1 (dapo-ablate before Ray job ids) created: the same tables
-    without ``runs.job_id``, and version 1 recorded."""
+    without ``runs.job_id`` (schema 2) and ``experiments.digest`` / ``result_key`` (schema 3), and
+    version 1 recorded."""
     engine = create_engine(url)
     try:
         with engine.begin() as connection:
             connection.execute(text("ALTER TABLE runs DROP COLUMN job_id"))
+            connection.execute(text("ALTER TABLE experiments DROP COLUMN digest"))
+            connection.execute(text("ALTER TABLE experiments DROP COLUMN result_key"))
             connection.execute(text("UPDATE schema_version SET version = 1"))
         with engine.connect() as connection:
             assert "job_id" not in {column["name"] for column in inspect(connection).get_columns("runs")}
@@ -186,9 +189,9 @@ def as_schema_1(url: str) -> None:
 
 
 def test_a_schema_1_ledger_is_upgraded_in_place_and_keeps_every_run(ledger_url: str) -> None:
-    assert SCHEMA_VERSION == 2  # a newer schema needs its own upgrade test beside this one
+    assert SCHEMA_VERSION == 3  # a newer schema needs its own upgrade test beside this one
     with SQLLedger(ledger_url) as ledger:
-        ledger.ensure_experiment("exp", {"design": "full"})
+        ledger.ensure_experiment("exp", {"design": "full"}, digest="d1")
         runs = make_runs([0, 1, 2, 3])
         ledger.add_runs("exp", runs)
         ledger.claim(runs[0].run_id, "a:1")
@@ -208,6 +211,9 @@ def test_a_schema_1_ledger_is_upgraded_in_place_and_keeps_every_run(ledger_url: 
         assert ledger.results("exp") == results_before
         ledger.set_job_id(runs[2].run_id, "dapo-ablate-exp-run-a1")
         assert ledger.heartbeat(runs[2].run_id, "a:1")
+        assert ledger.get_experiment("exp").digest is None  # schema 1 had none: the next digest binds
+        ledger.ensure_experiment("exp", {"design": "full"}, digest="d1")
+        assert ledger.get_experiment("exp").digest == "d1" and len(ledger.result_key("exp")) == 32
     with SQLLedger(ledger_url) as ledger:  # opening an upgraded ledger again changes nothing
         job_ids = {row["run_id"]: row["job_id"] for row in ledger.runs_table("exp")}
         assert job_ids == {run.run_id: "dapo-ablate-exp-run-a1" if run == runs[2] else None for run in runs}

@@ -11,7 +11,11 @@ SQL one (`dapo-ablate status`). The rules of the contract are stated once, in
 Contract
 --------
 Experiments and runs
-    `ensure_experiment(name, spec)` creates the experiment or replaces its spec (idempotent).
+    `ensure_experiment(name, spec, digest)` creates the experiment or replaces its spec
+    (idempotent). With a `digest` (`store.binding`: what defines the experiment's runs, seeds
+    aside) the name is bound to it: the first digest given is kept, and another one is refused
+    (`LedgerError`, nothing written). `result_key(name)` is the experiment's secret key that seals
+    the results a driver keeps on disk (`store.kept_results`), created once.
     `add_runs(name, runs)` records each `RunSpec` as *pending* unless a run with that `run_id`
     already exists, and links it to the experiment either way. `run_id` is the caller's content
     hash of everything that determines the result (factor levels, resolved trainer config, seed,
@@ -25,7 +29,9 @@ States
     ``running --claim--> running`` once its heartbeat is older than ``lease_s`` (a crashed
     driver's claim is taken over; the crashed attempt still counts).
     *done* is final: `finish` on a done run returns False and leaves the stored result as it was;
-    `claim`, `fail` and `release` return False on it too.
+    `claim`, `fail` and `release` return False on it too. The one exception is a done run whose
+    stored result is unusable (stored before `finish` checked it): reads show it failed and
+    leave its result out, and `reopen_malformed(name)` puts it back to pending.
 
 Ray jobs
     `set_job_id(run_id, job_id)` records the submission id of the Ray job a run's cell runs as
@@ -44,10 +50,17 @@ Concurrency
     A ledger may be shared by threads; every method is one transaction.
 
 Errors
-    Problems a user fixes (bad URL, unreachable server, newer schema, unknown experiment)
-    raise `LedgerError` with one sentence. An unknown ``run_id`` is a caller bug: `KeyError`.
-    A result the ledger cannot hold is refused before anything is written: `ValueError` (unknown
-    keys, no metrics), `TypeError` (a value JSON cannot hold).
+    Problems a user fixes (bad URL, unreachable server, newer schema, unknown experiment, a name
+    bound to another design, a database that is not a ledger) raise `LedgerError` with one
+    sentence. An unknown ``run_id`` is a caller bug: `KeyError`. A result the ledger cannot hold
+    is refused before anything is written: `ValueError` (unknown keys; metrics that are not a
+    non-empty mapping of metric name -> number; curves that are not lists of mappings),
+    `TypeError` (a value JSON cannot hold).
+
+Whose database
+    A ledger opens a database only if it is empty or already holds a ledger's tables; another
+    application's database (or a file that is not SQLite) is refused with one sentence and left
+    exactly as it was: a SQLite file is inspected read-only before anything else touches it.
 
 Stored values
     JSON columns take dicts/lists of str, int, float, bool, None and numpy/torch scalars;
@@ -58,9 +71,13 @@ Stored values
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
+import secrets
+import sqlite3
+import stat
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import quote
 
 from sqlalchemy import (
     ColumnElement,
@@ -68,6 +85,7 @@ from sqlalchemy import (
     and_,
     func,
     inspect,
+    or_,
     select,
     text,
     update,
@@ -87,6 +105,7 @@ from dapo_ablate.ablation.store.ledger_models import (
     PENDING,
     RUN_STATUSES,
     RUNNING,
+    LEDGER_TABLES,
     SCHEMA_VERSION,
     Base,
     Experiment,
@@ -142,9 +161,10 @@ class Ledger(Protocol):
     def __enter__(self) -> Ledger: ...
     def __exit__(self, *exc_info: object) -> None: ...
 
-    def ensure_experiment(self, name: str, spec: dict[str, Any]) -> int: ...
+    def ensure_experiment(self, name: str, spec: dict[str, Any], digest: str | None = None) -> int: ...
     def get_experiment(self, name: str) -> ExperimentRecord | None: ...
     def set_mlflow_parent(self, name: str, mlflow_run_id: str) -> None: ...
+    def result_key(self, name: str) -> bytes: ...
 
     def add_runs(self, name: str, runs: Sequence[RunSpec]) -> int: ...
     def claimable(self, name: str, *, lease_s: float = DEFAULT_LEASE_S,
@@ -157,6 +177,7 @@ class Ledger(Protocol):
     def fail(self, run_id: str, error: str, host: str | None = None) -> bool: ...
     def release(self, run_id: str, host: str | None = None) -> bool: ...
     def reset_failed(self, name: str, run_ids: list[str]) -> int: ...
+    def reopen_malformed(self, name: str) -> list[str]: ...
     def set_mlflow_run(self, run_id: str, mlflow_run_id: str) -> None: ...
     def set_job_id(self, run_id: str, job_id: str | None) -> None: ...
 
@@ -187,6 +208,7 @@ class SQLLedger:
         self._is_sqlite = self._url.get_backend_name() == "sqlite"
         if self._is_sqlite:
             _make_parent_folder(self._url, self.url)
+            _check_sqlite_file(self._url, self.url)  # read-only, before the engine sets WAL mode
         self._engine = make_engine(self._url, json_serializer=to_json)
         self._write_engine = self._engine.execution_options(**{WRITE_OPTION: True})
         self._insert = sqlite_insert if self._is_sqlite else postgresql_insert
@@ -211,15 +233,22 @@ class SQLLedger:
 
     # -- experiments ---------------------------------------------------------------------------
 
-    def ensure_experiment(self, name: str, spec: dict[str, Any]) -> int:
-        """Create experiment `name` or replace its spec; return its id."""
-        stmt = self._insert(Experiment).values(name=name, spec=spec, created_at=rules.now())
+    def ensure_experiment(self, name: str, spec: dict[str, Any], digest: str | None = None) -> int:
+        """Create experiment `name` or replace its spec; return its id. With `digest`: bind the
+        name to it (an unbound name takes it), or refuse another one (`LedgerError`, nothing
+        written). One statement, so two drivers racing with different digests cannot both win."""
+        stmt = self._insert(Experiment).values(name=name, spec=spec, created_at=rules.now(), digest=digest)
         stmt = stmt.on_conflict_do_update(
-            index_elements=[Experiment.name], set_={"spec": stmt.excluded.spec}
-        )
+            index_elements=[Experiment.name],
+            set_={"spec": stmt.excluded.spec, "digest": func.coalesce(Experiment.digest, stmt.excluded.digest)},
+            where=or_(Experiment.digest.is_(None), Experiment.digest == stmt.excluded.digest, stmt.excluded.digest.is_(None)),
+        ).returning(Experiment.id)
         with self._session(write=True) as session:
-            session.execute(stmt)
-            return self._experiment_id(session, name)
+            experiment_id = session.execute(stmt).scalar()  # no row: the WHERE refused the update
+            if experiment_id is None:
+                found = session.scalar(select(Experiment.digest).where(Experiment.name == name))
+                raise rules.other_design(self.url, name, found)
+            return experiment_id
 
     def get_experiment(self, name: str) -> ExperimentRecord | None:
         with self._session() as session:
@@ -227,8 +256,22 @@ class SQLLedger:
             if row is None:
                 return None
             return ExperimentRecord(
-                row.id, row.name, row.spec, row.created_at, row.mlflow_parent_run_id
+                row.id, row.name, row.spec, row.created_at, row.mlflow_parent_run_id, row.digest
             )
+
+    def result_key(self, name: str) -> bytes:
+        """The experiment's secret key for sealing kept results (32 bytes), created by the first
+        caller; every later call, from any driver, gets the same key."""
+        with self._session(write=True) as session:
+            session.execute(
+                update(Experiment)
+                .where(Experiment.name == name, Experiment.result_key.is_(None))
+                .values(result_key=secrets.token_hex(32))
+            )
+            key = session.scalar(select(Experiment.result_key).where(Experiment.name == name))
+        if key is None:
+            raise rules.no_experiment(self.url, name)
+        return bytes.fromhex(key)
 
     def set_mlflow_parent(self, name: str, mlflow_run_id: str) -> None:
         with self._session(write=True) as session:
@@ -334,6 +377,28 @@ class SQLLedger:
         with self._session(write=True) as session:
             return session.execute(stmt).rowcount or 0
 
+    def reopen_malformed(self, name: str) -> list[str]:
+        """Put the done runs of `name` whose stored result is unusable (`rules.malformed`: stored
+        before `finish` checked results) back to pending with a fresh attempt budget, their
+        results deleted; their run ids, in (cell_key, seed) order."""
+        reopened = []
+        with self._session(write=True) as session:
+            query = (
+                select(Run, Result)
+                .join(ExperimentRun, ExperimentRun.run_id == Run.run_id)
+                .join(Result, Result.run_id == Run.run_id)
+                .where(ExperimentRun.experiment_id == self._experiment_id(session, name), Run.status == DONE)
+                .order_by(*_RUN_ORDER)
+            )
+            for run, result in session.execute(query).tuples().all():
+                problem = rules.malformed(result)
+                if problem is not None:
+                    session.delete(result)
+                    for column, value in rules.reopened(problem).items():
+                        setattr(run, column, value)
+                    reopened.append(run.run_id)
+        return reopened
+
     def expired_leases(self, name: str, *, lease_s: float = DEFAULT_LEASE_S) -> list[str]:
         """Run ids of `name` left running with a lease older than `lease_s` seconds."""
         cutoff = rules.lease_cutoff(rules.now(), lease_s)
@@ -395,7 +460,7 @@ class SQLLedger:
         tokens_discarded, wall_s, mlflow_run_id.
         """
         rows = self._runs_with_results(name, done_only=True)
-        return [rules.results_row(run, result) for run, result in rows]
+        return [rules.results_row(run, result) for run, result in rows if rules.usable(result)]
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -417,11 +482,13 @@ class SQLLedger:
     def _open_schema(self) -> None:
         # Opening an up-to-date ledger only reads, so `status` never waits for `run`'s writes.
         with self._session(doing="connect to") as session:
+            _refuse_foreign(self.url, _table_names(session))
             if self._schema_version(session) == SCHEMA_VERSION:
                 return
         with self._session(write=True, doing="connect to") as session:
             if not self._is_sqlite:  # SQLite's BEGIN IMMEDIATE already serialises creation
                 session.execute(select(func.pg_advisory_xact_lock(_POSTGRES_INIT_LOCK)))
+            _refuse_foreign(self.url, _table_names(session))  # (again: another process may have written)
             found = self._schema_version(session)
             Base.metadata.create_all(session.connection())
             if found is None:
@@ -483,7 +550,15 @@ def _add_job_id(connection: Connection) -> None:
         connection.execute(text("ALTER TABLE runs ADD COLUMN job_id TEXT"))
 
 
-_UPGRADES = {1: _add_job_id}
+def _add_experiment_binding(connection: Connection) -> None:
+    """Schema 2 -> 3: ``experiments.digest`` and ``experiments.result_key``. Idempotent."""
+    found = {column["name"] for column in inspect(connection).get_columns("experiments")}
+    for column in ("digest", "result_key"):
+        if column not in found:
+            connection.execute(text(f"ALTER TABLE experiments ADD COLUMN {column} VARCHAR(64)"))
+
+
+_UPGRADES = {1: _add_job_id, 2: _add_experiment_binding}
 """Schema version -> the step that upgrades a ledger from it to the next version, in place."""
 
 
@@ -527,6 +602,48 @@ def _make_parent_folder(url: URL, safe_url: str) -> None:
             f"could not create the folder for the ledger database at {safe_url}: "
             f"{err.strerror}; check `ledger:` in the spec"
         ) from err
+
+
+def _table_names(session: Session) -> set[str]:
+    """The tables and views of the database's default schema (SQLite's own left out)."""
+    found = inspect(session.connection())
+    return {name for name in [*found.get_table_names(), *found.get_view_names()] if not name.startswith("sqlite_")}
+
+
+def _refuse_foreign(url: str, tables: set[str]) -> None:
+    """A database may become a ledger if it is empty, and is one if it holds every ledger table;
+    anything else is another application's: LedgerError, before anything is written."""
+    if tables and not LEDGER_TABLES <= tables:
+        raise rules.not_a_ledger(url, sorted(tables))
+
+
+def _check_sqlite_file(url: URL, safe_url: str) -> None:
+    """An existing SQLite ledger file, inspected read-only before the engine opens it (the engine
+    switches a database to WAL mode, a write): a special file, a file that is not SQLite or
+    another application's database is refused with one sentence, unchanged."""
+    database = url.database or ""
+    if database.startswith("file:"):  # sqlite URI filenames: left to SQLite
+        return
+    path = Path(database)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise LedgerError(f"could not read the ledger database at {safe_url}: {err.strerror}; check `ledger:` in the spec") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise LedgerError(f"the ledger database at {safe_url} is not a regular file; point `ledger:` at a SQLite file")
+    if info.st_size == 0:
+        return
+    query = "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite^_%' ESCAPE '^'"
+    try:
+        with closing(sqlite3.connect(f"file:{quote(str(path.absolute()))}?mode=ro", uri=True, timeout=30)) as db:
+            tables = {row[0] for row in db.execute(query)}
+    except sqlite3.DatabaseError as err:
+        raise LedgerError(
+            f"could not connect to the ledger database at {safe_url}: {_first_line(err)}; check `ledger:` in the spec"
+        ) from None
+    _refuse_foreign(safe_url, tables)
 
 
 def _first_line(error: BaseException) -> str:

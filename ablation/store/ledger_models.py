@@ -24,9 +24,13 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the tables below, stored in `schema_version`; a newer database is refused.
-1: the first release. 2: ``runs.job_id`` (a verl cell's Ray job)."""
+1: the first release. 2: ``runs.job_id`` (a verl cell's Ray job). 3: ``experiments.digest`` (what
+the name is bound to) and ``experiments.result_key`` (the key that seals kept results)."""
+
+LEDGER_TABLES = frozenset({"schema_version", "experiments", "runs", "experiment_runs", "results"})
+"""The tables a database must hold to be a dapo-ablate ledger (every schema version has them)."""
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 RUN_STATUSES = (PENDING, RUNNING, DONE, FAILED)
@@ -77,6 +81,11 @@ class Experiment(Base):
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     mlflow_parent_run_id: Mapped[str | None] = mapped_column(String(64))
+    digest: Mapped[str | None] = mapped_column(String(64))
+    """The digest of the spec's design the name is bound to (`store.binding`); None: not bound yet."""
+    result_key: Mapped[str | None] = mapped_column(String(64))
+    """Hex of the secret key that seals this experiment's kept results (`store.kept_results`),
+    created once by the first driver that asks; None until then."""
 
 
 class Run(Base):

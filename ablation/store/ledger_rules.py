@@ -16,7 +16,7 @@ from typing import Any
 
 from dapo_ablate.ablation.experiment.identity import RunSpec
 from dapo_ablate.ablation.store.ledger_models import DONE, FAILED, PENDING, RUN_STATUSES, RUNNING
-from dapo_ablate.ablation.store.ledger_values import result_values, to_json
+from dapo_ablate.ablation.store.ledger_values import result_problem, result_values, to_json
 
 DEFAULT_LEASE_S = 120.0
 """A running run whose heartbeat is older than this (seconds) may be claimed by another driver."""
@@ -38,12 +38,32 @@ class ExperimentRecord:
     spec: dict[str, Any]
     created_at: datetime
     mlflow_parent_run_id: str | None
+    digest: str | None = None
+    """What the experiment's name is bound to (`ensure_experiment`); None: not bound yet."""
+
+
+def other_design(url: str, name: str, digest: str | None) -> LedgerError:
+    """`ensure_experiment` with a digest other than the one experiment `name` is bound to."""
+    return LedgerError(
+        f"the ledger at {url} already has an experiment named {name!r} made from another spec "
+        f"(digest {str(digest)[:12]}); give this spec another name, e.g. `name: {name}-2` in the spec or "
+        f"`name={name}-2` on the command line (runs the two share are not trained again)"
+    )
 
 
 def no_experiment(url: str, name: str) -> LedgerError:
     return LedgerError(
         f"the ledger at {url} has no experiment named {name!r}; "
         "check `name:` in the spec or run it first"
+    )
+
+
+def not_a_ledger(url: str, tables: list[str]) -> LedgerError:
+    """A database that holds tables and not a ledger's: another application's, never written."""
+    shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
+    return LedgerError(
+        f"the database at {url} is not a dapo-ablate ledger (it holds other tables: {shown}) and is left as it is; "
+        "point `ledger:` at a new file or an empty database"
     )
 
 
@@ -155,11 +175,34 @@ def new_run(run: RunSpec, at: datetime) -> dict[str, Any]:
 
 
 def stored_result(result: dict[str, Any]) -> dict[str, Any]:
-    """The `Result` columns of `result`, checked before anything is written: ValueError for
-    unknown keys or missing metrics, TypeError for a value JSON cannot hold."""
-    values = result_values(result)
-    to_json(values)
-    return values
+    """The `Result` columns of `result`, checked before anything is written: TypeError for a value
+    JSON cannot hold, ValueError for unknown keys or metrics that are not a non-empty mapping of
+    numbers (`ledger_values.result_values`)."""
+    to_json(result)
+    return result_values(result)
+
+
+def malformed(result: Any) -> str | None:
+    """Why a stored `Result` row is not a finished run's result (None if it is): stored before the
+    check at `finish` existed. Such a run is never counted as done: reads show it failed, and
+    `reopen_malformed` gives it back to pending."""
+    return result_problem({"metrics": result.metrics, "eval_curve": result.eval_curve, "signals": result.signals})
+
+
+def malformed_error(problem: str) -> str:
+    return f"its stored result is unusable ({problem}); `dapo-ablate run` trains it again"
+
+
+def reopened_error(problem: str) -> str:
+    """The error text `reopen_malformed` leaves on a run it put back to pending."""
+    return f"its stored result was unusable ({problem}) and was removed; the run trains again"
+
+
+def reopened(problem: str) -> dict[str, Any]:
+    """What `reopen_malformed` writes to a done run whose stored result is unusable (its result
+    goes): pending, with a fresh attempt budget and why."""
+    return {"status": PENDING, "attempts": 0, "host": None, "started_at": None, "finished_at": None,
+            "heartbeat_at": None, "error": reopened_error(problem)}
 
 
 # -- what comes out ----------------------------------------------------------------------------
@@ -171,15 +214,19 @@ def count_by_status(found: Mapping[str, int]) -> dict[str, int]:
 
 
 def runs_table_row(run: Any, result: Any | None) -> dict[str, Any]:
-    """A `Run` row (and its `Result`, None until done) as `runs_table` returns it."""
+    """A `Run` row (and its `Result`, None until done) as `runs_table` returns it; a done run whose
+    stored result is unusable (`malformed`) shows as failed, with why."""
+    problem = malformed(result) if result is not None else None
+    if problem is not None:
+        result = None
     return {
         "run_id": run.run_id,
         "cell_key": run.cell_key,
         "factors": run.factors,
         "seed": run.seed,
-        "status": run.status,
+        "status": FAILED if problem else run.status,
         "attempts": run.attempts,
-        "error": run.error,
+        "error": malformed_error(problem) if problem else run.error,
         "host": run.host,
         "created_at": run.created_at,
         "started_at": run.started_at,
@@ -190,6 +237,11 @@ def runs_table_row(run: Any, result: Any | None) -> dict[str, Any]:
         "mlflow_run_id": run.mlflow_run_id,
         "job_id": run.job_id,
     }
+
+
+def usable(result: Any | None) -> bool:
+    """A stored result that `results` returns (one that is `malformed` is left out)."""
+    return result is not None and malformed(result) is None
 
 
 def results_row(run: Any, result: Any) -> dict[str, Any]:

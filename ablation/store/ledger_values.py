@@ -1,12 +1,17 @@
 """What the ledger stores for a run's result: its columns checked and defaulted (`result_values`)
 and any value turned into strict JSON (`to_json`: numpy / torch scalars as numbers, NaN and inf
 as null, other objects refused), so that a result the ledger cannot hold fails at once (ValueError,
-TypeError) instead of corrupting a row."""
+TypeError) instead of corrupting a row.
+
+The same check reads rows back (`result_problem`): a result stored before the check existed (an
+older dapo-ablate, or a hand edit) whose metrics are not a mapping of numbers is never counted as
+a finished run."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from dapo_ablate.core.contracts import RunRecord
@@ -15,20 +20,75 @@ RESULT_DEFAULTS: dict[str, Any] = {key: value for key, value in RunRecord({}).re
 """The result keys besides ``metrics`` and their values when a cell function leaves them out
 (`RunRecord`'s defaults)."""
 
+METRICS_RULE = "a run result needs `metrics`, a non-empty mapping of metric name -> number (null for a value that could not be computed)"
+
+
+def _is_number(value: Any) -> bool:
+    """An int or float (NaN included: it is stored as null), a numpy / torch scalar of one, or
+    None (a NaN as the ledger gives it back); not a bool, a string or a container."""
+    if value is None:
+        return True
+    if hasattr(value, "item") and not isinstance(value, (int, float)):
+        try:
+            value = value.item()
+        except (TypeError, ValueError):  # an array of several values
+            return False
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def metrics_problem(metrics: Any) -> str | None:
+    """Why `metrics` cannot be a finished run's metrics, or None if it can."""
+    if not isinstance(metrics, Mapping) or not metrics:
+        return f"{METRICS_RULE}; got {_shown(metrics)}"
+    for name, value in metrics.items():
+        if not isinstance(name, str) or not name:
+            return f"{METRICS_RULE}; got the name {name!r}"
+        if not _is_number(value):
+            return f"{METRICS_RULE}; got {name}: {_shown(value)}"
+    return None
+
+
+def result_problem(result: Mapping[str, Any]) -> str | None:
+    """Why a result (as given to `finish`, or as stored) is not a finished run's result, or None:
+    its metrics (`metrics_problem`), or an evaluation curve or signals that are not lists of
+    mappings."""
+    problem = metrics_problem(result.get("metrics"))
+    if problem is not None:
+        return problem
+    for key in ("eval_curve", "signals"):
+        rows = result.get(key)
+        if rows is None:
+            continue
+        if not isinstance(rows, (list, tuple)) or not all(isinstance(row, Mapping) for row in rows):
+            return f"a run result's `{key}` must be a list of mappings (one per step); got {_shown(rows)}"
+    return None
+
 
 def result_values(result: dict[str, Any]) -> dict[str, Any]:
-    """The result's stored columns, defaulted; ValueError for unknown keys or missing metrics."""
+    """The result's stored columns, defaulted; ValueError for unknown keys, metrics that are not a
+    non-empty mapping of numbers, or curves that are not lists of mappings."""
     unknown = set(result) - set(RESULT_DEFAULTS) - {"metrics"}
     if unknown:
         raise ValueError(f"unknown result keys {sorted(unknown)}; expected metrics and "
                          f"{sorted(RESULT_DEFAULTS)}")
-    if not isinstance(result.get("metrics"), dict):
-        raise ValueError("a run result needs `metrics`, a dict of metric name -> value")
+    problem = result_problem(result)
+    if problem is not None:
+        raise ValueError(problem)
     values = {**RESULT_DEFAULTS, **result}
     values["tokens_generated"] = int(values["tokens_generated"])
     values["tokens_discarded"] = int(values["tokens_discarded"])
     values["wall_s"] = float(values["wall_s"])
     return values
+
+
+def _shown(value: Any) -> str:
+    """A short, one-line picture of a value a user may have planted (never its whole text)."""
+    text = json.dumps(value, default=lambda v: type(v).__name__)[:60] if _json_like(value) else type(value).__name__
+    return " ".join(text.split())
+
+
+def _json_like(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, list, tuple, dict))
 
 
 def _json_safe(value: Any) -> Any:

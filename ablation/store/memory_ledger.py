@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import secrets
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -26,7 +27,7 @@ from sqlalchemy import JSON
 
 from dapo_ablate.ablation.experiment.identity import RunSpec
 from dapo_ablate.ablation.store import ledger_rules as rules
-from dapo_ablate.ablation.store.ledger_models import Base, Experiment, Result, Run
+from dapo_ablate.ablation.store.ledger_models import DONE, Base, Experiment, Result, Run
 from dapo_ablate.ablation.store.ledger_rules import (
     DEFAULT_LEASE_S,
     DEFAULT_MAX_ATTEMPTS,
@@ -65,15 +66,19 @@ class MemoryLedger:
 
     # -- experiments ---------------------------------------------------------------------------
 
-    def ensure_experiment(self, name: str, spec: dict[str, Any]) -> int:
-        """Create experiment `name` or replace its spec; return its id."""
+    def ensure_experiment(self, name: str, spec: dict[str, Any], digest: str | None = None) -> int:
+        """Create experiment `name` or replace its spec; return its id. With `digest`: bind the
+        name to it, or refuse another one (`LedgerError`, nothing written)."""
         with self._lock:
             found = self._experiments.get(name)
             if found is not None:
+                if digest is not None and found.digest not in (None, digest):
+                    raise rules.other_design(self.url, name, found.digest)
                 found.spec = _stored(spec)
+                found.digest = found.digest or digest
                 return found.id
             values = {"id": len(self._experiments) + 1, "name": name, "spec": spec,
-                      "created_at": rules.now(), "mlflow_parent_run_id": None}
+                      "created_at": rules.now(), "mlflow_parent_run_id": None, "digest": digest}
             self._experiments[name] = _row(Experiment, values)
             self._members[name] = {}
             return self._experiments[name].id
@@ -84,7 +89,15 @@ class MemoryLedger:
             if row is None:
                 return None
             return ExperimentRecord(row.id, row.name, copy.deepcopy(row.spec), row.created_at,
-                                    row.mlflow_parent_run_id)
+                                    row.mlflow_parent_run_id, row.digest)
+
+    def result_key(self, name: str) -> bytes:
+        """The experiment's secret key for sealing kept results (32 bytes), created once."""
+        with self._lock:
+            self._members_of(name)
+            row = self._experiments[name]
+            row.result_key = row.result_key or secrets.token_hex(32)
+            return bytes.fromhex(row.result_key)
 
     def set_mlflow_parent(self, name: str, mlflow_run_id: str) -> None:
         with self._lock:
@@ -167,6 +180,20 @@ class MemoryLedger:
                 _update(run, rules.RESET)
             return len(reset)
 
+    def reopen_malformed(self, name: str) -> list[str]:
+        """Put the done runs of `name` whose stored result is unusable back to pending (see
+        `SQLLedger.reopen_malformed`); their run ids."""
+        with self._lock:
+            reopened = []
+            for run in self._runs_of(name):
+                result = self._results.get(run.run_id)
+                problem = rules.malformed(result) if run.status == DONE and result is not None else None
+                if problem is not None:
+                    del self._results[run.run_id]
+                    _update(run, rules.reopened(problem))
+                    reopened.append(run.run_id)
+            return reopened
+
     def expired_leases(self, name: str, *, lease_s: float = DEFAULT_LEASE_S) -> list[str]:
         """Run ids of `name` left running with a lease older than `lease_s` seconds."""
         cutoff = rules.lease_cutoff(rules.now(), lease_s)
@@ -197,7 +224,7 @@ class MemoryLedger:
         """One dict per done run of `name`, in (cell_key, seed) order (keys: `SQLLedger.results`)."""
         with self._lock:
             done = [(run, self._results.get(run.run_id)) for run in self._runs_of(name)]
-            return copy.deepcopy([rules.results_row(run, result) for run, result in done if result])
+            return copy.deepcopy([rules.results_row(run, result) for run, result in done if rules.usable(result)])
 
     # -- internals (the lock held) -------------------------------------------------------------
 
