@@ -1,10 +1,10 @@
 """Reading an experiment back from its spec: the tidy results table, learning curves, and the
 runs table of ``dapo-ablate status``.
 
-Readers never create a store: a spec whose SQLite ledger does not exist yet has no results
-(`ResultsError`) and every planned run is *new* in `status_rows`. Only the runs of the spec's
-current plan are read, so runs the experiment needed under an earlier version of its spec
-(fewer seeds, other factors) are left out.
+Readers never create a store: a spec whose SQLite ledger does not exist yet (or is an empty
+file) has no results (`ResultsError`) and every planned run is *new* in `status_rows`. Only the
+runs of the spec's current plan are read, so runs the experiment needed with fewer seeds are left
+out; a spec whose name the ledger binds to another design (`store.binding`) is refused.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dapo_ablate.ablation.store.binding import check_binding
 from dapo_ablate.ablation.store.ledger import Ledger, LedgerError, RUN_STATUSES, connect_ledger
 from dapo_ablate.ablation.store.tracking import normalize_tracking_uri, sqlite_path
 from dapo_ablate.core.contracts import COMPUTE_COLUMNS, METRIC_PREFIXES
@@ -32,9 +33,10 @@ class ResultsError(ValueError):
 
 
 def open_ledger(spec: ExperimentSpec) -> Ledger | None:
-    """The spec's ledger, or None when it is a SQLite file that does not exist (yet)."""
+    """The spec's ledger, or None when it is a SQLite file that does not exist (yet) or is empty
+    (a reader creates no tables). LedgerError for a database that is not a ledger."""
     path = sqlite_path(spec.ledger)
-    if path is not None and not path.is_file():
+    if path is not None and (not path.exists() or (path.is_file() and path.stat().st_size == 0)):
         return None
     return connect_ledger(spec.ledger)
 
@@ -136,7 +138,9 @@ def status_rows(spec: ExperimentSpec, plan: Plan) -> tuple[list[dict[str, Any]],
     known: dict[str, dict[str, Any]] = {}
     if ledger is not None:
         with ledger:
-            if ledger.get_experiment(spec.name) is not None:
+            record = ledger.get_experiment(spec.name)
+            check_binding(record, spec, ledger.url)
+            if record is not None:
                 known = {row["run_id"]: row for row in ledger.runs_table(spec.name)}
     rows = []
     for run in plan.runs:
@@ -184,6 +188,7 @@ def _finished_runs(spec: ExperimentSpec, plan: Plan) -> tuple[list[dict[str, Any
             record = ledger.get_experiment(spec.name)
             if record is None:
                 raise ResultsError(f"the ledger at {ledger.url} has no experiment {spec.name!r}; {hint}")
+            check_binding(record, spec, ledger.url)
             planned = {run.run_id for run in plan.runs}
             records = [r for r in ledger.results(spec.name) if r["run_id"] in planned]
     except LedgerError as err:
