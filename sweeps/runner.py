@@ -220,11 +220,12 @@ class SweepScheduler:
             raise ExecutorError(
                 f"the ledger at {self.ledger.url} already has a factorial experiment named {spec.name!r}; give the sweep another name"
             )
-        self.ledger.ensure_experiment(spec.name, spec.to_dict())
         self.storage = studies.open_storage(spec)
         self.study = studies.open_study(spec, self.storage)
-        self.study.set_user_attr("dapo.space", {leaf: dim.model_dump(mode="json") for leaf, dim in spec.space.items()})
-        self.study.set_user_attr("dapo.metric", spec.metric)
+        studies.check_resumable(self.study, spec)  # before anything of this spec is written
+        self.ledger.ensure_experiment(spec.name, spec.to_dict())
+        self.study.set_user_attr(studies.SPACE_ATTR, studies.space_of(spec))
+        self.study.set_user_attr(studies.METRIC_ATTR, spec.metric)
         self.study.set_user_attr("dapo.factors", [f if isinstance(f, str) else next(iter(f)) for f in spec.factors or []])
         self.study.set_user_attr("dapo.factor_design", spec.factor_design)
 

@@ -167,6 +167,45 @@ def open_study(spec: SweepSpec, storage: RDBStorage) -> optuna.Study:
         ) from None
 
 
+SPACE_ATTR = "dapo.space"
+"""Study user attr: the search space the study was created with (leaf -> its dimension's fields)."""
+METRIC_ATTR = "dapo.metric"
+
+
+def space_of(spec: SweepSpec) -> dict[str, dict[str, Any]]:
+    """The spec's search space as the study stores it (`SPACE_ATTR`)."""
+    return {leaf: dim.model_dump(mode="json") for leaf, dim in spec.space.items()}
+
+
+def check_resumable(study: optuna.Study, spec: SweepSpec) -> None:
+    """Refuse to resume a study whose trials were drawn from another search space or judged by
+    another metric: old and new trials would mix in one ranking (a best value from outside the
+    new range). StudyError naming the difference; a new study has nothing stored yet."""
+    stored = study.user_attrs.get(SPACE_ATTR)
+    changes = space_changes(stored, space_of(spec)) if stored is not None else []
+    metric = study.user_attrs.get(METRIC_ATTR)
+    if metric is not None and metric != spec.metric:
+        changes.append(f"metric {metric} -> {spec.metric}")
+    if changes:
+        raise StudyError(
+            f"the study {spec.name!r} in {spec.ledger} was run with another search space ({'; '.join(changes[:4])}); "
+            "restore `space:` and `metric:`, or give the sweep a new name to start a new study"
+        )
+
+
+def space_changes(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[str]:
+    """What differs between two stored search spaces, one phrase per knob: added, removed, or
+    each changed field with both values (``eps_high: high 0.5 -> 0.6``)."""
+    changes = [f"{leaf} added" for leaf in after if leaf not in before]
+    changes += [f"{leaf} removed" for leaf in before if leaf not in after]
+    for leaf in [leaf for leaf in after if leaf in before]:
+        old, new = before[leaf], after[leaf]
+        fields = [f"{key} {old.get(key)} -> {new.get(key)}" for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
+        if fields:
+            changes.append(f"{leaf}: {', '.join(fields)}")
+    return changes
+
+
 def load_study(spec: SweepSpec) -> optuna.Study:
     """The sweep's study for reading (no heartbeat); StudyError if it was never run. Creates
     nothing: a SQLite ledger that does not exist yet is not made."""
