@@ -6,12 +6,18 @@ metric columns (``avg@32``, ...) and, when known, the compute columns ``tokens_g
 ``wall_s``. Accuracy metrics are stored as fractions in [0, 1]; displays may show them as
 percentage points, like the DAPO paper.
 
+A results CSV is read only when it is a regular file within MAX_RESULTS_BYTES and MAX_LINE_BYTES
+(a FIFO would block, /dev/zero never ends); each refusal is one ReportInputError sentence.
+
 A cell is one combination of factor levels. Inside the reports a cell is a bitmask over the
 factor list: bit ``i`` is factor ``factors[i]``, so the baseline is 0 and the full cell ``2**k - 1``.
 """
 
 from __future__ import annotations
 
+import io
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -215,22 +221,81 @@ def validate_results(results: pd.DataFrame, factors: list[str], metric: str) -> 
     return clean
 
 
+MAX_RESULTS_BYTES = 64 * 2**20
+"""Largest results CSV: 64 MiB is about a million runs; a larger file is a mistake that would be
+parsed whole, at several times its size in memory."""
+MAX_LINE_BYTES = 2**20
+"""Longest line of a results CSV: a run's row is a few hundred bytes."""
+
+
+def _open_results(path: Path):
+    """``path`` opened for binary reading once it is known to be a regular file no larger than
+    MAX_RESULTS_BYTES (checked on the open descriptor: O_NONBLOCK keeps a FIFO from blocking the
+    open); ReportInputError otherwise. Nothing is read."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise ReportInputError(f"results file '{path}' does not exist; check the --results path") from None
+    except OSError as error:
+        raise ReportInputError(f"results file '{path}' cannot be opened ({error.strerror}); check its permissions") from None
+    info = os.fstat(descriptor)
+    problem = None
+    if stat.S_ISDIR(info.st_mode):
+        problem = "is a directory; pass the results CSV file inside it"
+    elif not stat.S_ISREG(info.st_mode):
+        problem = "is not a regular file (a pipe, socket or device); pass a results CSV on disk"
+    elif info.st_size > MAX_RESULTS_BYTES:
+        problem = _too_large()
+    if problem:
+        os.close(descriptor)
+        raise ReportInputError(f"results file '{path}' {problem}")
+    return os.fdopen(descriptor, "rb")
+
+
+def _too_large() -> str:
+    return f"is over {MAX_RESULTS_BYTES // 2**20} MiB; a results table is one short row per run, so check the file"
+
+
+def _read_results_bytes(path: Path) -> bytes:
+    """The whole file, read one line at a time so that neither a line over MAX_LINE_BYTES nor a
+    file grown past MAX_RESULTS_BYTES since it was opened is ever held (ReportInputError)."""
+    lines, total = [], 0
+    with _open_results(path) as handle:
+        while line := handle.readline(MAX_LINE_BYTES + 1):
+            if len(line) > MAX_LINE_BYTES:
+                raise ReportInputError(
+                    f"results file '{path}' line {len(lines) + 1} is longer than {MAX_LINE_BYTES // 2**20} MiB; "
+                    "a run's row is a few hundred bytes, so check that the file is a results CSV"
+                )
+            total += len(line)
+            if total > MAX_RESULTS_BYTES:
+                raise ReportInputError(f"results file '{path}' {_too_large()}")
+            lines.append(line)
+    return b"".join(lines)
+
+
+def read_results_csv(path: str | Path) -> pd.DataFrame:
+    """The results CSV at ``path`` as a DataFrame, unvalidated; ReportInputError (one sentence
+    naming the file) for a missing, unreadable, special, oversized or malformed file."""
+    path = Path(path)
+    raw = _read_results_bytes(path)
+    try:
+        return pd.read_csv(io.BytesIO(raw))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        reason = " ".join(str(error).split())[:300]
+        raise ReportInputError(f"results file '{path}' is not a readable CSV ({reason}); export it again") from None
+
+
 def load_results_csv(
     path: str | Path, factors: list[str] | None = None, metric: str = DEFAULT_METRIC
 ) -> tuple[pd.DataFrame, list[str]]:
     """Read and validate a results CSV; returns ``(results, factors)``.
 
-    ``factors`` defaults to the CSV's 0/1 columns (see ``infer_factors``).
+    ``factors`` defaults to the CSV's 0/1 columns (see ``infer_factors``). The file must be a
+    regular file of at most MAX_RESULTS_BYTES with no line over MAX_LINE_BYTES
+    (``read_results_csv``); ReportInputError, one sentence, otherwise.
     """
-    path = Path(path)
-    try:
-        results = pd.read_csv(path)
-    except FileNotFoundError:
-        raise ReportInputError(f"results file '{path}' does not exist; check the --results path") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
-        raise ReportInputError(
-            f"results file '{path}' is not a readable CSV ({error}); export it again"
-        ) from None
+    results = read_results_csv(path)
     if factors is None:
         factors = infer_factors(results, metric)
     return validate_results(results, list(factors), metric), list(factors)
