@@ -132,6 +132,20 @@ def _require_columns(results: pd.DataFrame, factors: list[str], metric: str) -> 
             raise ReportInputError(f"'{factor}' cannot be both a factor and the seed or metric column")
 
 
+def _level_error(results: pd.DataFrame, factor: str, values: pd.Series) -> ReportInputError:
+    """The first value of ``factor`` outside its likelier coding (0/1 or -1/+1), named by row."""
+    coding = max((values.isin(s).sum(), s) for s in LEVEL_SETS)[1]
+    bad = values[~values.isin(coding)]
+    row, value = bad.index[0], bad.iloc[0]
+    what = "is empty" if pd.isna(value) else f"has level {value!r}" if isinstance(value, str) else f"has level {value}"
+    other = "-1/+1" if coding == (0, 1) else "0/1"
+    return ReportInputError(
+        f"factor column '{factor}' {what} (data row {row + 1}, seed {results.at[row, SEED_COLUMN]}); code each factor "
+        f"{coding[0]}/{coding[1] if coding == (0, 1) else '+1'} (or {other}) in every row, or pass --factors "
+        f"without '{factor}'"
+    )
+
+
 def _check_levels(results: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
     """Each factor coded 0/1 or -1/+1 with both levels present; returns a copy coded 0/1."""
     clean = results.copy()
@@ -141,15 +155,7 @@ def _check_levels(results: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
             values = values.astype(int)
         levels = next((s for s in LEVEL_SETS if values.isin(s).all()), None)
         if levels is None:
-            counts = [(values.isin(s).sum(), s) for s in LEVEL_SETS]
-            coding = max(counts)[1]
-            bad = values[~values.isin(coding)]
-            row = bad.index[0]
-            raise ReportInputError(
-                f"factor column '{factor}' has level {bad.iloc[0]} (data row {row + 1}, seed "
-                f"{results.at[row, SEED_COLUMN]}); code each factor "
-                f"{coding[0]}/{coding[1]} (or 0/1 everywhere), or pass --factors without '{factor}'"
-            )
+            raise _level_error(results, factor, values)
         if values.nunique() < 2:
             raise ReportInputError(
                 f"factor column '{factor}' is {values.iloc[0]} in every row; a factor needs runs at both levels, "
@@ -169,12 +175,20 @@ def _in_setting(results: pd.DataFrame, row) -> str:
     return f" in setting '{results.at[row, SETTING_COLUMN]}'" if SETTING_COLUMN in results.columns else ""
 
 
+MAX_METRIC_MAGNITUDE = 1e15
+"""Largest |metric| the reports accept: a score is far smaller, and the Welch-Satterthwaite df
+square the variances (fourth powers of the metric), which overflow to inf from about 1e77."""
+
+
 def _check_metric(results: pd.DataFrame, factors: list[str], metric: str) -> None:
     values = pd.to_numeric(results[metric], errors="coerce")
+    huge = values.abs().gt(MAX_METRIC_MAGNITUDE) & ~np.isinf(values.fillna(0))
     for bad, what, fix in (
         (values.isna(), "empty or not a number", "drop those runs or fill in their results"),
         (np.isinf(values.fillna(0)), "infinite", "drop those runs or fix their results (a diverged run is a failed run)"),
-    ):
+        (huge, f"{values[huge].iloc[0] if huge.any() else 0:.3g}", f"values beyond +-{MAX_METRIC_MAGNITUDE:.0e} overflow "
+         "the variance arithmetic and are no score, so fix or drop that run (an accuracy is a fraction in [0, 1])"),
+    ):  # fmt: skip
         if bad.any():
             first = results.index[bad][0]
             more = f" (and {int(bad.sum()) - 1} more rows)" if bad.sum() > 1 else ""
@@ -184,16 +198,88 @@ def _check_metric(results: pd.DataFrame, factors: list[str], metric: str) -> Non
             )
 
 
-def _check_duplicates(results: pd.DataFrame, factors: list[str]) -> None:
+def _check_compute(results: pd.DataFrame, factors: list[str]) -> None:
+    """Each compute column present holds non-negative finite numbers or blanks (unknown)."""
+    for column in COMPUTE_COLUMNS:
+        if column not in results.columns:
+            continue
+        values = pd.to_numeric(results[column], errors="coerce")
+        bad = (values.isna() & results[column].notna()) | np.isinf(values.fillna(0)) | values.lt(0)
+        if bad.any():
+            first = results.index[bad.to_numpy()][0]
+            what = "not a number" if pd.isna(values[first]) else "infinite" if np.isinf(values[first]) else "negative"
+            raise ReportInputError(
+                f"compute column '{column}' is {what} ({results.at[first, column]!r}) in cell "
+                f"{_row_cell(results, factors, first)}, seed {results.at[first, SEED_COLUMN]}{_in_setting(results, first)}; "
+                "fix it or leave it empty (a count of tokens or seconds, 0 or more)"
+            )
+
+
+def _names(columns: list[str]) -> str:
+    quoted = [f"'{c}'" for c in columns]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+
+
+def _check_confounded(results: pd.DataFrame, factors: list[str]) -> None:
+    """Two factors switched on and off together (equal columns) or against each other (opposite
+    columns) in every row have effects no design analysis can separate: refuse, naming them all.
+    ``results`` is coded 0/1."""
+    by_column: dict[bytes, list[str]] = {}
+    for factor in factors:
+        by_column.setdefault(results[factor].to_numpy(np.int8).tobytes(), []).append(factor)
+    for column, same in by_column.items():
+        opposite = by_column.get(bytes(1 - b for b in column), [])
+        if len(same) > 1:
+            raise ReportInputError(
+                f"factor columns {_names(same)} are equal in every row (each run has them all on or all off), so their "
+                "effects cannot be told apart; run cells that switch them separately, or pass --factors with one of them"
+            )
+        if opposite:
+            raise ReportInputError(
+                f"factor columns {_names(same + opposite)} are opposite in every row (one is on exactly when the other "
+                "is off), so their effects cannot be told apart; run cells that switch them separately, or pass "
+                "--factors with one of them"
+            )
+
+
+def _values_text(values: pd.Series) -> str:
+    """``'no' and 'yes'``, ``1 and blanks``: the distinct values of a two-level-looking column."""
+    shown = [repr(v) if isinstance(v, str) else f"{v:g}" if isinstance(v, float) else str(v) for v in values.dropna().unique()]
+    return " and ".join(sorted(shown) + (["blanks"] if values.isna().any() else []))
+
+
+def _uncoded_factor(results: pd.DataFrame, factors: list[str], metric: str, rows: pd.Index) -> str | None:
+    """A column that tells the duplicated ``rows`` apart and holds two values (blank counting as
+    one) in the whole table: a factor coded yes/no or 1/blank, which inference could not read."""
+    skip = {SEED_COLUMN, metric, *COMPUTE_COLUMNS, *NOT_FACTORS, *factors}
+    for column in results.columns:
+        if column in skip or "@" in str(column) or results[column].nunique(dropna=False) != 2:
+            continue
+        if results.loc[rows, column].nunique(dropna=False) > 1:
+            return str(column)
+    return None
+
+
+def _check_duplicates(results: pd.DataFrame, factors: list[str], metric: str) -> None:
     within = [SETTING_COLUMN] if SETTING_COLUMN in results.columns else []  # a transfer study: per setting
-    duplicated = results.duplicated([*within, *factors, SEED_COLUMN])
-    if duplicated.any():
-        first = results.index[duplicated.to_numpy()][0]
-        where = _in_setting(results, first)
+    key = [*within, *factors, SEED_COLUMN]
+    duplicated = results.duplicated(key, keep=False)
+    if not duplicated.any():
+        return
+    first = results.index[duplicated.to_numpy()][0]
+    rows = results.index[(results[key] == results.loc[first, key]).all(axis=1).to_numpy()]
+    where, seed = _in_setting(results, first), results.at[first, SEED_COLUMN]
+    cell = _row_cell(results, factors, first)
+    column = _uncoded_factor(results, factors, metric, rows)
+    if column is not None:
         raise ReportInputError(
-            f"cell {_row_cell(results, factors, first)} has more than one row for seed "
-            f"{results.at[first, SEED_COLUMN]}{where}; keep one run per cell and seed"
+            f"cell {cell} has more than one row for seed {seed}{where}, and column '{column}' tells them apart but is "
+            f"not coded 0/1 (it holds {_values_text(results[column])}); code '{column}' 0/1 (or -1/+1) in every row, "
+            "blanks included, to make it a factor"
         )
+    raise ReportInputError(
+        f"cell {cell} has more than one row for seed {seed}{where}; keep one run per cell and seed"
+    )
 
 
 def validate_results(results: pd.DataFrame, factors: list[str], metric: str) -> pd.DataFrame:
@@ -201,8 +287,10 @@ def validate_results(results: pd.DataFrame, factors: list[str], metric: str) -> 
 
     Raises ReportInputError, one sentence naming the column or cell and the fix, for: a compute
     column as the metric; a missing metric, seed or factor column; factor levels other than 0/1
-    or -1/+1 (accepted and recoded 0/1); a constant factor; an empty (NaN), infinite or
-    non-numeric metric; two rows for the same cell and seed.
+    or -1/+1 (accepted and recoded 0/1); a constant factor; an empty (NaN), infinite, huge
+    (beyond MAX_METRIC_MAGNITUDE) or non-numeric metric; two rows for the same cell and seed
+    (naming the column that tells them apart when it looks like a factor coded otherwise); two
+    factors equal or opposite in every row; a compute column that is not a non-negative number.
     """
     if len(results) == 0:
         raise ReportInputError("the results table has no rows; run the experiment or pass another CSV")
@@ -217,7 +305,9 @@ def validate_results(results: pd.DataFrame, factors: list[str], metric: str) -> 
         raise ReportInputError(f"column '{SEED_COLUMN}' has empty values; give every run its seed")
     _check_metric(clean, factors, metric)
     clean[metric] = pd.to_numeric(clean[metric]).astype(float)
-    _check_duplicates(clean, factors)
+    _check_duplicates(clean, factors, metric)
+    _check_confounded(clean, factors)
+    _check_compute(clean, factors)
     return clean
 
 

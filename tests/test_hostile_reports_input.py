@@ -83,3 +83,73 @@ def test_a_missing_file_and_an_unreadable_one_are_named(tmp_path):
         locked.chmod(0)
         with pytest.raises(ReportInputError, match="cannot be opened"):
             load_results_csv(locked)
+
+
+# --- tables that load but mean something else: each gets its own sentence -----------------------
+
+
+def _write(tmp_path: Path, table) -> Path:
+    path = tmp_path / "results.csv"
+    table.to_csv(path, index=False)
+    return path
+
+
+def _results(factors=("a", "b", "c"), seeds=2):
+    from dapo_ablate.reports.simulate import simulate_results
+
+    return simulate_results(list(factors), 0.3, {("a",): 0.05}, seeds, 0.01)
+
+
+def test_a_non_numeric_compute_column_is_named(tmp_path):
+    table = _results().astype({"tokens_generated": object})
+    table.loc[3, "tokens_generated"] = "abc"
+    with pytest.raises(ReportInputError, match=r"compute column 'tokens_generated' is not a number \('abc'\) in cell "
+                       r".*seed 1.*; fix it or leave it empty"):  # fmt: skip
+        load_results_csv(_write(tmp_path, table))
+
+
+def test_only_the_baseline_and_full_cells_is_refused_as_confounded(tmp_path):
+    table = _results()
+    table = table[(table[["a", "b", "c"]].sum(axis=1) % 3) == 0]  # baseline and a+b+c only
+    with pytest.raises(ReportInputError, match=r"factor columns 'a', 'b' and 'c' are equal in every row.*cannot be "
+                       r"told apart; run cells that switch them separately"):  # fmt: skip
+        load_results_csv(_write(tmp_path, table))
+
+
+def test_opposite_factor_columns_are_refused_as_confounded(tmp_path):
+    table = _results()
+    table = table[table["a"] != table["b"]]
+    with pytest.raises(ReportInputError, match=r"factor columns 'a' and 'b' are opposite in every row"):
+        load_results_csv(_write(tmp_path, table))
+
+
+def test_a_metric_too_large_for_the_arithmetic_is_refused(tmp_path):
+    table = _results()
+    table.loc[2, "avg@32"] = 1e308
+    with pytest.raises(ReportInputError, match=r"metric column 'avg@32' is 1e\+308 in cell .*seed 0; .*beyond"):
+        load_results_csv(_write(tmp_path, table))
+
+
+@pytest.mark.parametrize(
+    ("coding", "holds"),
+    [({0: "no", 1: "yes"}, "'no' and 'yes'"), ({0: None, 1: 1}, "1 and blanks"), ({0: "off", 1: None}, "'off' and blanks")],
+)
+def test_an_inferred_factor_with_another_coding_is_named(tmp_path, coding, holds):
+    table = _results()
+    table["a"] = table["a"].map(coding)
+    with pytest.raises(ReportInputError) as raised:
+        load_results_csv(_write(tmp_path, table))
+    message = str(raised.value)
+    assert f"column 'a' tells them apart but is not coded 0/1 (it holds {holds})" in message, message
+    assert "code 'a' 0/1 (or -1/+1) in every row" in message
+
+
+@pytest.mark.parametrize(("coding", "said"), [({0: "no", 1: "yes"}, "has level 'no'"), ({0: None, 1: 1}, "is empty")])
+def test_a_named_factor_with_another_coding_is_named(tmp_path, coding, said):
+    table = _results()
+    table["a"] = table["a"].map(coding)
+    with pytest.raises(ReportInputError) as raised:
+        load_results_csv(_write(tmp_path, table), ["a", "b", "c"])
+    message = str(raised.value)
+    assert f"factor column 'a' {said} (data row 1, seed 0); code each factor 0/1 (or -1/+1) in every row" in message
+    assert "(or 0/1 everywhere)" not in message
