@@ -25,6 +25,13 @@ from .contracts import TECHNIQUES  # noqa: F401  (re-exported: the five techniqu
 from .yamlio import YAMLFileError, read_yaml_mapping
 
 BUILTIN = "builtin"
+MAX_SEED = 2**32 - 1
+"""Largest seed: every random generator a run seeds accepts 0..2^32-1 (numpy's, which vLLM and
+verl seed from schedule.seed, is the narrowest; torch takes 64 bits)."""
+MAX_BUILTIN_TRAIN_SIZE = 1_000_000
+"""Most generated training problems (one million take about 0.5 GB and 10 s per run to build)."""
+MAX_EVAL_PROBLEMS = 100_000
+"""Most held-out problems (each evaluation samples eval_k responses for every one of them)."""
 
 
 class ConfigError(ValueError):
@@ -88,17 +95,19 @@ class DataConfig(_Frozen):
     """Training problems: `builtin`, or a .jsonl/.json/.parquet file (verl-style parquet as in DAPO-Math-17k)."""
     eval: str = BUILTIN
     """Held-out evaluation problems: `builtin`, or a file (AIME 2024 JSONL for real runs)."""
-    num_eval_problems: int | None = Field(None, ge=1)
+    num_eval_problems: int | None = Field(None, ge=1, le=MAX_EVAL_PROBLEMS)
     """Evaluate on the first N held-out problems (None: all of them; the built-in task: 64). A file
-    with more problems is truncated with a warning (MATH-500 or AIME x 32 need all of them)."""
+    with more problems is truncated with a warning (MATH-500 or AIME x 32 need all of them).
+    At most MAX_EVAL_PROBLEMS (100,000)."""
     prompt_template: Literal["dapo", "chat", "none"] | None = None
     """How a problem becomes the prompt, for training and evaluation alike: `dapo` wraps it in
     DAPO's instruction asking for a final `Answer:` line (the `answer_line` verifier needs it; not
     added twice to DAPO-Math-17k's prompts) as a chat user turn; `chat`: the bare problem as a chat
     user turn; `none`: the text as given, no chat template. None: `dapo` for files, `none` for the
     built-in task (its character tokenizer has neither)."""
-    builtin_train_size: int = Field(20000, ge=1)
-    """Number of generated training problems when `train` is builtin."""
+    builtin_train_size: int = Field(20000, ge=1, le=MAX_BUILTIN_TRAIN_SIZE)
+    """Number of generated training problems when `train` is builtin (at most MAX_BUILTIN_TRAIN_SIZE,
+    1,000,000: they are all held in memory)."""
     builtin_min_terms: int = Field(2, ge=2, le=9)
     """Built-in task's difficulty mix: fewest numbers per problem, for training and held-out problems
     alike (the warm-start saw 2-6; e.g. 2-3 is an easy mix, 4-6 a hard one). Files ignore it."""
@@ -228,10 +237,11 @@ class ScheduleConfig(_Frozen):
     """Evaluate every N rollout steps (0: only at the start and the end)."""
     checkpoint_every: int = Field(0, ge=0)
     """Save a resumable checkpoint every N rollout steps (0: never; needs an output folder)."""
-    seed: int = 0
-    """Seed of prompt order, sampling and initialisation noise; same config, same result."""
-    eval_seed: int = 1234
-    """Seed of evaluation sampling, shared by all runs so their evaluations use common random numbers."""
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    """Seed of prompt order, sampling and initialisation noise; same config, same result (0..2^32-1)."""
+    eval_seed: int = Field(1234, ge=0, le=MAX_SEED)
+    """Seed of evaluation sampling, shared by all runs so their evaluations use common random numbers
+    (0..2^32-1)."""
 
 
 class VerlConfig(_Frozen):
