@@ -424,17 +424,40 @@ def check_max_positions(config: TrainerConfig, model: torch.nn.Module, prompts: 
 
 
 def _resume(run: Run, ckpt: Path) -> None:
-    """Continue from a step-boundary checkpoint written by the same config (else start afresh)."""
-    state = torch.load(ckpt, weights_only=True)  # never unpickle code from a shared output folder
+    """Continue from a step-boundary checkpoint written by the same config (else start afresh).
+
+    The file is untrusted (a shared output folder): it is loaded with weights_only=True, so no
+    pickled code runs, and anything that is not a checkpoint of `_save_checkpoint`'s shape (garbage,
+    an empty or truncated file, pickled objects, missing or mistyped entries, tensors that do not
+    fit the model) is a ConfigError naming the file, never a traceback."""
+    def refuse(reason: str) -> ConfigError:
+        return ConfigError(f"{ckpt} is not a checkpoint this trainer wrote for this run ({reason}); "
+                           "delete it or pass --no-resume")
+
+    try:
+        state = torch.load(ckpt, weights_only=True)  # never unpickle code from a shared output folder
+    except Exception as err:  # noqa: BLE001 - any failure to load untrusted bytes is the same user error
+        raise refuse(f"{type(err).__name__} while loading it") from None
+    if not isinstance(state, dict):
+        raise refuse(f"it holds a {type(state).__name__}, not a mapping")
+    if not isinstance(state.get("config_digest"), str):
+        raise refuse("it holds no config digest")
     if state["config_digest"] != run.config.digest():
         return
-    run.model.load_state_dict(state["model"])
-    run.optimizer.load_state_dict(state["optimizer"])
-    run.prompts.sampler = PromptSampler(size=len(run.task.train), seed=run.config.schedule.seed, **state["sampler"])
-    run.update_gen.set_state(state["update_gen"])
-    setup_s = run.result.setup_s
-    run.result = RunResult.from_dict(state["result"])
-    run.result.setup_s += setup_s
+    kinds = {"model": dict, "optimizer": dict, "sampler": dict, "update_gen": torch.Tensor, "result": dict}
+    wrong = [key for key, kind in kinds.items() if not isinstance(state.get(key), kind)]
+    if wrong:
+        raise refuse(f"`{wrong[0]}` is missing or of the wrong type")
+    try:
+        run.model.load_state_dict(state["model"])
+        run.optimizer.load_state_dict(state["optimizer"])
+        run.prompts.sampler = PromptSampler(size=len(run.task.train), seed=run.config.schedule.seed, **state["sampler"])
+        run.update_gen.set_state(state["update_gen"])
+        result = RunResult.from_dict(state["result"])
+    except (RuntimeError, KeyError, TypeError, ValueError) as err:
+        raise refuse(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'its contents do not fit'}") from None
+    result.setup_s += run.result.setup_s
+    run.result = result
     run.engine.sync_weights(run.model)
 
 
