@@ -156,8 +156,8 @@ def test_a_sweep_run_past_run_timeout_s_fails_its_trial_and_the_sweep_ends(local
     assert all("run_timeout_s" in row["error"] for row in ledger_rows)
 
 
-@pytest.mark.parametrize("command, target", [("run", "dapo_ablate.ablation.runtime.executor.run_experiment"),
-                                             ("sweep", "dapo_ablate.sweeps.runner.run_sweep")])
+@pytest.mark.parametrize("command, target", [("run", "dapo_ablate.ablation.app.experiment.run_experiment"),
+                                             ("sweep", "dapo_ablate.ablation.app.sweep.run_sweep")])
 def test_the_cli_exits_143_with_a_sentence_when_stopped_before_the_driver_started(tmp_path, monkeypatch, command, target):
     from typer.testing import CliRunner
 
