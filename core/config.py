@@ -243,6 +243,18 @@ class ScheduleConfig(_Frozen):
     """Seed of evaluation sampling, shared by all runs so their evaluations use common random numbers
     (0..2^32-1)."""
 
+    def evaluates_after(self, step: int) -> bool:
+        """Whether the held-out set is evaluated after rollout step `step` (>= 1): every
+        eval_every steps and after the last (step 0, before training, always is)."""
+        return bool(self.eval_every and step % self.eval_every == 0) or step == self.total_steps
+
+    @property
+    def evaluations(self) -> int:
+        """Evaluations in a run: before training, and after each step `evaluates_after`."""
+        every = self.total_steps // self.eval_every if self.eval_every else 0
+        last_extra = 0 if self.eval_every and self.total_steps % self.eval_every == 0 else 1
+        return 1 + every + last_extra
+
 
 class VerlConfig(_Frozen):
     """backend verl only: the settings of verl's DAPO recipe (recipe/dapo/run_dapo_qwen2.5_32b.sh)

@@ -365,12 +365,12 @@ def train(
         _evaluate(run, 0, callbacks, eval_cache_dir)
         run.result.initial_eval_s = time.perf_counter() - t0
     wall_before, started = run.result.wall_s, time.perf_counter()  # wall time before an interruption counts
-    every, schedule = config.schedule.eval_every, config.schedule
+    schedule = config.schedule
     for step in range(run.result.steps + 1, schedule.total_steps + 1):
         signals = _train_step(run, step)
         for cb in callbacks:
             cb("step", step, signals)
-        if (every and step % every == 0) or step == schedule.total_steps:
+        if schedule.evaluates_after(step):
             _evaluate(run, step, callbacks, eval_cache_dir)
         run.result.wall_s = wall_before + time.perf_counter() - started
         if ckpt is not None and schedule.checkpoint_every and step % schedule.checkpoint_every == 0:

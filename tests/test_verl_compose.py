@@ -200,3 +200,16 @@ def test_the_translation_asks_the_config_for_eps_high_and_prompts_per_round(monk
     overrides = verl_overrides(config)
     assert override_value(overrides, "actor_rollout_ref.actor.clip_ratio_high") == "0.77"
     assert override_value(overrides, "algorithm.filter_groups.max_inflight_gen_batches") == "5"
+
+
+@pytest.mark.parametrize("total_steps, eval_every, test_freq, evaluations", [
+    (100, 20, "20", 6),  # 0, 20, ..., 100
+    (50, 7, "7", 9),  # 0, 7, ..., 49, and the last step, 50
+    (30, 0, "30", 2),  # only at the start and the end: verl validates the last step only when test_freq > 0
+])
+def test_verl_validates_where_the_builtin_trainer_evaluates(total_steps: int, eval_every: int, test_freq: str, evaluations: int):
+    base = paper_cells()[0][0].to_dict()
+    config = TrainerConfig(**{**base, "schedule": {**base["schedule"], "total_steps": total_steps, "eval_every": eval_every}})
+    assert override_value(verl_overrides(config), "trainer.test_freq") == test_freq
+    assert config.schedule.evaluations == evaluations
+    assert evaluations == 1 + sum(config.schedule.evaluates_after(step) for step in range(1, total_steps + 1))

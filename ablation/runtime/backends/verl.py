@@ -236,7 +236,7 @@ def _evaluation_and_schedule(config: TrainerConfig) -> list[str]:
         f"{R}.val_kwargs.temperature={r.eval_temperature}",
         f"{R}.val_kwargs.top_p={r.eval_top_p}",
         f"trainer.total_training_steps={s.total_steps}",
-        f"trainer.test_freq={s.eval_every or -1}",
+        f"trainer.test_freq={s.eval_every or s.total_steps}",  # verl validates the last step only when > 0
         "trainer.val_before_train=true",
         f"trainer.save_freq={s.checkpoint_every or -1}",
         f"trainer.max_actor_ckpt_to_keep={v.max_checkpoints if v.max_checkpoints is not None else 'null'}",

@@ -11,7 +11,7 @@ The estimate is a FLOP count, not a measurement (no GPU here): per rollout step,
 - training: 8 N FLOPs per trained token (6 N forward-backward + 2 N for the old log-probs) at
   `TRAINING_MFU`, for prompts_per_step x group_size responses of `PROMPT_TOKENS` + their length;
 - evaluation: 2 N per token at `GENERATION_MFU`, eval_k samples of `EVAL_PROBLEMS` problems at the
-  start and every eval_every steps;
+  start, every eval_every steps and after the last (`ScheduleConfig.evaluations`);
 
 with N parsed from the model path (``...-32B`` -> 32e9) and every response assumed to run to
 `MEAN_RESPONSE_SHARE` of max_response_len. Real runs vary by 2x either way; measure one cell.
@@ -55,7 +55,7 @@ def gpu_hours(config: TrainerConfig) -> float | None:
     gen_prompts = batch.prompts_per_step / (1 - EVICTED_SHARE) if config.techniques.dynamic_sampling else batch.prompts_per_step
     generated = gen_prompts * algo.group_size * length
     trained = batch.prompts_per_step * algo.group_size * (PROMPT_TOKENS + length) * batch.epochs
-    evaluations = 1 + (s.total_steps // s.eval_every if s.eval_every else 1)
+    evaluations = s.evaluations
     evaluated = evaluations * EVAL_PROBLEMS * config.rollout.eval_k * length
     seconds = (2 * n * (generated * s.total_steps + evaluated) / (PEAK_FLOPS * GENERATION_MFU)
                + 8 * n * trained * s.total_steps / (PEAK_FLOPS * TRAINING_MFU))
