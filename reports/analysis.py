@@ -7,6 +7,12 @@ NaN where the design lacks them) -> every statistic (a cell, a step of an orderi
 position, a Shapley or Banzhaf value, leave-one-out, add-one, an order gap, an effect) is a
 row of a contrast matrix over those means, estimated with its exact SE, df and method ->
 the claims families, adjusted for multiplicity (``claims``).
+
+Cost: at most MAX_FACTORS (12) factors, checked with the table. The statistics over all 2^k
+cells are built as contrast rows directly (``shapley.*_matrix``: O(k 2^k) each), the observed
+cells are read off by index, and the inference uses the structure of the design (``inference``:
+a diagonal G^-1; ``design``: the Walsh transform for the alias structure), so a 2^12 factorial
+analyses in seconds (benchmarks/report_factors.py).
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ from .claims import ClaimOptions, Guarantee, StatisticsToTest, build_tests, clai
 from .compute import budget_values, compute_table
 from .design import DesignInfo, describe_design, require_design, roman, two_factor_chains
 from .effects import EFFECT_COLUMNS, EffectContrasts, effect_contrasts, lenth_pse, model_prediction_map
-from .inference import LENTH, NONE, WELCH, CellFit, Estimates, Noise, estimate, estimate_over_new_seeds, fit_cells
+from .inference import (
+    LENTH, NONE, WELCH, CellFit, Estimates, Noise, estimate, estimate_over_new_seeds, fit_cells, quadratic_forms,
+)  # fmt: skip
 from .multiplicity import lenth_bar, lenth_margins
 from .options import ReportOptions, report_options
-from .orderings import cumulative_means, path_masks, position_means, position_summary, resolve_orderings
+from .orderings import cumulative_means, path_masks, position_summary, resolve_orderings
 from .table import PAPER_AIME_AVG32, cell_label, cell_masks, describe_cell, validate_results
 
 Statistic = Callable[[np.ndarray], np.ndarray]  # [..., 2**k] -> [..., out], linear
@@ -71,34 +79,51 @@ class Analysis:
     options: ClaimOptions = field(default_factory=ClaimOptions)
     lenth: dict | None = None  # {"pse", "me", "sme", "m", "d", "bar", "bar_last", "over"}, one run per cell (lenth_rule)
     guarantee: Guarantee | None = None  # the error statement of the claims list
+    values: CellValues | None = field(default=None, repr=False)  # the 2^k cell means behind every statistic
 
 
 class CellValues:
-    """All 2^k cell means as a linear map of the observed ones, and every statistic's inference."""
+    """All 2^k cell means as a linear map of the observed ones, and every statistic's inference.
+
+    The map is the fitted model's prediction map [2^k, m] for a resolution V+ fraction; otherwise
+    each observed cell is its own mean and the others are missing, kept as indices (``map`` None)
+    instead of a [2^k, m] matrix, so a statistic's contrast rows are read off, not multiplied."""
 
     def __init__(self, fit: CellFit, design: DesignInfo, noise: Noise, confidence: float):
         self.fit, self.noise, self.confidence, self.k = fit, noise, confidence, design.k
-        m = len(fit.masks)
+        self.map: np.ndarray | None = None
+        self.missing = np.ones(2**design.k, dtype=bool)
+        self.point = np.full(2**design.k, np.nan)
         if design.kind == "fraction" and (design.resolution or 0) >= 5:
-            g = np.linalg.inv(fit.g_inv)
-            self.map = model_prediction_map(design, g)  # [2**k, m]
-        else:  # observed cells in place, others missing
-            self.map = np.full((2**design.k, m), np.nan)
-            self.map[fit.masks] = np.eye(m)
-        self.missing = np.isnan(self.map).any(axis=1)
-        self.point = np.where(self.missing, np.nan, np.nan_to_num(self.map) @ fit.mu)
+            self.map = model_prediction_map(design, fit.information())  # [2**k, m]
+            self.missing[:] = False
+            self.point = self.map @ fit.mu
+        else:  # observed cells in place (cell fit.masks[j] is mean j), others missing
+            self.missing[fit.masks] = False
+            self.point[fit.masks] = fit.mu
         self.records: list[pd.DataFrame] = []
+        self._identity: np.ndarray | None = None
 
-    def contrasts(self, statistic: Statistic) -> np.ndarray:
-        """[out, m] contrast rows over the observed cells; NaN rows need a missing cell."""
-        over_all = np.asarray(statistic(np.eye(2**self.k)), dtype=float).T  # [out, 2**k]
+    def contrasts(self, statistic: Statistic | np.ndarray) -> np.ndarray:
+        """[out, m] contrast rows over the observed cells of a linear statistic of the 2^k cell
+        means, given as a function or as its matrix [out, 2**k] (e.g. ``shapley.shapley_matrix``,
+        which avoids applying the function to the identity); NaN rows need a missing cell."""
+        if callable(statistic):
+            if self._identity is None:  # [2**k, 2**k], kept for the next statistic
+                self._identity = np.eye(2**self.k)
+            over_all = np.asarray(statistic(self._identity), dtype=float).T  # [out, 2**k]
+        else:
+            over_all = np.atleast_2d(np.asarray(statistic, dtype=float))
         needs_missing = (np.nan_to_num(over_all[:, self.missing], nan=1.0) != 0).any(axis=1)
         needs_missing |= np.isnan(over_all).any(axis=1)
-        rows = np.nan_to_num(over_all[:, ~self.missing]) @ self.map[~self.missing]
+        if self.map is None:
+            rows = np.nan_to_num(over_all[:, self.fit.masks])
+        else:
+            rows = np.nan_to_num(over_all) @ self.map
         rows[needs_missing] = np.nan
         return rows
 
-    def summarize(self, statistic: Statistic, table: str, rows: list[str], column: str) -> Estimates:
+    def summarize(self, statistic: Statistic | np.ndarray, table: str, rows: list[str], column: str) -> Estimates:
         """Estimates of a linear statistic, logged for intervals.csv under (table, row, column)."""
         return self.summarize_rows(self.contrasts(statistic), table, rows, column)
 
@@ -122,7 +147,7 @@ def _cells_table(values: CellValues, factors: list[str]) -> pd.DataFrame:
     fit = values.fit
     labels = [cell_label(int(m), factors) for m in fit.masks]
     est = values.summarize_rows(np.eye(len(fit.masks)), "cells", labels, "mean")
-    new_seeds = estimate_over_new_seeds(fit, np.eye(len(fit.masks)), values.noise, values.confidence)
+    new_seeds = estimate_over_new_seeds(fit, np.eye(len(fit.masks)), values.noise, values.confidence, est)
     return pd.DataFrame(
         {
             "cell": labels,
@@ -173,7 +198,7 @@ def _orderings_table(values: CellValues, factors: list[str]) -> pd.DataFrame:
         summary = position_summary(values.point, i)
         positions = [str(p + 1) for p in range(k)] + ["all"]
         est = values.summarize(
-            lambda v: position_means(v, i), "orderings", [f"{factor} position {p}" for p in positions], "mean"
+            sv.position_matrix(k, i), "orderings", [f"{factor} position {p}" for p in positions], "mean"
         )
         for p in range(k + 1):
             rows.append(
@@ -216,8 +241,8 @@ def _order_gap_table(values: CellValues, factors: list[str]) -> pd.DataFrame:
 
 
 def _shapley_table(values: CellValues, factors: list[str]) -> tuple[pd.DataFrame, Estimates]:
-    phi = values.summarize(sv.shapley_values, "shapley", factors, "shapley")
-    beta = values.summarize(sv.banzhaf_values, "shapley", factors, "banzhaf")
+    phi = values.summarize(sv.shapley_matrix(len(factors)), "shapley", factors, "shapley")
+    beta = values.summarize(sv.banzhaf_matrix(len(factors)), "shapley", factors, "banzhaf")
     table = pd.DataFrame(
         {
             "factor": factors,
@@ -285,7 +310,7 @@ def noise_model(fit: CellFit, design: DesignInfo, effects: EffectContrasts, conf
     if design.kind in ("full", "fraction") and len(effects.names) >= 3:
         point = effects.contrasts @ fit.mu
         pse = lenth_pse(point)
-        unit = float(np.mean(np.einsum("ij,jk,ik->i", effects.contrasts, fit.g_inv, effects.contrasts)))
+        unit = float(np.mean(quadratic_forms(fit, effects.contrasts)))
         me, sme, d = lenth_margins(pse, len(point), 1 - confidence)
         if pse > 0:
             return Noise(pse**2 / unit, d, LENTH), {"pse": pse, "me": me, "sme": sme, "m": len(point), "d": d}
@@ -416,7 +441,7 @@ def _fit_model(results: pd.DataFrame, factors: list[str], options: ReportOptions
     design = describe_design(fit.masks, len(factors))
     require_design(design, options.design, factors)
     paths, notes = resolve_orderings(options.orderings, factors)
-    contrasts = effect_contrasts(design, factors, np.linalg.inv(fit.g_inv))
+    contrasts = effect_contrasts(design, factors, fit.information())
     noise, lenth = noise_model(fit, design, contrasts, options.confidence)
     values = CellValues(fit, design, noise, options.confidence)
     return _Model(factors, options, fit, design, contrasts, noise, lenth, values, paths), notes
@@ -479,6 +504,7 @@ def analyze(
         options=claims,
         lenth=lenth_rule(model.lenth, claims, guarantee, simultaneous_effects(model.lenth, claims), _tested_effects(tests)),
         guarantee=guarantee,
+        values=values,
     )
 
 
@@ -550,7 +576,7 @@ COMPUTE_MATCHED_COLUMNS = [
 
 
 def _matched_effects(budget_fit, design, factors, effects, confidence, budget) -> pd.DataFrame:
-    contrasts = effect_contrasts(design, factors, np.linalg.inv(budget_fit.g_inv))
+    contrasts = effect_contrasts(design, factors, budget_fit.information())
     noise, _ = noise_model(budget_fit, design, contrasts, confidence)
     est = estimate(budget_fit, contrasts.contrasts, noise, confidence)
     at_budget = pd.DataFrame(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .design import DesignInfo, Term, alias_chain, all_terms, contrast_column, term_name
+from .design import DesignInfo, Term, alias_chain, all_terms, contrast_column, contrast_columns, term_name
 
 EFFECT_COLUMNS = ["term", "effect", "se", "ci_low", "ci_high", "p_value", "df", "p_adjusted"]
 
@@ -65,17 +65,17 @@ def effect_contrasts(design: DesignInfo, factors: list[str], g: np.ndarray) -> E
     masks = np.array(design.observed)
     if design.kind == "full":
         terms = all_terms(design.k)
-        rows = [contrast_column(masks, t) / (len(masks) / 2) for t in terms]
-        return EffectContrasts([term_name(t, factors) for t in terms], terms, np.array(rows), False)
+        rows = contrast_columns(masks, terms) / (len(masks) / 2)
+        return EffectContrasts([term_name(t, factors) for t in terms], terms, rows, False)
     if design.kind == "fraction":
         groups = design.alias_groups
-        rows = [contrast_column(masks, group[0]) / (len(masks) / 2) for group in groups]
+        rows = contrast_columns(masks, [group[0] for group in groups]) / (len(masks) / 2)
         full_chains = (design.resolution or 0) < 5  # below V every member matters: name them all
         names = [
             alias_chain(group, factors, None if full_chains else 2, signs)
             for group, signs in zip(groups, design.alias_signs)
         ]
-        return EffectContrasts(names, [group[0] for group in groups], np.array(rows), False)
+        return EffectContrasts(names, [group[0] for group in groups], rows, False)
     terms = _model_terms(design)
     if not terms:
         return EffectContrasts([], [], np.zeros((0, len(masks))), True)

@@ -86,8 +86,9 @@ class Headline:
 def cell_values(analysis: Analysis) -> CellValues:
     """All 2^k cell means of ``analysis`` as the engine sees them (observed cells, a resolution V+
     fraction's fitted ones, NaN elsewhere), with the analysis's own noise estimate."""
-    g = np.linalg.inv(analysis.fit.g_inv)
-    contrasts = effect_contrasts(analysis.design, analysis.factors, g)
+    if analysis.values is not None:
+        return analysis.values
+    contrasts = effect_contrasts(analysis.design, analysis.factors, analysis.fit.information())
     noise, _ = noise_model(analysis.fit, analysis.design, contrasts, analysis.confidence)
     return CellValues(analysis.fit, analysis.design, noise, analysis.confidence)
 

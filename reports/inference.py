@@ -40,11 +40,17 @@ full and regular fractional designs then take the noise from Lenth's pseudo stan
 ``effects``), method ``lenth``.
 
 Everything is exact arithmetic (no resampling): the same table gives the same intervals.
+
+Cost (up to MAX_FACTORS = 12 factors, m = 4,096 cells): G is diagonal without seed blocks and
+with balanced seeds (every cell runs each seed equally often), and then nothing is inverted or
+multiplied by a dense m x m matrix: c G^-1 is elementwise (``times_g_inv``), so the 4,095
+effects and 4,096 cells of a 2^12 factorial cost O(m^2), not O(m^3). Only an unbalanced seed
+layout inverts G (one O(m^3) ``np.linalg.inv``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import sparse, stats
@@ -76,6 +82,16 @@ class CellFit:
     cell_index: np.ndarray  # [runs] position of each run's cell in masks
     seed_index: np.ndarray  # [runs] 0..n_seeds-1
     y: np.ndarray  # [runs]
+    g_inv_diagonal: np.ndarray | None = None  # [m] diag(G^-1) when G is diagonal (no seed blocks, or balanced seeds)
+    g: np.ndarray | None = field(default=None, repr=False)  # [m, m] G of the seed blocks (None when diagonal)
+
+    def information(self) -> np.ndarray:
+        """G [m, m], the information matrix of the cell means (g_inv's inverse), without inverting."""
+        if self.g is not None:
+            return self.g
+        if self.g_inv_diagonal is not None:
+            return np.diag(1.0 / self.g_inv_diagonal)
+        return np.linalg.inv(self.g_inv)
 
 
 def _connected(cell_index: np.ndarray, seed_index: np.ndarray, m: int, s: int) -> bool:
@@ -107,7 +123,31 @@ def _blocked_system(cell_index, seed_index, y, m: int, s: int):
     return g, rhs
 
 
-def _leverage(g_inv, cell_index, seed_index, n, blocked: bool, m: int, s: int) -> np.ndarray:
+def _diagonal(g: np.ndarray) -> np.ndarray | None:
+    """diag(G) when G is diagonal up to rounding, else None. A balanced design (every cell runs
+    every seed once, or equally often) has N = c 11' and r = c m, so G = diag(n) exactly; its
+    inverse is then 1 / diag(G), with no O(m^3) inversion (4,096 cells: seconds, not minutes)."""
+    diagonal = np.diagonal(g)
+    scale = float(np.abs(diagonal).max()) if len(diagonal) else 0.0
+    off_diagonal = np.count_nonzero(np.abs(g) > 1e-12 * scale) - np.count_nonzero(np.abs(diagonal) > 1e-12 * scale)
+    return diagonal.copy() if off_diagonal == 0 and np.all(diagonal > 0) else None
+
+
+def times_g_inv(fit: "CellFit", contrasts: np.ndarray) -> np.ndarray:
+    """c G^-1 for each row c of ``contrasts`` [q, m] -> [q, m]: elementwise when G is diagonal
+    (O(q m)), else a matrix product (O(q m^2))."""
+    if fit.g_inv_diagonal is not None:
+        return contrasts * fit.g_inv_diagonal
+    return contrasts @ fit.g_inv
+
+
+def quadratic_forms(fit: "CellFit", contrasts: np.ndarray) -> np.ndarray:
+    """c' G^-1 c for each row c of ``contrasts`` [q, m] -> [q] (Var(c'mu_hat) / sigma^2)."""
+    contrasts = np.atleast_2d(contrasts)
+    return np.einsum("ij,ij->i", times_g_inv(fit, contrasts), contrasts)
+
+
+def _leverage(g_inv, g_inv_diagonal, cell_index, seed_index, n, blocked: bool) -> np.ndarray:
     """h_ii of every run in the cells (+ seeds) model.
 
     Blocked: H = P_seeds + MA (A'MA)^- A'M, and row i of MA is z_i = e_cell - N[:, seed] / r_seed,
@@ -116,13 +156,23 @@ def _leverage(g_inv, cell_index, seed_index, n, blocked: bool, m: int, s: int) -
     """
     if not blocked:
         return 1.0 / n[cell_index]
-    counts, r = _seed_counts(cell_index, seed_index, m, s)
-    gn = np.asarray(counts.T @ g_inv).T  # [m, S] = G^-1 N
+    counts, r = _seed_counts(cell_index, seed_index, len(n), int(seed_index.max()) + 1)
+    if g_inv_diagonal is not None:
+        gn, diagonal = counts.multiply(g_inv_diagonal[:, None]).toarray(), g_inv_diagonal  # [m, S] = G^-1 N
+    else:
+        gn, diagonal = np.asarray(counts.T @ g_inv).T, np.diag(g_inv)
     quad = np.asarray(counts.multiply(gn).sum(axis=0)).ravel()  # N[:, s]' G^-1 N[:, s]
     rs = r[seed_index]
-    return (
-        1.0 / rs + np.diag(g_inv)[cell_index] - 2 * gn[cell_index, seed_index] / rs + quad[seed_index] / rs**2
-    )
+    return 1.0 / rs + diagonal[cell_index] - 2 * gn[cell_index, seed_index] / rs + quad[seed_index] / rs**2
+
+
+def _inverse(g: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """(G^-1, diag(G^-1) when G is diagonal, G when it is not): the O(m^3) inversion only for a
+    G that needs it (``_diagonal``)."""
+    diagonal = _diagonal(g)
+    if diagonal is not None:
+        return np.diag(1.0 / diagonal), 1.0 / diagonal, None
+    return np.linalg.inv(g), None, g
 
 
 def fit_cells(cell_index: np.ndarray, seed_index: np.ndarray, y: np.ndarray, masks: np.ndarray) -> CellFit:
@@ -136,8 +186,8 @@ def fit_cells(cell_index: np.ndarray, seed_index: np.ndarray, y: np.ndarray, mas
     blocked = s >= 2 and _connected(cell_index, seed_index, m, s)
     if blocked:
         g, rhs = _blocked_system(cell_index, seed_index, y, m, s)
-        g_inv = np.linalg.inv(g)
-        mu = g_inv @ rhs
+        g_inv, g_inv_diagonal, g = _inverse(g)
+        mu = g_inv_diagonal * rhs if g_inv_diagonal is not None else g_inv @ rhs
         partial = y - mu[cell_index]
         b = np.bincount(seed_index, weights=partial, minlength=s) / np.bincount(seed_index, minlength=s)
         residual = partial - b[seed_index]
@@ -145,13 +195,13 @@ def fit_cells(cell_index: np.ndarray, seed_index: np.ndarray, y: np.ndarray, mas
         seed_sd = float(np.std(b, ddof=1))
         mean_inv_r = float(np.mean(1.0 / np.bincount(seed_index, minlength=s)))
     else:
-        g_inv, mu = np.diag(1.0 / n), raw_mean
+        g_inv, g_inv_diagonal, g, mu = np.diag(1.0 / n), 1.0 / n, None, raw_mean
         residual = y - mu[cell_index]
         df, seed_sd, mean_inv_r = len(y) - m, float("nan"), float("nan")
     sse = float(residual @ residual)
     sigma2 = sse / df if df > 0 else float("nan")
     sq = np.bincount(cell_index, weights=(y - raw_mean[cell_index]) ** 2, minlength=m)
-    free = 1.0 - _leverage(g_inv, cell_index, seed_index, n, blocked, m, s)
+    free = 1.0 - _leverage(g_inv, g_inv_diagonal, cell_index, seed_index, n, blocked)
     cell_df = np.bincount(cell_index, weights=np.clip(free, 0.0, None), minlength=m)
     cell_df = np.where(cell_df > 1e-9, cell_df, 0.0)  # a one-run cell: h = 1 up to rounding
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -161,6 +211,7 @@ def fit_cells(cell_index: np.ndarray, seed_index: np.ndarray, y: np.ndarray, mas
         masks=masks, n=n, raw_mean=raw_mean, sd=sd, mu=mu, g_inv=g_inv, sigma2=sigma2,
         df=float(max(df, 0)), blocked=blocked, n_seeds=s, seed_sd=seed_sd, mean_inv_r=mean_inv_r,
         cell_var=cell_var, cell_df=cell_df, cell_index=cell_index, seed_index=seed_index, y=y,
+        g_inv_diagonal=g_inv_diagonal, g=g,
     )  # fmt: skip
 
 
@@ -196,14 +247,30 @@ def cell_weights(fit: CellFit, contrasts: np.ndarray) -> np.ndarray:
     v_s = (N'u)_s / r_s - q'u / (kappa r_s) (the second part moves levels only: q'u = 0 for a
     contrast), so W_j = n_j u_j^2 - 2 u_j (N v)_j + (N v^2)_j: sparse products, no runs x q array.
     """
-    u = np.atleast_2d(contrasts) @ fit.g_inv  # [q, m]
-    weights = u**2 * fit.n
+    u = times_g_inv(fit, np.atleast_2d(contrasts))  # [q, m]
+    weights = u * u
+    weights *= fit.n
     if fit.blocked:
         counts, r = _seed_counts(fit.cell_index, fit.seed_index, len(fit.mu), fit.n_seeds)
         q, kappa = np.asarray(counts @ (1.0 / r)).ravel(), float(np.sum(1.0 / r))
-        v = (np.asarray(counts.T @ u.T).T - (u @ q)[:, None] / kappa) / r  # [q, S]
-        weights = weights - 2 * u * np.asarray(counts @ v.T).T + np.asarray(counts @ (v**2).T).T
-    return np.maximum(weights, 0.0)  # a sum of squares; the expansion can round below zero
+        if len(fit.mu) * fit.n_seeds <= DENSE_COUNTS:  # BLAS on a small [m, S]; every [q, m] stays row-major
+            counts = counts.toarray()
+            times_n, times_n_t = (lambda x: x @ counts), (lambda x: x @ counts.T)
+        else:
+            times_n, times_n_t = (lambda x: (counts.T @ x.T).T), (lambda x: np.ascontiguousarray((counts @ x.T).T))
+        v = times_n(u)  # [q, S]: u'N, then v
+        v -= (u @ q)[:, None] / kappa
+        v /= r
+        u *= times_n_t(v)  # [q, m]: u N v (u is not needed after this)
+        u *= 2.0
+        weights -= u
+        v *= v
+        weights += times_n_t(v)
+    return np.maximum(weights, 0.0, out=weights)  # a sum of squares; the expansion can round below zero
+
+
+DENSE_COUNTS = 2**22
+"""cell_weights holds the cells x seeds counts N dense up to this many entries (32 MB)."""
 
 
 def welch_se(fit: CellFit, contrasts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -212,10 +279,13 @@ def welch_se(fit: CellFit, contrasts: np.ndarray) -> tuple[np.ndarray, np.ndarra
     own = fit.cell_df > 0
     var = np.where(own, fit.cell_var, fit.sigma2)
     nu = np.where(own, fit.cell_df, fit.df)
-    parts = cell_weights(fit, contrasts) * var  # [q, m]
+    parts = cell_weights(fit, contrasts)  # [q, m], then W_j s_j^2 in place
+    parts *= var
     total = parts.sum(axis=1)
+    squares = np.multiply(parts, parts, out=parts)
     with np.errstate(invalid="ignore", divide="ignore"):
-        df = total**2 / np.sum(np.where(parts > 0, parts**2 / nu, 0.0), axis=1)
+        squares = np.divide(squares, nu, out=squares, where=squares > 0)  # 0 where a cell has no weight
+        df = total**2 / squares.sum(axis=1)
     return np.sqrt(total), np.where(total > 0, df, np.inf)
 
 
@@ -226,12 +296,12 @@ def estimate(fit: CellFit, contrasts: np.ndarray, noise: Noise, confidence: floa
     """
     contrasts = np.atleast_2d(np.asarray(contrasts, dtype=float))
     valid = ~np.isnan(contrasts).any(axis=1)
-    c = np.where(valid[:, None], contrasts, 0.0)
+    c = contrasts if valid.all() else np.where(valid[:, None], contrasts, 0.0)
     point = np.where(valid, c @ fit.mu, np.nan)
     if noise.method == WELCH:
         se, df = welch_se(fit, c)
     elif noise.method == LENTH:
-        se = np.sqrt(noise.sigma2 * np.einsum("ij,jk,ik->i", c, fit.g_inv, c))  # c' G^-1 c
+        se = np.sqrt(noise.sigma2 * quadratic_forms(fit, c))
         df = np.full(len(c), noise.df)
     else:
         se, df = np.full(len(c), np.nan), np.full(len(c), np.nan)
@@ -240,14 +310,17 @@ def estimate(fit: CellFit, contrasts: np.ndarray, noise: Noise, confidence: floa
     return _intervals(point, se, df, method, confidence)
 
 
-def estimate_over_new_seeds(fit: CellFit, contrasts: np.ndarray, noise: Noise, confidence: float) -> Estimates:
+def estimate_over_new_seeds(
+    fit: CellFit, contrasts: np.ndarray, noise: Noise, confidence: float, fixed: Estimates | None = None
+) -> Estimates:
     """Levels (sum c != 0, e.g. a cell mean) with the seed effect counted as random: what a rerun
     with new seeds would average. Var = Var_these_seeds + (sum c)^2 sigma_b^2 / S, with sigma_b^2 =
     var(b_hat) - MSE mean(1/r_s) (the seed effects' spread beyond their own noise; MSE is the
     average run variance, which is what b_hat averages over), Satterthwaite df from the parts
     (S - 1 df for var(b_hat)); a non-positive sigma_b^2 estimate leaves the interval for these
-    seeds as it is. Without seed blocks the seed effect is already in the noise."""
-    fixed = estimate(fit, contrasts, noise, confidence)
+    seeds as it is. Without seed blocks the seed effect is already in the noise. ``fixed``: the
+    same contrasts' ``estimate`` when the caller has it (it is not computed again)."""
+    fixed = estimate(fit, contrasts, noise, confidence) if fixed is None else fixed
     if not fit.blocked or noise.method != WELCH or not np.isfinite(fit.seed_sd):
         return fixed
     c = np.nan_to_num(np.atleast_2d(contrasts))

@@ -144,7 +144,7 @@ def pilot_sigma(results: pd.DataFrame, factors: list[str], metric: str) -> tuple
     results = validate_results(results, factors, metric)
     fit = fit_table(results, factors, metric)  # the report's own model, so plan and report agree
     design = describe_design(fit.masks, len(factors))
-    noise, lenth = noise_model(fit, design, effect_contrasts(design, factors, np.linalg.inv(fit.g_inv)), 0.95)
+    noise, lenth = noise_model(fit, design, effect_contrasts(design, factors, fit.information()), 0.95)
     if not np.isfinite(noise.sigma2) or noise.sigma2 <= 0:
         raise ReportInputError(
             "the pilot results have no replicated cells and no basis for Lenth's method, so they give no noise "

@@ -83,7 +83,7 @@ def interaction_means(analysis: Analysis) -> pd.DataFrame:
         levels = list(product((0, 1), (0, 1)))
         weights = np.stack([((masks >> i & 1) == a) & ((masks >> j & 1) == b) for a, b in levels], axis=-1)
         weights = weights / weights.sum(axis=0)  # [2**k, 4]: the mean over the other factors' cells
-        est = estimate(values.fit, values.contrasts(lambda v: v @ weights), values.noise, values.confidence)
+        est = estimate(values.fit, values.contrasts(weights.T), values.noise, values.confidence)
         effect = effects.loc[term]
         for n, (a, b) in enumerate(levels):
             rows.append({

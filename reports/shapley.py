@@ -4,7 +4,10 @@ The "game" is the cell-mean function v(S) over sets S of factors switched on, st
 array ``values[..., 2**k]`` indexed by bitmask (leading axes are bootstrap replicates). Every
 function here is linear in ``values``, so it applies unchanged to each replicate.
 
-An *edge* of factor i is a pair (S, S + i) with i not in S; its gain is v(S + i) - v(S).
+An *edge* of factor i is a pair (S, S + i) with i not in S; its gain is v(S + i) - v(S). A
+weighted sum of factor i's edge gains is one contrast row over the 2^k cells, +w_S at S + i and
+-w_S at S (``edge_rows``): the ``*_matrix`` functions build those rows directly, in O(k 2^k),
+where applying the statistic to the identity would take O(k 4^k) (12 factors: 4,096 cells).
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ def edges_without(k: int, factor: int) -> np.ndarray:
 
 
 def popcount(masks: np.ndarray) -> np.ndarray:
-    """Number of factors on in each bitmask."""
-    return np.array([bin(int(m)).count("1") for m in np.ravel(masks)]).reshape(np.shape(masks))
+    """Number of factors on in each bitmask (non-negative integers), same shape."""
+    masks = np.asarray(masks, dtype=np.int64)
+    count = np.zeros(masks.shape, dtype=np.int64)
+    for bit in range(int(masks.max(initial=0)).bit_length()):
+        count += (masks >> bit) & 1
+    return count
 
 
 def edge_gains(values: np.ndarray, factor: int) -> np.ndarray:
@@ -34,7 +41,29 @@ def edge_gains(values: np.ndarray, factor: int) -> np.ndarray:
 
 def shapley_weights(k: int, size: np.ndarray) -> np.ndarray:
     """w(|S|) = |S|! (k - |S| - 1)! / k!: the share of the k! orderings in which i follows exactly S."""
-    return np.array([factorial(int(s)) * factorial(k - int(s) - 1) / factorial(k) for s in np.ravel(size)])
+    by_size = np.array([factorial(s) * factorial(k - s - 1) / factorial(k) for s in range(k)])
+    return by_size[np.ravel(np.asarray(size, dtype=np.int64))]
+
+
+def edge_rows(k: int, factor: int, weights: np.ndarray) -> np.ndarray:
+    """The contrast rows of weighted sums of ``factor``'s edge gains: weights [..., 2**(k-1)]
+    over ``edges_without(k, factor)`` -> rows [..., 2**k] with +w_S at S + i and -w_S at S, so
+    that ``values @ rows.T == edge_gains(values, factor) @ weights.T``."""
+    subsets = edges_without(k, factor)
+    rows = np.zeros((*np.shape(weights)[:-1], 2**k))
+    rows[..., subsets | (1 << factor)] = weights
+    rows[..., subsets] = -np.asarray(weights)
+    return rows
+
+
+def shapley_matrix(k: int) -> np.ndarray:
+    """[k, 2**k]: row i is the Shapley value of factor i as a contrast of the cell means."""
+    return np.stack([edge_rows(k, i, shapley_weights(k, popcount(edges_without(k, i)))) for i in range(k)])
+
+
+def banzhaf_matrix(k: int) -> np.ndarray:
+    """[k, 2**k]: row i is the Banzhaf value (main effect) of factor i: +-1 / 2^(k-1)."""
+    return np.stack([edge_rows(k, i, np.full(2 ** (k - 1), 1.0 / 2 ** (k - 1))) for i in range(k)])
 
 
 def shapley_values(values: np.ndarray) -> np.ndarray:
@@ -70,6 +99,14 @@ def position_weights(k: int, factor: int, position: int) -> np.ndarray:
     """
     sizes = popcount(edges_without(k, factor))
     return np.where(sizes == position - 1, 1.0 / comb(k - 1, position - 1), 0.0)
+
+
+def position_matrix(k: int, factor: int) -> np.ndarray:
+    """[k + 1, 2**k]: ``factor``'s mean gain when added at position 1..k, then over all
+    orderings (its Shapley value), as contrast rows of the cell means."""
+    sizes = popcount(edges_without(k, factor))
+    weights = [position_weights(k, factor, p) for p in range(1, k + 1)] + [shapley_weights(k, sizes)]
+    return edge_rows(k, factor, np.stack(weights))
 
 
 def leave_one_out(values: np.ndarray) -> np.ndarray:

@@ -65,6 +65,29 @@ def cell_masks(results: pd.DataFrame, factors: list[str]) -> np.ndarray:
     return levels @ (1 << np.arange(len(factors), dtype=np.int64))
 
 
+MAX_FACTORS = 12
+"""Most factors a report analyses: 2^12 = 4,096 cells. Every further factor doubles the cells,
+and the report's tables grow with them (the effects table alone has 2^k - 1 rows); a spec is
+held to the same bound."""
+
+
+def _listed(names: list[str], limit: int = 8) -> str:
+    """``a, b, c`` or ``a, ..., h and 12 more``."""
+    shown = ", ".join(map(str, names[:limit]))
+    return f"{shown} and {len(names) - limit} more" if len(names) > limit else shown
+
+
+def _check_factor_count(factors: list[str], inferred: bool) -> None:
+    """ReportInputError, before any work, for more than MAX_FACTORS factors."""
+    if len(factors) <= MAX_FACTORS:
+        return
+    what = f"{len(factors)} columns look like factors" if inferred else f"{len(factors)} factors"
+    raise ReportInputError(
+        f"{what} ({_listed(factors)}), and a report analyses at most {MAX_FACTORS} ({2**MAX_FACTORS:,} cells; each "
+        f"further factor doubles the work); pass --factors with the {MAX_FACTORS} or fewer to analyse"
+    )
+
+
 NOT_FACTORS = ("run_id", SETTING_COLUMN, "step")
 """Columns never read as factors, besides the seed, the metric and the compute columns."""
 LEVEL_SETS = ((0, 1), (-1, 1))
@@ -285,8 +308,8 @@ def _check_duplicates(results: pd.DataFrame, factors: list[str], metric: str) ->
 def validate_results(results: pd.DataFrame, factors: list[str], metric: str) -> pd.DataFrame:
     """Check a results table and return a clean copy (factors as int 0/1, metric as float).
 
-    Raises ReportInputError, one sentence naming the column or cell and the fix, for: a compute
-    column as the metric; a missing metric, seed or factor column; factor levels other than 0/1
+    Raises ReportInputError, one sentence naming the column or cell and the fix, for: more than
+    MAX_FACTORS factors (checked first, before any work); a compute column as the metric; a missing metric, seed or factor column; factor levels other than 0/1
     or -1/+1 (accepted and recoded 0/1); a constant factor; an empty (NaN), infinite, huge
     (beyond MAX_METRIC_MAGNITUDE) or non-numeric metric; two rows for the same cell and seed
     (naming the column that tells them apart when it looks like a factor coded otherwise); two
@@ -299,6 +322,7 @@ def validate_results(results: pd.DataFrame, factors: list[str], metric: str) -> 
             f"--metric {metric} names a compute column, not an outcome; report on a metric column such as "
             "avg@32 (compute per cell is in compute.csv)"
         )
+    _check_factor_count(factors, inferred=False)
     _require_columns(results, factors, metric)
     clean = _check_levels(results.reset_index(drop=True), factors)  # a fresh index: rows by position
     if clean[SEED_COLUMN].isna().any():
@@ -388,6 +412,7 @@ def load_results_csv(
     results = read_results_csv(path)
     if factors is None:
         factors = infer_factors(results, metric)
+        _check_factor_count(factors, inferred=True)
     return validate_results(results, list(factors), metric), list(factors)
 
 
