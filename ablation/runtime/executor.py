@@ -3,7 +3,11 @@
 `run_experiment(spec, plan)` is what ``dapo-ablate run`` does:
 
 1. check everything a user can get wrong (output folder, database folders, Ray address, cell
-   function) before anything is written; connect to Ray (a local one by default);
+   function) before anything is written; connect to Ray (a local one by default); record the
+   resolved spec in the experiment's folder (`record_spec`: OUTPUT_DIR/NAME/spec.yaml, overrides
+   applied). A rerun of a finished experiment (every planned run done in the ledger, with a
+   FINISHED MLflow child run, the ledger's spec the same but for `executor`) starts no Ray:
+   `rerun_finished` closes it in seconds;
 2. open MLflow's store (created here, once, before any task starts), record the experiment and
    its runs in the ledger (existing runs are kept, so a rerun, or a spec with added seeds or
    factors, only adds what is new) and find or create the MLflow parent run;
@@ -29,24 +33,46 @@ must be a path every node sees, e.g. a shared filesystem.
 
 from __future__ import annotations
 
+import os
+import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+import yaml
+
+from dapo_ablate.ablation.experiment.spec import ExperimentSpec, SpecError, run_root, validate_spec
 from dapo_ablate.ablation.runtime.factorial import ExperimentSummary, FactorialScheduler, RunOptions
 from dapo_ablate.ablation.runtime.preflight import preflight
 from dapo_ablate.ablation.runtime.ray_connect import connect_ray
 from dapo_ablate.ablation.runtime.signals import Interrupted, StopSignals, sigterm_as_interrupt, stopped_at_start
 from dapo_ablate.ablation.runtime.task import resolve_cell_fn
-from dapo_ablate.ablation.store.ledger import connect_ledger
-from dapo_ablate.ablation.store.tracking import sqlite_path
+from dapo_ablate.ablation.store.ledger import DONE, FAILED, PENDING, RUNNING, Ledger, connect_ledger
+from dapo_ablate.ablation.store.results import open_ledger
+from dapo_ablate.ablation.store.tracking import Tracker, absolute_tracking_uri, default_artifact_location, open_tracker, sqlite_path
+from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
 
 if TYPE_CHECKING:
     from dapo_ablate.ablation.experiment.design import Plan
-    from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
-__all__ = ["ExperimentSummary", "RunOptions", "run_experiment", "session"]
+__all__ = ["SPEC_RECORD", "SWEEP_RECORD", "ExperimentSummary", "RunOptions", "located", "record_name", "record_spec",
+           "rerun_finished", "run_experiment", "session"]
 T = TypeVar("T")
+
+SPEC_RECORD = "spec.yaml"
+"""An experiment's resolved spec (overrides applied, every default explicit, stores by absolute
+path), written into its folder OUTPUT_DIR/NAME by every `run` before any run starts, as Hydra
+keeps `.hydra/config.yaml`: `status`, `report` and `ui` take that folder in place of the spec and
+its overrides."""
+SWEEP_RECORD = "sweep.yaml"
+"""A sweep's resolved spec, in its folder OUTPUT_DIR/NAME (`sweep-report` takes the folder)."""
+RECORD_HEADER = (
+    "# The {kind} `dapo-ablate {command}` last ran in this folder: its spec with the command line's overrides\n"
+    "# applied, every default explicit and the stores by absolute path (written before any run started).\n"
+    "# `dapo-ablate {readers} {folder}` read it; so does `dapo-ablate {command} {folder}` (to rerun it).\n"
+)
 
 
 def run_experiment(spec: ExperimentSpec, plan: Plan, *, address: str | None = None,
@@ -62,6 +88,9 @@ def run_experiment(spec: ExperimentSpec, plan: Plan, *, address: str | None = No
     """
     address = address if address is not None else spec.executor.address
     fn = resolve_cell_fn(cell_fn)
+    finished = rerun_finished(spec, plan, address)
+    if finished is not None:
+        return finished
     # a database server is checked before Ray starts; a SQLite ledger is only created after
     open_first = lambda: None if sqlite_path(spec.ledger) else connect_ledger(spec.ledger)  # noqa: E731
     with session(spec, address, open_first=open_first) as (stop, ledger):
@@ -85,8 +114,9 @@ def session(spec: Any, address: str | None, *, open_first: Callable[[], T] = lam
     """What every driver (a factorial's, a sweep's) runs inside: the checks (`preflight`), then
     `open_first()` (a database server opened before Ray starts, so its mistake is reported at
     once; its value is yielded), then Ray (joined, or a local one started and shut down at the
-    end), with Ctrl-C and SIGTERM as one clean cancel (`signals`). A stop before the block starts
-    raises `interrupted` (nothing was run)."""
+    end), then the resolved spec recorded in its folder (`record_spec`), with Ctrl-C and SIGTERM
+    as one clean cancel (`signals`). A stop before the block starts raises `interrupted` (nothing
+    was run)."""
     with sigterm_as_interrupt() as stop:
         started_ray = False
         try:
@@ -98,9 +128,133 @@ def session(spec: Any, address: str | None, *, open_first: Callable[[], T] = lam
             raise stopped_at_start(stopped, stop, started_ray, interrupted) from None
         stop.install()  # again: Ray's start-up puts its own SIGTERM handler (an abort) in place
         try:
+            try:  # after every check, Ray's refusals included (a mistake writes nothing), before any run
+                record_spec(spec)
+            except KeyboardInterrupt:
+                raise interrupted(bool(stop.received)) from None
             yield stop, opened
         finally:
             if started_ray:
                 import ray
 
                 ray.shutdown()
+
+
+# ----------------------------------------------------------------------- a finished experiment
+def rerun_finished(spec: ExperimentSpec, plan: Plan, address: str | None) -> ExperimentSummary | None:
+    """A rerun of a finished experiment, without Ray: when the ledger shows every planned run done
+    and MLflow a FINISHED child run for each, the checks pass, the spec is recorded (its folder,
+    the ledger, the parent's spec.json), the parent run is marked FINISHED and the summary comes
+    back, as the driver would give it, in seconds instead of Ray's start-up. None when a run is
+    left to do or to log to MLflow (the driver's way then does both); `Interrupted` for a Ctrl-C
+    or SIGTERM."""
+    started = time.time()
+    with sigterm_as_interrupt() as stop:
+        try:
+            preflight(spec, address)
+            ledger = open_ledger(spec)
+            if ledger is None:
+                return None
+            with ledger:
+                found = _finished_and_logged(spec, plan, ledger)
+                if found is None:
+                    return None
+                records, parent_id, tracker = found
+                record_spec(spec)
+                ledger.ensure_experiment(spec.name, spec.to_dict())
+            retry_transient(lambda: tracker.log_dict(parent_id, spec.to_dict(), "spec.json"), "log the spec", store=MLFLOW)
+            retry_transient(lambda: tracker.end_parent(parent_id, "FINISHED"), "end the MLflow parent run", store=MLFLOW)
+        except KeyboardInterrupt:
+            raise Interrupted(bool(stop.received), written=True) from None
+    print(f"{spec.name}: 0 runs to do, {len(records)} done before (each logged to MLflow; Ray not started)", flush=True)
+    counts = {PENDING: 0, RUNNING: 0, DONE: len(records), FAILED: 0}
+    return ExperimentSummary(spec.name, counts, already_done=len(records), wall_s=time.time() - started,
+                             records=records, parent_run_id=parent_id)
+
+
+def _finished_and_logged(spec: ExperimentSpec, plan: Plan, ledger: Ledger
+                         ) -> tuple[list[dict[str, Any]], str, Tracker] | None:
+    """(the plan's result records in plan order, the MLflow parent run id, its tracker) when every
+    planned run is done in the ledger and has a FINISHED child under the parent; else None."""
+    experiment = ledger.get_experiment(spec.name)
+    if experiment is None or experiment.mlflow_parent_run_id is None or not _same_spec(experiment.spec, spec):
+        return None
+    planned = [run.run_id for run in plan.runs]
+    status = {row["run_id"]: row["status"] for row in ledger.runs_table(spec.name)}
+    if any(status.get(run_id) != DONE for run_id in planned):
+        return None
+    tracking = spec.tracking
+    location = tracking.artifact_location or default_artifact_location(tracking.uri, spec.output_dir)
+    tracker = open_tracker(tracking.uri, location, spec.name)
+    parent_id = experiment.mlflow_parent_run_id
+    if not set(planned) <= set(tracker.finished_children(parent_id)):
+        return None
+    by_id = {record["run_id"]: record for record in ledger.results(spec.name)}
+    return [by_id[run_id] for run_id in planned], parent_id, tracker
+
+
+def _same_spec(stored: dict[str, Any], spec: ExperimentSpec) -> bool:
+    """The ledger's spec of the experiment is this one, but for `executor` (how runs execute,
+    which a finished experiment no longer needs) and where relative stores were named from:
+    anything else (a design the name's binding would refuse, a new metric) goes the driver's way."""
+    def comparable(data: dict[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in located(data).items() if key != "executor"}
+
+    return comparable(stored) == comparable(spec.to_dict())
+
+
+# ------------------------------------------------------------------------------- the record
+def record_name(spec: Any) -> str:
+    """The file a spec is recorded in inside its folder: `SPEC_RECORD` or, for a sweep, `SWEEP_RECORD`."""
+    return SPEC_RECORD if isinstance(spec, ExperimentSpec) else SWEEP_RECORD
+
+
+def record_spec(spec: Any) -> Path:
+    """Write the resolved spec (`record_data`) into its folder ``run_root(spec)`` as YAML, atomically
+    (a reader sees the previous record or this one, whole); the file's path."""
+    folder = run_root(spec)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / record_name(spec)
+    experiment = path.name == SPEC_RECORD
+    header = RECORD_HEADER.format(kind="experiment" if experiment else "sweep", command="run" if experiment else "sweep",
+                                  readers="status | report | ui" if experiment else "sweep-report", folder=folder)
+    text = header + yaml.safe_dump(record_data(spec), sort_keys=False, allow_unicode=True, width=120)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def record_data(spec: Any) -> dict[str, Any]:
+    """The spec as its record holds it: its full dump (`to_dict`, every default explicit) with the
+    stores `located`. A spec whose full dump does not load back as a spec (a sweep's `space`
+    dumps None for the fields a range type refuses) keeps its non-default fields, its full trainer
+    and its stores."""
+    full = located(spec.to_dict())
+    try:
+        validate_spec(type(spec), full, "the recorded spec")
+        return full
+    except SpecError:
+        kept = {key: full[key] for key in ("trainer", "ledger", "tracking", "output_dir") if key in full}
+        return {**spec.model_dump(mode="json", exclude_defaults=True), **kept}
+
+
+def located(data: dict[str, Any]) -> dict[str, Any]:
+    """A spec's dump with its stores named so that a command started in any folder finds them:
+    SQLite ledger and tracking paths and ``output_dir`` made absolute (they are relative to the
+    folder the command was started in)."""
+    out = dict(data)
+    if "ledger" in out:
+        out["ledger"] = absolute_tracking_uri(out["ledger"])
+    if isinstance(out.get("tracking"), dict) and "uri" in out["tracking"]:
+        out["tracking"] = {**out["tracking"], "uri": absolute_tracking_uri(out["tracking"]["uri"])}
+    if "output_dir" in out:
+        out["output_dir"] = str(Path(out["output_dir"]).expanduser().resolve())
+    return out
