@@ -1,4 +1,5 @@
-"""``dapo-ablate plan-seeds``: seeds per cell for 80% power, per claims family, before booking GPUs."""
+"""``dapo-ablate plan-seeds``: seeds per cell for 80% power, per claims family, before booking GPUs
+(the statistics are imported inside the command, so that `--help` loads none of them)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,17 @@ from typing import Optional
 
 import typer
 
-from dapo_ablate.ablation.app import seeds as app
-from dapo_ablate.ablation.app.report import ADJUSTMENTS
+from dapo_ablate.ablation.app import texts
 
 from .common import fail, parse_list, user_facing
 
 
 @user_facing
 def plan_seeds(
-    spec: Optional[Path] = typer.Argument(None, help="Experiment spec YAML (its results, if any, are the pilot)."),
+    spec: Optional[Path] = typer.Argument(
+        None, show_default=False, help=texts.SPEC_HELP + " Its finished runs, if any, are the pilot."
+    ),
+    overrides: Optional[list[str]] = typer.Argument(None, help=texts.SPEC_OVERRIDES_HELP, show_default=False),
     results: Optional[Path] = typer.Option(None, "--results", help="Pilot results CSV instead of a spec."),
     effect: float = typer.Option(..., "--effect", help="Size to detect, in metric units (0.02 = 2 pp of avg@32)."),
     sd: Optional[float] = typer.Option(None, "--sd", help="Run-to-run sd of the metric, instead of a pilot's."),
@@ -36,9 +39,14 @@ def plan_seeds(
             fail(f"{name} {value} is out of range; use a number above {low}" + (f" and below {high}" if high else ""))
     if sd is not None and not (sd > 0 and sd < float("inf")):
         fail(f"--sd {sd} is not a positive number; give the run-to-run sd of the metric")
-    if adjust not in ADJUSTMENTS:
-        fail(f"--adjust {adjust!r} is not one of {', '.join(ADJUSTMENTS)}; holm is the default")
-    request = app.SeedsRequest(effect, spec, results, sd, metric, parse_list(factors), power, confidence, adjust)
+    if adjust not in texts.ADJUSTMENTS:
+        fail(f"--adjust {adjust!r} is not one of {', '.join(texts.ADJUSTMENTS)}; holm is the default")
+    if overrides and spec is None:
+        fail("KEY=VALUE overrides apply to an experiment spec; give the spec YAML before them")
+    from dapo_ablate.ablation.app import seeds as app
+
+    request = app.SeedsRequest(effect, spec, results, sd, metric, parse_list(factors), power, confidence, adjust,
+                               overrides)
     found = app.plan_seeds(request)
     metric, sd, source, table = found.metric, found.sd, found.source, found.table
     typer.echo(
@@ -54,4 +62,4 @@ def plan_seeds(
 
 def register(cli: typer.Typer) -> None:
     """Add the ``plan-seeds`` command to the dapo-ablate app."""
-    cli.command("plan-seeds")(plan_seeds)
+    cli.command("plan-seeds", epilog=texts.SPEC_OVERRIDES_EPILOG)(plan_seeds)

@@ -1,4 +1,5 @@
-"""``dapo-ablate report``: parse options, call ``app.report.report``."""
+"""``dapo-ablate report``: parse options, call ``app.report.report`` (imported inside the command,
+so that `--help` loads no statistics)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from dapo_ablate.ablation.app import report as app
+from dapo_ablate.ablation.app import texts
 
 from .common import fail, parse_list, user_facing
 
@@ -21,12 +22,13 @@ def parse_orderings(text: str) -> str | list[list[str]]:
 
 @user_facing
 def report(
-    spec: Optional[Path] = typer.Argument(None, help="Experiment spec YAML whose results to report."),
+    spec: Optional[Path] = typer.Argument(None, help=texts.SPEC_HELP, show_default=False),
+    overrides: Optional[list[str]] = typer.Argument(None, help=texts.SPEC_OVERRIDES_HELP, show_default=False),
     results: Optional[Path] = typer.Option(None, "--results", help="Results CSV instead of a spec."),
     out: Path = typer.Option(..., "--out", help="Directory for the report files."),
     metric: Optional[str] = typer.Option(None, "--metric", help="Metric column to analyse (default: the spec's metric, else avg@32)."),
     orderings: str = typer.Option("paper", "--orderings", help="paper | all | 'a,b,c;c,b,a'."),
-    formats: str = typer.Option(",".join(app.FORMATS), "--format", help="Any of md,csv,tex,html,png."),
+    formats: str = typer.Option(",".join(texts.REPORT_FORMATS), "--format", help="Any of md,csv,tex,html,png."),
     confidence: float = typer.Option(0.95, "--confidence", help="Confidence level of the intervals."),
     factors: Optional[str] = typer.Option(
         None, "--factors", help="Factor columns, e.g. a,b (default: the 0/1 columns or the spec's)."
@@ -55,18 +57,22 @@ def report(
 ) -> None:
     """Effects, interactions, order dependence and Shapley values of a factorial, with exact CIs,
     and claims.csv: the claims that pass their family's multiplicity-adjusted test."""
+    if results is not None and (overrides or (spec is not None and "=" in spec.name and not spec.exists())):
+        fail("KEY=VALUE overrides apply to an experiment spec, not to a --results CSV; drop them")
     if (spec is None) == (results is None):
-        typer.echo("error: give either an experiment spec YAML or --results CSV (exactly one)", err=True)
-        raise typer.Exit(2)
-    if adjust not in app.ADJUSTMENTS:
-        fail(f"--adjust {adjust!r} is not one of {', '.join(app.ADJUSTMENTS)}; holm is the default")
+        fail("give either an experiment spec YAML (or its folder) or --results CSV (exactly one)")
+    if adjust not in texts.ADJUSTMENTS:
+        fail(f"--adjust {adjust!r} is not one of {', '.join(texts.ADJUSTMENTS)}; holm is the default")
+    from dapo_ablate.ablation.app import report as app
+
     options = app.ReportOptions(orderings=parse_orderings(orderings), formats=parse_list(formats) or [],
                                 confidence=confidence, design=design, echo=typer.echo, adjust=adjust,
                                 per_effect_tests=per_effect_tests, equivalence_margin=equivalence_margin)
-    outcome = app.report(app.ReportRequest(out, spec, results, metric, parse_list(factors), options))
+    request = app.ReportRequest(out, spec, results, metric, parse_list(factors), options, overrides=overrides)
+    outcome = app.report(request)
     typer.echo(f"wrote {len(outcome.written)} files to {out}")
 
 
 def register(cli: typer.Typer) -> None:
     """Add the ``report`` command to the dapo-ablate app."""
-    cli.command("report")(report)
+    cli.command("report", epilog=texts.SPEC_OVERRIDES_EPILOG)(report)

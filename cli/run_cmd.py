@@ -2,7 +2,9 @@
 
 Each parses its options and calls one library function; a user's mistake (a bad spec, an
 unreachable database or Ray address, an unwritable folder) is one sentence on stderr with exit
-status 2, and nothing is written.
+status 2, and nothing is written. SPEC is a spec file (with KEY=VALUE overrides after it) or the
+experiment folder OUTPUT_DIR/NAME where `run` recorded the spec it ran. The app layer is
+imported inside each command, so that `--help` loads none of it (benchmarks/cli_startup.py).
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ from typing import Optional
 
 import typer
 
-from dapo_ablate.ablation.app import experiment as app
+from dapo_ablate.ablation.app import texts
 from dapo_ablate.ablation.app.errors import Interrupted
 
 from .common import user_facing
 
-SPEC_ARG = typer.Argument(..., help="Experiment spec YAML (see examples/factorial.yaml).")
-OVERRIDES_ARG = typer.Argument(None, help=app.SPEC_OVERRIDES_HELP, show_default=False)
+SPEC_ARG = typer.Argument(..., help=texts.SPEC_HELP, show_default=False)
+OVERRIDES_ARG = typer.Argument(None, help=texts.SPEC_OVERRIDES_HELP, show_default=False)
 
 
 @user_facing
@@ -37,6 +39,8 @@ def run(
     ),
 ) -> None:
     """Run every cell x seed of the spec that is not done yet, on Ray; log to the ledger and MLflow."""
+    from dapo_ablate.ablation.app import experiment as app
+
     experiment = app.load_experiment(spec_path, overrides)
     if dry_run:
         _echo_lines(app.validate(experiment, address).lines())
@@ -51,7 +55,7 @@ def run(
     typer.echo(
         f"{spec.name}: {counts['done']}/{sum(counts.values())} runs done ({summary.finished} now, "
         f"{summary.already_done} before), {counts['failed']} failed, {counts['pending'] + counts['running']} "
-        f"not finished; {summary.wall_s:.0f} s. Browse: dapo-ablate ui {spec_path}"
+        f"not finished; {summary.wall_s:.0f} s. Browse: {outcome.browse}"
     )
     for name, error in summary.failures.items():
         typer.echo(f"  failed {name}: {error}", err=True)
@@ -69,6 +73,8 @@ def validate(
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address to check."),
 ) -> None:
     """Check the spec, its folders and Ray address, and print the plan (writes nothing)."""
+    from dapo_ablate.ablation.app import experiment as app
+
     _echo_lines(app.validate(app.load_experiment(spec_path, overrides), address).lines())
 
 
@@ -83,6 +89,8 @@ def status(spec_path: Path = SPEC_ARG, overrides: Optional[list[str]] = OVERRIDE
     Ray job of cells run as jobs (verl), error."""
     from rich.console import Console
     from rich.table import Table
+
+    from dapo_ablate.ablation.app import experiment as app
 
     experiment = app.load_experiment(spec_path, overrides)
     spec, found = experiment.spec, app.status(experiment)
@@ -99,6 +107,8 @@ def status(spec_path: Path = SPEC_ARG, overrides: Optional[list[str]] = OVERRIDE
         )
     Console(width=max(120, Console().width)).print(table)
     typer.echo("  ".join(f"{name} {count}" for name, count in found.counts.items()))
+    if found.note:
+        typer.echo(found.note)
 
 
 @user_facing
@@ -111,6 +121,8 @@ def ui(
 
     A copied or moved store (a `dapo-runs/` copied elsewhere) has its artifact locations moved to
     its own folder first, so the UI shows the copy's artifacts, not the original's."""
+    from dapo_ablate.ablation.app import experiment as app
+
     experiment = app.load_experiment(spec_path, overrides)
     command = app.ui_command(experiment, port)
     typer.echo(f"MLflow UI for {experiment.spec.name}: http://127.0.0.1:{port}  (Ctrl-C stops it)")
@@ -143,4 +155,4 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 def register(cli: typer.Typer) -> None:
     """Add run, validate, status and ui to the dapo-ablate app."""
     for name, command in (("run", run), ("validate", validate), ("status", status), ("ui", ui)):
-        cli.command(name, epilog=app.SPEC_OVERRIDES_EPILOG)(command)
+        cli.command(name, epilog=texts.SPEC_OVERRIDES_EPILOG)(command)

@@ -1,4 +1,5 @@
-"""`dapo-ablate train CONFIG.yaml --out DIR`: one configuration, with a progress bar."""
+"""`dapo-ablate train CONFIG.yaml --out DIR`: one configuration, with a progress bar (the app
+layer, and with it pydantic and torch, is imported inside the command)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-
-from dapo_ablate.ablation.app import train as app
 
 from .common import user_facing
 
@@ -23,6 +22,8 @@ def train(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
     """Train one configuration and write DIR/result.json."""
+    from dapo_ablate.ablation.app import train as app
+
     cfg = app.load_config(config, overrides)
     app.check_inputs(cfg)
     with _progress(progress, cfg.schedule.total_steps) as callback:

@@ -196,14 +196,27 @@ def test_report_from_a_spec_logs_to_mlflow(app, tmp_path, monkeypatch):
 
     from dapo_ablate.ablation.app import report as app_report
 
+    asked = []
+
+    def load_experiment(path, overrides):
+        asked.append((path, overrides))
+        return types.SimpleNamespace(spec=types.SimpleNamespace(metric="avg@32", name="exp"), plan=None)
+
     monkeypatch.setattr(app_report, "load_experiment_results", lambda spec: (results, FACTORS, None, "full", Logger()))
     monkeypatch.setattr(app_report, "load_signals", lambda spec, plan: None)  # no training signals
-    monkeypatch.setattr(app_report, "load_spec", lambda spec: types.SimpleNamespace(metric="avg@32", name="exp"))
-    monkeypatch.setattr(app_report, "expand", lambda spec: None)
+    monkeypatch.setattr(app_report, "load_experiment", load_experiment)
     out = tmp_path / "out"
-    result = invoke(app, str(tmp_path / "factorial.yaml"), "--out", str(out), "--format", "csv")
+    result = invoke(app, str(tmp_path / "factorial.yaml"), "seeds=[0,1]", "--out", str(out), "--format", "csv")
     assert result.exit_code == 0, result.output
     assert logged == [(str(out), "report")]
+    assert asked == [(tmp_path / "factorial.yaml", ["seeds=[0,1]"])]  # the overrides reach the spec
+
+
+def test_overrides_do_not_apply_to_a_results_csv(app, results_csv, tmp_path):
+    for extra in (["seeds=[0,1]"], [str(results_csv.parent / "x.yaml"), "seeds=[0,1]"]):
+        result = invoke(app, *extra, "--results", str(results_csv), "--out", str(tmp_path / "o"))
+        assert result.exit_code == 2 and "error: " in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "overrides apply to an experiment spec" in result.stderr and not (tmp_path / "o").exists()
 
 
 def test_parse_orderings():

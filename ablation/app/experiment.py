@@ -5,50 +5,28 @@ Every user's mistake is a `UserError` (one sentence); nothing is written before 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 from dapo_ablate.ablation.app.errors import UserError, user_errors
-from dapo_ablate.ablation.experiment.design import Plan, expand
+from dapo_ablate.ablation.app.specs import Experiment, load_experiment, other_runs_hint, shown  # noqa: F401 - the CLI's
+from dapo_ablate.ablation.app.texts import command_line
 from dapo_ablate.ablation.experiment.fractions import DesignError
-from dapo_ablate.ablation.experiment.overrides import (  # noqa: F401 - the CLI's help texts, re-exported
-    SPEC_OVERRIDES_EPILOG,
-    SPEC_OVERRIDES_HELP,
-    OverrideError,
-    load_spec_with_overrides,
-)
+from dapo_ablate.ablation.experiment.overrides import OverrideError
 from dapo_ablate.ablation.experiment.plan import format_plan
-from dapo_ablate.ablation.experiment.spec import ExperimentSpec, SpecError
+from dapo_ablate.ablation.experiment.spec import SpecError, run_root
 from dapo_ablate.ablation.runtime.backends.verl import VerlTranslationError
 from dapo_ablate.ablation.runtime.backends.verl_plan import format_verl_jobs, uses_verl, verl_jobs
 from dapo_ablate.ablation.runtime.executor import ExperimentSummary, RunOptions, run_experiment
 from dapo_ablate.ablation.runtime.preflight import preflight
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError
-from dapo_ablate.ablation.store.results import ResultsError, status_rows
+from dapo_ablate.ablation.store.results import NEW, ResultsError, status_rows
 from dapo_ablate.ablation.store.tracking import mlflow_ui_command, rebase_artifacts, sqlite_path
 from dapo_ablate.core.config import ConfigError
 
 ERRORS = (SpecError, ConfigError, LedgerError, ExecutorError, ResultsError, DesignError, OverrideError,
           VerlTranslationError)
 """The user's mistakes these commands can meet (each one sentence)."""
-
-
-@dataclass(frozen=True)
-class Experiment:
-    """A spec file with its overrides applied, and its plan."""
-
-    spec: ExperimentSpec
-    plan: Plan
-    path: Path
-    """The spec file (hints the CLI prints name it)."""
-
-
-def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
-    """The spec at `path` with `overrides` (KEY=VALUE by dotted path) applied, and its plan."""
-    with user_errors(*ERRORS):
-        spec = load_spec_with_overrides(ExperimentSpec, path, overrides, kind="spec")
-        return Experiment(spec, expand(spec), Path(path))
 
 
 @dataclass(frozen=True)
@@ -103,6 +81,9 @@ class RunOutcome:
 
     summary: ExperimentSummary
     headline: str | None = None
+    browse: str = ""
+    """The command serving the MLflow UI of the runs, on the experiment folder where the run
+    recorded its spec (so it holds whatever overrides the run had)."""
 
 
 def run(experiment: Experiment, address: str | None = None, options: RunOptions | None = None,
@@ -116,11 +97,13 @@ def run(experiment: Experiment, address: str | None = None, options: RunOptions 
         summary = run_experiment(experiment.spec, experiment.plan, address=address, cell_fn=cell_fn,
                                  progress=options.progress, max_concurrent=options.max_concurrent,
                                  retry_failed=options.retry_failed)
+    browse = command_line("ui", shown(run_root(experiment.spec)))
     if summary.interrupted or summary.exit_code != 0:
-        return RunOutcome(summary)
+        return RunOutcome(summary, browse=browse)
     from dapo_ablate.ablation.app.report import experiment_headline  # the statistics load only now
 
-    return RunOutcome(summary, experiment_headline(experiment.spec, experiment.plan, summary.records, summary.parent_run_id))
+    headline = experiment_headline(experiment.spec, experiment.plan, summary.records, summary.parent_run_id)
+    return RunOutcome(summary, headline, browse)
 
 
 @dataclass(frozen=True)
@@ -130,6 +113,9 @@ class Status:
 
     rows: list[dict[str, Any]]
     counts: dict[str, int]
+    note: str | None = None
+    """When the ledger holds none of these runs but the experiment's folder records a `run` of
+    other runs (other overrides): how to reach them."""
 
     @property
     def has_jobs(self) -> bool:
@@ -138,8 +124,19 @@ class Status:
 
 
 def status(experiment: Experiment) -> Status:
-    with user_errors(*ERRORS):
-        return Status(*status_rows(experiment.spec, experiment.plan))
+    """The runs table. When the ledger holds none of the plan's runs (or refuses the spec, its
+    name being bound to another design) and the experiment's folder records a `run` of other
+    runs, `note` (or the refusal) says how to reach those."""
+    try:
+        with user_errors(*ERRORS):
+            rows, counts = status_rows(experiment.spec, experiment.plan)
+    except UserError:
+        hint = other_runs_hint(experiment, "status")
+        if hint is None:
+            raise
+        raise UserError(f"the ledger's experiment {experiment.spec.name!r} holds other runs than this spec names; {hint}") from None
+    hint = other_runs_hint(experiment, "status") if counts.get(NEW) == len(rows) else None
+    return Status(rows, counts, f"none of these runs is in the ledger: {hint}" if hint else None)
 
 
 def ui_command(experiment: Experiment, port: int) -> list[str]:
@@ -149,6 +146,6 @@ def ui_command(experiment: Experiment, port: int) -> list[str]:
     uri = experiment.spec.tracking.uri
     store = sqlite_path(uri)
     if store is not None and not store.is_file():
-        raise UserError(f"no MLflow store at {uri} yet; run `dapo-ablate run {experiment.path}` first")
+        raise UserError(f"no MLflow store at {uri} yet; run `{experiment.command('run')}` first")
     rebase_artifacts(uri)
     return mlflow_ui_command(uri, port)

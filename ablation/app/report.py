@@ -10,9 +10,11 @@ from typing import Any
 
 import pandas as pd
 
-from dapo_ablate.ablation.app.errors import user_errors
-from dapo_ablate.ablation.experiment.design import Plan, expand
-from dapo_ablate.ablation.experiment.spec import ExperimentSpec, SpecError, load_spec
+from dapo_ablate.ablation.app.errors import UserError, user_errors
+from dapo_ablate.ablation.app.specs import ERRORS as SPEC_ERRORS
+from dapo_ablate.ablation.app.specs import Experiment, load_experiment, other_runs_hint
+from dapo_ablate.ablation.experiment.design import Plan
+from dapo_ablate.ablation.experiment.spec import ExperimentSpec, load_spec
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.store.results import (
     ParentRunLogger,
@@ -22,20 +24,21 @@ from dapo_ablate.ablation.store.results import (
     open_ledger,
 )
 from dapo_ablate.ablation.store.tracking import Tracker
-from dapo_ablate.core.config import ConfigError
 from dapo_ablate.core.contracts import DEFAULT_METRIC
-from dapo_ablate.reports import FORMATS, ReportInputError, ReportOptions, load_results_csv, write_report  # noqa: F401 - FORMATS: the CLI's default
+from dapo_ablate.reports import ReportInputError, ReportOptions, load_results_csv, write_report
 from dapo_ablate.reports.headline import headline_lines, log_parent_headline
-from dapo_ablate.reports.multiplicity import ADJUSTMENTS  # noqa: F401 - the CLI checks --adjust against it
 
-ERRORS = (ReportInputError, SpecError, ConfigError, ResultsError, LedgerError)
+ERRORS = (ReportInputError, ResultsError, LedgerError, *SPEC_ERRORS)
+STORE_RUN_HINT = "run `dapo-ablate run` on the spec of {name!r} first"
+"""How `store.results` ends "no results yet": the app puts the very command in its place."""
 
 
 @dataclass(frozen=True)
 class ReportRequest:
-    """One report: of the experiment spec `spec` (its ledger's finished runs), or of the results
-    CSV `results`; written into `out`. `metric` None: the spec's, else avg@32; `factors` None: the
-    spec's, else the CSV's 0/1 columns; `options.design` None: the spec's design."""
+    """One report: of the experiment spec `spec` (its ledger's finished runs; a spec file with its
+    command-line `overrides`, or the experiment folder its `run` recorded the spec in), or of the
+    results CSV `results`; written into `out`. `metric` None: the spec's, else avg@32; `factors`
+    None: the spec's, else the CSV's 0/1 columns; `options.design` None: the spec's design."""
 
     out: Path
     spec: Path | None = None
@@ -43,6 +46,7 @@ class ReportRequest:
     metric: str | None = None
     factors: list[str] | None = None
     options: ReportOptions = field(default_factory=ReportOptions)
+    overrides: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -60,9 +64,9 @@ def report(request: ReportRequest) -> ReportOutcome:
             table, factors = load_results_csv(request.results, request.factors, metric)
             options, logger, extra, name = replace(request.options, metric=metric), None, {}, ""
         else:
-            spec = load_spec(request.spec)
-            plan = expand(spec)
-            table, factors, curves, design, logger = load_experiment_results(spec)
+            experiment = load_experiment(request.spec, request.overrides)
+            spec, plan = experiment.spec, experiment.plan
+            table, factors, curves, design, logger = experiment_results(experiment)
             options = replace(request.options, metric=request.metric or spec.metric, design=request.options.design or design)
             factors, extra, name = request.factors or factors, {"curves": curves, "signals": load_signals(spec, plan)}, spec.name
         written = write_report(table, factors, request.out, options=options, **extra)
@@ -71,6 +75,20 @@ def report(request: ReportRequest) -> ReportOutcome:
     if logger is not None:
         logger.log_artifacts(str(request.out), "report")
     return ReportOutcome(written, request.out)
+
+
+def experiment_results(experiment: Experiment) -> tuple[pd.DataFrame, list[str], pd.DataFrame | None, str, Any]:
+    """`load_experiment_results` of the experiment. When it has no finished runs, the sentence
+    ends with the command to run, or, when its folder records a `run` of other runs (other
+    overrides), with the commands that report those."""
+    try:
+        return load_experiment_results(experiment.spec)
+    except (ResultsError, LedgerError) as error:
+        name = experiment.spec.name
+        hint = other_runs_hint(experiment, "report", "--out", "DIR")
+        if hint is not None:
+            raise UserError(f"experiment {name!r} has no finished runs under this spec; {hint}") from None
+        raise UserError(str(error).replace(STORE_RUN_HINT.format(name=name), f"run `{experiment.command('run')}` first")) from None
 
 
 def load_signals(spec: ExperimentSpec, plan: Plan) -> pd.DataFrame | None:

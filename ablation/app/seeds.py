@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from dapo_ablate.ablation.app.errors import UserError, user_errors
-from dapo_ablate.ablation.experiment.design import expand
-from dapo_ablate.ablation.experiment.spec import SpecError, load_spec
+from dapo_ablate.ablation.app.specs import load_experiment
+from dapo_ablate.ablation.experiment.spec import SpecError
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.store.results import ResultsError, load_experiment_results
 from dapo_ablate.core.config import ConfigError
@@ -22,8 +22,10 @@ from dapo_ablate.reports.power import plan_seeds as seeds_table
 
 @dataclass(frozen=True)
 class SeedsRequest:
-    """The pilot: an experiment `spec`, a results CSV `results`, or `sd` with `factors`; the
-    effect size to detect, the power wanted, and the report's confidence and adjustment."""
+    """The pilot: an experiment `spec` (a spec file with its command-line `overrides`, or the
+    experiment folder its `run` recorded the spec in), a results CSV `results`, or `sd` with
+    `factors`; the effect size to detect, the power wanted, and the report's confidence and
+    adjustment."""
 
     effect: float
     spec: Path | None = None
@@ -34,6 +36,7 @@ class SeedsRequest:
     power: float = 0.8
     confidence: float = 0.95
     adjust: str = "holm"
+    overrides: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,8 @@ def _pilot(request: SeedsRequest) -> tuple[list[str] | None, str, pd.DataFrame |
         return names, metric, pilot
     if request.spec is None:
         return request.factors, metric, None
-    spec = load_spec(request.spec)
+    experiment = load_experiment(request.spec, request.overrides)
+    spec = experiment.spec
     metric = request.metric or spec.metric
     try:
         results, factors, *_ = load_experiment_results(spec)
@@ -71,4 +75,4 @@ def _pilot(request: SeedsRequest) -> tuple[list[str] | None, str, pd.DataFrame |
     except (ResultsError, LedgerError) as error:
         if request.sd is None:
             raise UserError(f"{error}; without pilot results, pass --sd (the run-to-run sd of {metric})") from None
-        return [factor.name for factor in expand(spec).factors], metric, None
+        return [factor.name for factor in experiment.plan.factors], metric, None

@@ -6,9 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from dapo_ablate.ablation.app.errors import check_writable, user_errors
+from dapo_ablate.ablation.app.errors import UserError, check_writable, user_errors
+from dapo_ablate.ablation.app.specs import shown, spec_file
+from dapo_ablate.ablation.app.texts import command_line
 from dapo_ablate.ablation.experiment.overrides import OverrideError, load_spec_with_overrides
-from dapo_ablate.ablation.experiment.spec import SpecError
+from dapo_ablate.ablation.experiment.spec import SpecError, run_root
+from dapo_ablate.ablation.runtime.executor import SWEEP_RECORD
 from dapo_ablate.ablation.runtime.preflight import preflight
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError
@@ -20,12 +23,21 @@ from dapo_ablate.sweeps.spec import SweepSpec
 from dapo_ablate.sweeps.study import StudyError
 
 ERRORS = (SpecError, ConfigError, LedgerError, ExecutorError, StudyError, OverrideError)
+STUDY_RUN_HINT = "run `dapo-ablate sweep` first"
+"""How `sweeps.study` ends "no study yet": the app puts the very command in its place."""
 
 
 def load_sweep(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:
-    """The sweep spec at `path` with its command-line overrides applied."""
+    """The sweep spec at `path` (a YAML file, or the sweep's folder holding the `SWEEP_RECORD` its
+    last `sweep` wrote) with its command-line overrides applied."""
     with user_errors(*ERRORS):
-        return load_spec_with_overrides(SweepSpec, path, overrides, kind="sweep")
+        return load_spec_with_overrides(SweepSpec, spec_file(path, SWEEP_RECORD), overrides, kind="sweep")
+
+
+def report_hint(spec: SweepSpec) -> str:
+    """The `sweep-report` command of the sweep, on the folder where `sweep` recorded its spec
+    (so it holds whatever overrides the sweep had); DIR stands for the report's folder."""
+    return command_line("sweep-report", shown(run_root(spec)), (), "--out", "DIR")
 
 
 def sweep_plan(spec: SweepSpec, address: str | None = None, n_trials: int | None = None) -> str:
@@ -43,10 +55,18 @@ def sweep(spec: SweepSpec, address: str | None = None, n_trials: int | None = No
         return run_sweep(spec, address=address, n_trials=n_trials, cell_fn=cell_fn, progress=progress)
 
 
-def sweep_report(spec: SweepSpec, out: Path) -> list[Path]:
+def sweep_report(spec: SweepSpec, out: Path, run_command: str | None = None) -> list[Path]:
     """The study's best parameters, trials, importances and (robustness mode) factor effects,
-    written into `out`; the paths."""
-    with user_errors(*ERRORS):
+    written into `out`; the paths. `run_command`: the `dapo-ablate sweep` command line of this
+    spec, which a study never run is told to run first."""
+    try:
         report = read_report(spec)
+    except StudyError as error:
+        text = str(error)
+        if run_command is not None:
+            text = text.replace(STUDY_RUN_HINT, f"run `{run_command}` first")
+        raise UserError(text) from None
+    except ERRORS as error:
+        raise UserError(str(error)) from None
     check_writable(out)
     return write_report(report, out)
