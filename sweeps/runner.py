@@ -47,6 +47,7 @@ from dapo_ablate.ablation.runtime.pool import (
     TIMED_OUT,
     Outcome,
     PoolSettings,
+    ResultKeeper,
     RunPool,
     concurrency_limit,
     record_kept,
@@ -224,6 +225,7 @@ class SweepScheduler:
         self.study = studies.open_study(spec, self.storage)
         studies.check_resumable(self.study, spec)  # before anything of this spec is written
         self.ledger.ensure_experiment(spec.name, spec.to_dict())
+        self.keeper = ResultKeeper(self.run_root, self.ledger.result_key(spec.name))  # read while the database is up
         self.study.set_user_attr(studies.SPACE_ATTR, studies.space_of(spec))
         self.study.set_user_attr(studies.METRIC_ATTR, spec.metric)
         self.study.set_user_attr("dapo.factors", [f if isinstance(f, str) else next(iter(f)) for f in spec.factors or []])
@@ -251,9 +253,14 @@ class SweepScheduler:
             self.display.note(f"trial {number}: its driver stopped; queued again")
         studies.fail_stale(self.study)
         release_orphans(self.ledger, self.spec.name, self.host)
+        for run_id in self.ledger.reopen_malformed(self.spec.name):  # stored unusable by an older version
+            self.display.note(f"run {run_id}: its stored result was unusable; it trains again")
         undone = [row["run_id"] for row in self.ledger.runs_table(self.spec.name) if row["status"] != "done"]
-        for run_id in record_kept(self.ledger, self.run_root, undone, host=self.host):  # a dead driver's finished runs
+        kept = record_kept(self.ledger, self.keeper, undone, host=self.host)  # a dead driver's finished runs
+        for run_id in kept.recorded:
             self.display.note(f"run {run_id}: recorded its kept result (not retrained)")
+        for note in kept.notes:
+            self.display.note(note)
         self.logged = self.mlflow.logged_trials()
         for trial in self.study.get_trials(deepcopy=False, states=studies.FINISHED):
             if trial.number not in self.logged:
@@ -264,7 +271,7 @@ class SweepScheduler:
     def _loop(self) -> None:
         fits = capacity(self.spec, 2**31)  # type: ignore[arg-type]
         limit = concurrency_limit(fits, self.spec.executor.max_concurrent, self.local)
-        settings = PoolSettings.of(self.spec.executor, limit, self.run_root)
+        settings = PoolSettings.of(self.spec.executor, limit, self.keeper)
         Driver(self, settings, self.ledger, self.host, self.cell_fn, check_stop=self.check_stop, tick_s=self.tick_s).run()
 
     # -- the Scheduler protocol (ablation.runtime.driver) -----------------------------------------

@@ -28,6 +28,7 @@ from dapo_ablate.ablation.runtime.pool import (
     TIMED_OUT,
     Outcome,
     PoolSettings,
+    ResultKeeper,
     RunPool,
     concurrency_limit,
     record_kept,
@@ -36,6 +37,7 @@ from dapo_ablate.ablation.runtime.progress import EventLines
 from dapo_ablate.ablation.runtime.ray_connect import capacity
 from dapo_ablate.ablation.runtime.signals import INTERRUPTED_EXIT, TERMINATED_EXIT
 from dapo_ablate.ablation.runtime.task import describe_error
+from dapo_ablate.ablation.store.binding import check_binding, experiment_digest
 from dapo_ablate.ablation.store.database import experiment_lock
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import DONE, FAILED, PENDING, RUNNING, Ledger, connect_ledger
@@ -157,7 +159,7 @@ class FactorialScheduler:
         except KeyboardInterrupt:
             self.summary.interrupted = True
             status = "KILLED"
-        rows = self._plan_rows()
+        rows = retry_transient(self._plan_rows, "read where the runs stand")  # the summary and headline
         if not self.summary.interrupted and all(row["status"] == DONE for row in rows.values()):
             status = "FINISHED"
         try:
@@ -198,7 +200,7 @@ class FactorialScheduler:
         }
         self.summary.wall_s = wall_s
         if any(row["status"] == DONE and run_id not in self.records for run_id, row in rows.items()):
-            self._read_records()  # runs another driver finished meanwhile
+            retry_transient(self._read_records, "read the finished runs")  # another driver finished them meanwhile
         self.summary.records = [self.records[run.run_id] for run in self.plan.runs if run.run_id in self.records]
         self.summary.parent_run_id = self.parent_id
         return self.summary
@@ -207,7 +209,13 @@ class FactorialScheduler:
 
     def _open_stores(self) -> None:
         """MLflow's store is created here, once, before any task starts (FINDINGS: processes
-        creating a fresh SQLite store at once race on its schema)."""
+        creating a fresh SQLite store at once race on its schema). The ledger is opened first and
+        the spec checked against the experiment its name is bound to (`store.binding`), so a
+        database that is not a ledger, or another design under this name, is refused before
+        anything is written."""
+        self.ledger = self.ledger or connect_ledger(self.spec.ledger)
+        self.digest = experiment_digest(self.spec)
+        check_binding(self.ledger.get_experiment(self.name), self.spec, self.ledger.url)
         with experiment_lock(self.spec.ledger, self.name):  # two drivers racing on a new store or parent
             self._open_stores_locked()
 
@@ -215,12 +223,10 @@ class FactorialScheduler:
         tracking = self.spec.tracking
         location = tracking.artifact_location or default_artifact_location(tracking.uri, self.spec.output_dir)
         self.tracker = open_tracker(tracking.uri, location, self.name)
+        record = self.ledger.get_experiment(self.name)
+        self.tracker.check_parent(record.mlflow_parent_run_id if record else None, self.digest)
         self._check_verl_cluster()
-        self.ledger = self.ledger or connect_ledger(self.spec.ledger)
-        self.ledger.ensure_experiment(self.name, self.spec.to_dict())
-        self.ledger.add_runs(self.name, self.plan.run_specs())
-        release_orphans(self.ledger, self.name, self.host)
-        self._record_kept_results()
+        self._open_ledger_experiment()
         record = self.ledger.get_experiment(self.name)
         tags = {"dapo.design": self.plan.design, "dapo.factors": ",".join(f.name for f in self.plan.factors),
                 "dapo.seeds": ",".join(map(str, self.plan.seeds)), "dapo.runs": str(len(self.plan.runs))}
@@ -231,9 +237,23 @@ class FactorialScheduler:
                   "seeds": ",".join(map(str, self.plan.seeds)), "metric": self.spec.metric,
                   **{f"base.{k}": v for k, v in flatten(self.spec.trainer.to_dict()).items()}}
         self.parent_id = self.tracker.parent_run(record.mlflow_parent_run_id if record else None, name=self.name,
-                                                 tags=tags, params=params)
+                                                 tags=tags, params=params, digest=self.digest)
         self.ledger.set_mlflow_parent(self.name, self.parent_id)
         self.tracker.log_dict(self.parent_id, self.spec.to_dict(), "spec.json")
+
+    def _open_ledger_experiment(self) -> None:
+        """The experiment in the ledger, bound to its digest, with its runs; the key that seals
+        kept results (read now, while the database is up); what a stopped driver left: runs held
+        by a dead driver on this host, results it kept on disk, results an older version stored
+        unusable."""
+        self.ledger.ensure_experiment(self.name, self.spec.to_dict(), digest=self.digest)
+        self.keeper = ResultKeeper(self.run_root, self.ledger.result_key(self.name))
+        self.ledger.add_runs(self.name, self.plan.run_specs())
+        for run_id in self.ledger.reopen_malformed(self.name):
+            if run_id in self.planned:
+                self.display_note_later.append(f"{self.planned[run_id].name}: its stored result was unusable; it trains again")
+        release_orphans(self.ledger, self.name, self.host)
+        self._record_kept_results()
 
     def _check_verl_cluster(self) -> None:
         """verl runs: their jobs built (as the dry run prints them), this package copied where the
@@ -287,7 +307,7 @@ class FactorialScheduler:
         fits = capacity(self.spec, len(queue))
         limit = concurrency_limit(fits, self.max_concurrent, self.local)
         env = {"MLFLOW_TRACKING_URI": absolute_tracking_uri(self.spec.tracking.uri)}
-        settings = PoolSettings.of(self.spec.executor, limit, self.run_root, env)
+        settings = PoolSettings.of(self.spec.executor, limit, self.keeper, env)
         Driver(self, settings, self.ledger, self.host, self.cell_fn, check_stop=self.check_stop).run()
 
     # -- the Scheduler protocol (runtime.driver) -----------------------------------------------
@@ -380,11 +400,14 @@ class FactorialScheduler:
     # -- a finished result is never trained twice ----------------------------------------------
 
     def _record_kept_results(self) -> None:
-        """Results kept on disk by a driver whose ledger write failed are recorded now."""
+        """Results kept on disk by a driver whose ledger write failed are recorded now; a kept
+        file this product did not seal for its run is set aside (the run trains)."""
         rows = self._plan_rows()
         undone = [run_id for run_id, row in rows.items() if row["status"] != DONE]
-        for run_id in record_kept(self.ledger, self.run_root, undone, lambda run_id: self.planned[run_id].name, self.host):
+        kept = record_kept(self.ledger, self.keeper, undone, lambda run_id: self.planned[run_id].name, self.host)
+        for run_id in kept.recorded:
             self.display_note_later.append(f"{self.planned[run_id].name}: recorded its kept result (not retrained)")
+        self.display_note_later.extend(kept.notes)
 
     # -- MLflow --------------------------------------------------------------------------------
 

@@ -10,9 +10,11 @@ scheduler (a factorial's, a sweep's), so that every rule of a run's life is writ
   was taken over by another driver is cancelled here (`LOST`);
 - **timeouts**: a run past ``executor.run_timeout_s`` is cancelled, recorded failed with that
   reason and its slot freed (`TIMED_OUT`);
-- **results**: a finished run's result is kept on disk before the ledger write, which is retried
-  through database blips; a result kept by a driver that died (or whose database stayed down) is
-  recorded by the next invocation instead of training the run again;
+- **results**: a finished run's result is kept on disk, sealed with the experiment's key
+  (`store.kept_results`), before the ledger write, which is retried through database blips; a
+  result kept by a driver that died (or whose database stayed down) is recorded by the next
+  invocation instead of training the run again, and a kept file this product did not seal for
+  that run is set aside (the run trains);
 - **cancel**: a pruned trial's runs (or a timed-out one) are cancelled and their Ray jobs stopped;
   Ctrl-C gives every run in flight back to pending (`abandon`) and leaves jobs running, so that a
   rerun re-attaches to them.
@@ -23,8 +25,6 @@ writes the ledger; a task only trains and sends events.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,14 +33,17 @@ from typing import TYPE_CHECKING, Any, Callable
 from dapo_ablate.ablation.runtime.jobs import stop_job as stop_ray_job
 from dapo_ablate.ablation.runtime.task import describe_error, execute_run
 from dapo_ablate.ablation.store.errors import ExecutorError
+from dapo_ablate.ablation.store.kept_results import KEPT_RESULT, KeptRecords, ResultKeeper, record_kept, record_result
 from dapo_ablate.ablation.store.ledger import Ledger
 from dapo_ablate.ablation.store.transient import retry_transient
+
+__all__ = ["KEPT_RESULT", "KeptRecords", "Outcome", "PoolSettings", "ResultKeeper", "RunPool", "concurrency_limit",
+           "live_queue", "record_kept", "record_result"]
 
 if TYPE_CHECKING:
     from dapo_ablate.ablation.experiment.spec import ExecutorSpec
 
 DONE, FAILED, TIMED_OUT, LOST = "done", "failed", "timed_out", "lost"
-KEPT_RESULT = "finished-result.json"  # a finished run's result until the ledger holds it
 LIVE_POLL_S = 1.0
 """How often the pool hands the runs' live events to the driver (at most this many seconds late)."""
 LIVE_QUEUE_SIZE = 100_000
@@ -64,7 +67,8 @@ class Outcome:
 class PoolSettings:
     """How a pool runs its tasks: each task's Ray resources, at most `limit` at a time, leases of
     `lease_s`, cancelled after `timeout_s`, in folders under `run_root` (and the shared step-0
-    evaluation cache), with `env` in every task's environment."""
+    evaluation cache), with `env` in every task's environment; finished results are kept sealed
+    with `result_key` (`Ledger.result_key` of the experiment, read while the database is up)."""
 
     resources: dict[str, float]
     limit: int
@@ -72,13 +76,20 @@ class PoolSettings:
     timeout_s: float | None
     run_root: Path
     eval_cache: Path
+    result_key: bytes = field(repr=False)
     env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, executor: ExecutorSpec, limit: int, run_root: Path, env: dict[str, str] | None = None) -> PoolSettings:
-        """The executor section's settings; the evaluation cache sits beside the run folders."""
+    def of(cls, executor: ExecutorSpec, limit: int, keeper: ResultKeeper, env: dict[str, str] | None = None) -> PoolSettings:
+        """The executor section's settings, run folders and key of `keeper`; the evaluation cache
+        sits beside the run folders."""
+        run_root = keeper.run_root
         return cls({"num_cpus": executor.cpus_per_run, "num_gpus": executor.gpus_per_run}, limit, executor.lease_s,
-                   executor.run_timeout_s, run_root, run_root.parent / "eval-cache", dict(env or {}))
+                   executor.run_timeout_s, run_root, run_root.parent / "eval-cache", keeper.key, dict(env or {}))
+
+    @property
+    def keeper(self) -> ResultKeeper:
+        return ResultKeeper(self.run_root, self.result_key)
 
 
 def concurrency_limit(fits: int, max_concurrent: int | None, local: bool) -> int:
@@ -109,6 +120,7 @@ class RunPool:
         self.lease_s, self.timeout_s = settings.lease_s, settings.timeout_s
         self.beat_s = min(self.lease_s / 4, 30.0)
         self.run_root, self.eval_cache = settings.run_root, settings.eval_cache
+        self.keeper = settings.keeper
         self.names, self.on_event = names, on_event
         self.env = dict(settings.env)
         self.task = ray.remote(execute_run)
@@ -215,7 +227,7 @@ class RunPool:
             result = ray.get(flight.ref)
         except Exception as err:  # the run's failure, not the driver's: the driver records it
             return Outcome(run_id, FAILED, error=describe_error(err))
-        keep_result(self.run_root, run_id, result)
+        self.keeper.keep(run_id, result)
         return Outcome(run_id, DONE, result=result)
 
     def drain_events(self, first: list[tuple] | None = None) -> None:
@@ -278,7 +290,7 @@ class RunPool:
         """`record_result` for a run of this pool. False if another driver had finished it;
         ValueError / TypeError for a result the ledger cannot hold (its kept file is dropped:
         the driver fails the run)."""
-        recorded = record_result(self.ledger, self.run_root, run_id, result, self.names(run_id))
+        recorded = record_result(self.ledger, self.keeper, run_id, result, self.names(run_id))
         self.unsettled.discard(run_id)
         return recorded
 
@@ -318,8 +330,8 @@ class RunPool:
         except Exception:  # noqa: BLE001 - failed, or Ray is gone: given back like a run in flight
             return False
         try:
-            keep_result(self.run_root, flight.run_id, result)
-            record_result(self.ledger, self.run_root, flight.run_id, result, self.names(flight.run_id))
+            self.keeper.keep(flight.run_id, result)
+            record_result(self.ledger, self.keeper, flight.run_id, result, self.names(flight.run_id))
         except ExecutorError:
             raise
         except (ValueError, TypeError):
@@ -353,66 +365,6 @@ class RunPool:
                 pass
 
 
-def keep_result(run_root: Path, run_id: str, result: dict[str, Any]) -> None:
-    """Write a finished run's result to its folder until the ledger holds it (atomic); a result
-    JSON cannot hold is not kept (the ledger refuses it too, and the driver fails the run)."""
-    path = run_root / run_id / KEPT_RESULT
-    try:
-        text = json.dumps(result, default=_plain)
-    except (TypeError, ValueError):
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def record_result(ledger: Ledger, run_root: Path, run_id: str, result: dict[str, Any], name: str) -> bool:
-    """Keep the result on disk (if `keep_result` has not), then write it to the ledger, retrying
-    transient database errors; the file goes once the ledger holds the result. If the database
-    stays down the driver stops with a sentence about the database, and the next invocation
-    records the kept result (`record_kept`) instead of training the run again. A result the
-    ledger cannot hold (ValueError / TypeError) drops its file and raises. False if another
-    driver had finished the run."""
-    path = run_root / run_id / KEPT_RESULT
-    if not path.is_file():
-        keep_result(run_root, run_id, result)
-    try:
-        recorded = retry_transient(lambda: ledger.finish(run_id, result), f"record {name}", kept=path)
-    except ExecutorError:  # the database stays down: the kept result is for the next invocation
-        raise
-    except (ValueError, TypeError):
-        path.unlink(missing_ok=True)  # retraining gives it again; a kept copy would block every rerun
-        raise
-    path.unlink(missing_ok=True)
-    return recorded
-
-
-def record_kept(ledger: Ledger, run_root: Path, run_ids: list[str], names: Callable[[str], str] = str,
-                host: str | None = None) -> list[str]:
-    """Record the results kept on disk by a driver whose ledger write failed (or that died between
-    the two writes); the runs recorded. `run_ids`: the runs that are not done in the ledger. A
-    kept result the ledger cannot hold fails its run (with `host`) and its file goes."""
-    recorded = []
-    for run_id in run_ids:
-        path = run_root / run_id / KEPT_RESULT
-        if not path.is_file():
-            continue
-        try:
-            result = json.loads(path.read_text())
-            retry_transient(lambda: ledger.finish(run_id, result), f"record {names(run_id)}", kept=path)
-        except ExecutorError:  # the database is down again: the file stays for the next invocation
-            raise
-        except (ValueError, TypeError) as err:  # (json's errors are ValueErrors)
-            error = f"the run finished but its kept result cannot be stored: {type(err).__name__}: {err}"
-            retry_transient(lambda: ledger.fail(run_id, error[:2000], host), f"record the failure of {names(run_id)}")
-            path.unlink(missing_ok=True)
-            continue
-        path.unlink(missing_ok=True)
-        recorded.append(run_id)
-    return recorded
-
-
 def live_queue() -> Any:
     """The queue Ray workers send live events to (a zero-CPU actor; None if it cannot start)."""
     from ray.util.queue import Queue
@@ -421,10 +373,3 @@ def live_queue() -> Any:
         return Queue(maxsize=LIVE_QUEUE_SIZE, actor_options={"num_cpus": 0})
     except Exception:  # noqa: BLE001 - without it children are still logged when runs finish
         return None
-
-
-def _plain(value: Any) -> Any:
-    """json.dumps fallback for numpy / torch scalars in a result."""
-    if hasattr(value, "item"):
-        return value.item()
-    raise TypeError(f"cannot keep a {type(value).__name__} in a run result")

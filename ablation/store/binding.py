@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 from dapo_ablate.ablation.experiment.identity import config_delta
 from dapo_ablate.ablation.store.ledger_rules import ExperimentRecord, LedgerError
-from dapo_ablate.ablation.store.tracking import flatten
+from dapo_ablate.ablation.store.tracking import DIGEST_TAG, flatten
 
 if TYPE_CHECKING:
     from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
-DIGEST_TAG = "dapo.spec_digest"
-"""The MLflow parent run's tag holding the experiment's digest."""
+__all__ = ["DESIGN_FIELDS", "DIGEST_TAG", "check_binding", "design_of", "differences", "experiment_digest"]
+
 DESIGN_FIELDS = ("factors", "design", "resolution", "generators", "orderings", "settings")
 """The spec fields the digest covers besides the base trainer config."""
 _MISSING = "(absent)"

@@ -43,6 +43,8 @@ from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.core.contracts import COMPUTE_COLUMNS
 
 ROLE_TAG = "dapo.role"
+DIGEST_TAG = "dapo.spec_digest"
+"""The parent run's tag holding the digest its experiment name is bound to (`store.binding`)."""
 RUN_ID_TAG = "dapo.run_id"
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own nesting tag
 NOTE_TAG = "mlflow.note.content"  # the run's description in the UI
@@ -101,17 +103,16 @@ class Tracker:
     # -- parent ---------------------------------------------------------------------------------
 
     def parent_run(self, known_id: str | None, *, name: str, tags: dict[str, str],
-                   params: dict[str, Any] | None = None) -> str:
+                   params: dict[str, Any] | None = None, digest: str | None = None) -> str:
         """The experiment's parent run id, reused if it exists, else created; marked RUNNING.
 
         `known_id`: the id recorded in the ledger (tried first). `tags` are (re)set every time;
         `params` are logged where the parent has no value for them yet (MLflow params are
-        immutable: a rerun with a changed spec keeps the first values; its description is current).
+        immutable: a rerun with added seeds keeps the first values; its description is current).
+        `digest` (`store.binding`): the parent is bound to it (tag `DIGEST_TAG`); a parent bound
+        to another one is refused (`check_parent`) before anything is written.
         """
-        parent = self._active_run(known_id) if known_id else None
-        if parent is None:
-            found = self._search(f"tags.`{ROLE_TAG}` = 'parent'")
-            parent = found[0] if found else None
+        parent = self.check_parent(known_id, digest)
         if parent is None:
             parent = self.client.create_run(self.experiment_id, run_name=name, tags={ROLE_TAG: "parent"})
         parent_id = parent.info.run_id
@@ -121,18 +122,45 @@ class Tracker:
                if key not in parent.data.params]
         for batch in [new[i:i + _PARAMS_PER_BATCH] for i in range(0, len(new), _PARAMS_PER_BATCH)]:
             self.client.log_batch(parent_id, params=batch)
-        self.client.log_batch(parent_id, tags=_tags({**self.source_tags, **tags}))
+        bound = {DIGEST_TAG: digest} if digest else {}
+        self.client.log_batch(parent_id, tags=_tags({**self.source_tags, **tags, **bound}))
         self.client.update_run(parent_id, status="RUNNING")
         return parent_id
 
+    def check_parent(self, known_id: str | None, digest: str | None) -> Any | None:
+        """The experiment's parent run (by the ledger's `known_id`, else by its ``dapo.role`` tag),
+        or None; reads only. With `digest`: ExecutorError if that parent is bound to another
+        digest, or is a sweep's (another spec used this name in this MLflow store, e.g. through
+        another ledger)."""
+        parent = self._active_run(known_id) if known_id else None
+        if parent is None:
+            found = self._search(f"tags.`{ROLE_TAG}` = 'parent'")
+            parent = found[0] if found else None
+        if parent is None or digest is None:
+            return parent
+        tags = parent.data.tags
+        if tags.get(DIGEST_TAG, digest) != digest or tags.get("dapo.kind") == "sweep":
+            name = self.client.get_experiment(self.experiment_id).name
+            raise ExecutorError(
+                f"the MLflow experiment {name!r} at {self.uri} already holds a parent run made from another spec; "
+                f"give this spec another name, e.g. `name: {name}-2` in the spec or `name={name}-2` on the command line"
+            )
+        return parent
+
     def log_parent_metrics(self, parent_id: str, metrics: dict[str, float], step: int = 0) -> None:
-        """Headline metrics on the parent (e.g. the full-vs-baseline gain and its interval)."""
+        """Headline metrics on the parent (e.g. the full-vs-baseline gain and its interval); a
+        metric whose latest value is already this one is not logged again (a rerun of a finished
+        experiment adds nothing to its history). Retried through the store's blips."""
         from mlflow.entities import Metric
 
+        from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
+
+        latest = retry_transient(lambda: self.client.get_run(parent_id).data.metrics, "read the MLflow parent run", store=MLFLOW)
         now = int(time.time() * 1000)
-        batch = [Metric(names.mlflow_safe(k), float(v), now, step) for k, v in metrics.items() if _is_number(v)]
+        numbers = {names.mlflow_safe(key): float(value) for key, value in metrics.items() if _is_number(value)}
+        batch = [Metric(key, value, now, step) for key, value in numbers.items() if latest.get(key) != value]
         if batch:
-            self.client.log_batch(parent_id, metrics=batch)
+            retry_transient(lambda: self.client.log_batch(parent_id, metrics=batch), "log the headline", store=MLFLOW)
 
     def end_parent(self, parent_id: str, status: str) -> None:
         """Mark the parent FINISHED, FAILED or KILLED at the end of an invocation."""
@@ -156,6 +184,7 @@ class Tracker:
         existing one continued (a resumed or retried run). A FINISHED child is left as it is."""
         existing = self._child(parent_id, child.run_id)
         if existing is not None:
+            self._complete(existing, child)
             if existing.info.status != "FINISHED":
                 self.client.update_run(existing.info.run_id, status="RUNNING")
             self._source[existing.info.run_id] = names.eval_source(child.config)
@@ -189,6 +218,7 @@ class Tracker:
         continued and finished. Its MLflow run id."""
         existing = self._child(parent_id, child.run_id)
         if existing is not None and existing.info.status == "FINISHED":
+            self._complete(existing, child)
             return existing.info.run_id
         mlflow_id = self.start_child(parent_id, child)
         self.finish_child(mlflow_id, child)
@@ -202,26 +232,40 @@ class Tracker:
         return (finished or runs or [None])[0]
 
     def _create_child(self, parent_id: str, child: ChildRun) -> str:
-        from mlflow.entities import Param
-
-        tags = {PARENT_TAG: parent_id, RUN_ID_TAG: child.run_id, ROLE_TAG: "child", **self.source_tags, **child.tags}
-        tags = {key: str(value)[:_TAG_CHARS] for key, value in tags.items()}
-        run = self.client.create_run(self.experiment_id, tags=tags, run_name=child.name)
+        """A new child run: created with every tag (its run id tag among them) in one call, then
+        its params and config artifact. A driver stopped in between leaves a child without them;
+        whoever reuses it next completes it (`_complete`)."""
+        run = self.client.create_run(self.experiment_id, tags=self._child_tags(parent_id, child), run_name=child.name)
         run_id = run.info.run_id
         self._logged[run_id] = set()
         self._source[run_id] = names.eval_source(child.config)
-        params = {
-            **{f"factor.{name}": level for name, level in child.factors.items()},
-            **flatten(child.config),
-            "seed": child.seed,
-            "run_id": child.run_id,
-            **({"setting": child.tags["dapo.setting"]} if "dapo.setting" in child.tags else {}),
-        }
+        self._log_params(run_id, _child_params(child))
+        self.client.log_dict(run_id, child.config, "config.json")
+        return run_id
+
+    def _complete(self, existing: Any, child: ChildRun) -> None:
+        """A reused child gets the params it lacks (MLflow params are immutable: present ones stay),
+        its tags set again and, if any param was missing, its config artifact: a child created by
+        a driver stopped before it logged them is whole again."""
+        run_id = existing.info.run_id
+        missing = {key: value for key, value in _child_params(child).items() if key not in existing.data.params}
+        tags = self._child_tags(existing.data.tags.get(PARENT_TAG, ""), child)
+        if any(existing.data.tags.get(key) != value for key, value in tags.items()):
+            self.client.log_batch(run_id, tags=_tags(tags))
+        if missing:
+            self._log_params(run_id, missing)
+            self.client.log_dict(run_id, child.config, "config.json")
+
+    def _child_tags(self, parent_id: str, child: ChildRun) -> dict[str, str]:
+        tags = {PARENT_TAG: parent_id, RUN_ID_TAG: child.run_id, ROLE_TAG: "child", **self.source_tags, **child.tags}
+        return {key: str(value)[:_TAG_CHARS] for key, value in tags.items()}
+
+    def _log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
         param_list = [Param(key, _param_value(value)) for key, value in params.items()]
         for batch_params, _ in _batches(param_list, []):
             self.client.log_batch(run_id, params=batch_params)
-        self.client.log_dict(run_id, child.config, "config.json")
-        return run_id
 
     def _log_new(self, mlflow_id: str, points: list[tuple[str, Any, int]]) -> int:
         from mlflow.entities import Metric
@@ -408,6 +452,17 @@ def quiet_mlflow() -> None:
     """Silence the store's migration chatter (INFO lines on every fresh database)."""
     for name in ("alembic", "mlflow.store.db.utils", "mlflow.store.sqlalchemy", "mlflow.tracking"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _child_params(child: ChildRun) -> dict[str, Any]:
+    """A child run's params: factor levels, the resolved config (dotted), seed, run id, setting."""
+    return {
+        **{f"factor.{name}": level for name, level in child.factors.items()},
+        **flatten(child.config),
+        "seed": child.seed,
+        "run_id": child.run_id,
+        **({"setting": child.tags["dapo.setting"]} if "dapo.setting" in child.tags else {}),
+    }
 
 
 def _tags(tags: dict[str, str]) -> list[Any]:
