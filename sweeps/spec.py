@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from dapo_ablate.ablation.experiment.spec import (
     DEFAULT_LEDGER,
     DEFAULT_OUTPUT_DIR,
+    MAX_SEEDS,
     ExecutorSpec,
     ExperimentSpec,
     SpecError,
@@ -52,6 +53,7 @@ from dapo_ablate.ablation.experiment.spec import (
     validate_spec,
 )
 from dapo_ablate.core.config import (
+    MAX_SEED,
     TrainerConfig,
     format_validation_error,
     knob_paths,
@@ -68,6 +70,7 @@ __all__ = [
     "SpecError",
     "SweepSpec",
     "build_sweep",
+    "grid_count",
     "grid_values",
     "load_sweep",
 ]
@@ -111,8 +114,8 @@ class SamplerSpec(_Section):
     type: Literal["tpe", "grid", "random"] = "tpe"
     """tpe: Tree-structured Parzen Estimator (Bergstra et al. 2011), Optuna's default; grid: every
     combination of the knobs' values (floats need a step); random: independent uniform draws."""
-    seed: int = 0
-    """Seed of the sampler's draws (and of the grid's order)."""
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    """Seed of the sampler's draws (and of the grid's order); 0..2^32-1, numpy's range, which Optuna seeds."""
     n_startup_trials: int = Field(10, ge=0)
     """tpe: random trials before the model takes over (Optuna's default 10)."""
 
@@ -150,7 +153,8 @@ class SweepSpec(TrainerBasedSpec):
     Build it with `load_sweep(path)` or `build_sweep(dict)`."""
 
     name: str = Field(min_length=1)
-    """Sweep name: the Optuna study, the MLflow experiment and the ledger experiment."""
+    """Sweep name: the Optuna study, the MLflow experiment and the ledger experiment, and the folder of
+    its runs in output_dir; the same rules as an experiment's name (`TrainerBasedSpec`)."""
     trainer: TrainerConfig
     """The base TrainerConfig every trial starts from: a mapping, or a YAML file relative to the spec."""
     space: dict[str, Dimension]
@@ -162,7 +166,7 @@ class SweepSpec(TrainerBasedSpec):
     """Finished trials (complete, pruned and failed) wanted in all; grid: defaults to the grid's size."""
     sampler: SamplerSpec = SamplerSpec()
     pruner: PrunerSpec = PrunerSpec()
-    seeds_per_trial: int = Field(1, ge=1)
+    seeds_per_trial: int = Field(1, ge=1, le=MAX_SEEDS)
     """Seeds 0..n-1 per knob setting; a trial's value (and each intermediate value) is their mean."""
     factors: list[str | dict[str, list[Any]]] | None = None
     """Robustness mode: technique names or two-level knobs, as in the factorial spec."""
@@ -217,9 +221,15 @@ class SweepSpec(TrainerBasedSpec):
                         "give it a step or choices, or use sampler: tpe or random",
                         f"space.{leaf}",
                     )
-            size = self.grid_size
+            size = self.grid_size  # counted, not enumerated: a step of 1e-11 would be 10^10 values
             if size > MAX_GRID_POINTS:
-                raise SpecProblem(f"the grid has {size} points, above {MAX_GRID_POINTS}; use coarser steps or fewer knobs", "space")
+                leaf, dim = max(self.space.items(), key=lambda item: grid_count(item[1]))
+                raise SpecProblem(
+                    f"the grid has {_how_many(size)} points, above {MAX_GRID_POINTS:,} ({leaf} alone has "
+                    f"{_how_many(grid_count(dim))} values); "
+                    "use coarser steps or fewer knobs",
+                    "space",
+                )
             if self.n_trials is None:
                 object.__setattr__(self, "n_trials", size)
             elif self.n_trials > size:
@@ -247,9 +257,10 @@ class SweepSpec(TrainerBasedSpec):
         return {leaf: paths[leaf] for leaf in self.space}
 
     @property
-    def grid_size(self) -> int:
-        """Points of the grid sampler's grid (the product of each knob's values)."""
-        return math.prod(len(grid_values(dim)) for dim in self.space.values())
+    def grid_size(self) -> int | float:
+        """Points of the grid sampler's grid (the product of each knob's `grid_count`; inf when a
+        step is too small to count), computed without listing any value."""
+        return math.prod(grid_count(dim) for dim in self.space.values())
 
     @property
     def seeds(self) -> list[int]:
@@ -270,12 +281,30 @@ def build_sweep(data: dict[str, Any], source: str = "sweep spec", base: str | Pa
     return validate_spec(SweepSpec, data, source, base)
 
 
+def grid_count(dim: Dimension) -> int | float:
+    """How many values `grid_values` lists for a knob, by arithmetic alone: the choices, or
+    floor((high - low) / step) + 1 (inf when the quotient overflows a float)."""
+    if dim.type == "categorical":
+        return len(dim.choices or [])
+    step = dim.step if dim.step is not None else 1
+    if dim.type == "int":
+        return (int(dim.high) - int(dim.low)) // int(step) + 1
+    quotient = (dim.high - dim.low) / step
+    return math.floor(quotient + 1e-9) + 1 if math.isfinite(quotient) else math.inf
+
+
+def _how_many(count: int | float) -> str:
+    """A count for a sentence: exact up to a billion (a product of counts may not fit a float)."""
+    return f"{int(count):,}" if count < 10**9 else "more than 10^9"
+
+
 def grid_values(dim: Dimension) -> list[Any]:
-    """Every value of a knob the grid sampler visits: the choices, or low, low + step, ... <= high."""
+    """Every value of a knob the grid sampler visits: the choices, or low, low + step, ... <= high
+    (a grid is checked against MAX_GRID_POINTS by `grid_count` before any is listed)."""
     if dim.type == "categorical":
         return list(dim.choices or [])
     step = dim.step if dim.step is not None else 1
-    count = int(math.floor((dim.high - dim.low) / step + 1e-9)) + 1
+    count = grid_count(dim)
     if dim.type == "int":
         return [int(dim.low + i * step) for i in range(count)]
     return [round(dim.low + i * step, 12) for i in range(count)]

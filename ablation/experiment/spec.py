@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from dapo_ablate.ablation.experiment.fractions import DesignError, choose_fraction, roman
 from dapo_ablate.core.config import (
+    MAX_SEED,
     ConfigError,
     TrainerConfig,
     build_trainer_config,
@@ -62,8 +63,13 @@ DEFAULT_LEDGER = "sqlite:///dapo-runs/ledger.db"
 DEFAULT_TRACKING_URI = "sqlite:///dapo-runs/mlflow.db"
 DEFAULT_OUTPUT_DIR = "dapo-runs"
 MAX_CELLS = 4096
-MAX_SEEDS = 1000  # per cell; a power analysis (`dapo-ablate plan-seeds`) never asks for more
 """Largest design accepted (2^12 cells); a bigger one is almost surely a mistake: use a fraction."""
+MAX_SEEDS = 1000
+"""Most seeds per cell (or per trial of a sweep); a power analysis (`dapo-ablate plan-seeds`) never asks for more."""
+MAX_NAME_CHARS = 200
+"""Longest experiment or sweep name: the ledger's experiment name column (MLflow's holds 256)."""
+MAX_SETTING_CHARS = 32
+"""Longest setting name: it prefixes its runs' cell keys in the ledger (64 characters with the levels)."""
 MAX_COMBINED_KNOBS = 10
 """Knob factors up to this many have every combination of their levels validated (2^10 builds)."""
 FILE_KNOBS = ("model.path", "data.train", "data.eval")
@@ -187,6 +193,30 @@ class TrainerBasedSpec(_Section):
             )
         return value
 
+    @field_validator("name", check_fields=False)
+    @classmethod
+    def _name_stays_inside(cls, value: str) -> str:
+        # run folders are output_dir / <name with other characters as _>: "." or ".." would escape it;
+        # a control or invisible character splits a report's table row or hides what a name says
+        if not value.strip(". ") or "\x00" in value:
+            raise SpecProblem(
+                f"{value!r} cannot name run folders inside output_dir; use letters, digits, '-', '_' or '.'", "name"
+            )
+        hidden = next((char for char in value if not char.isprintable()), None)
+        if hidden is not None:
+            raise SpecProblem(
+                f"{value!r} holds the control or invisible character U+{ord(hidden):04X}; "
+                "use letters, digits, spaces, '-', '_' or '.'",
+                "name",
+            )
+        if len(value) > MAX_NAME_CHARS:
+            raise SpecProblem(
+                f"is {len(value)} characters long, above the {MAX_NAME_CHARS} the ledger holds for a name; "
+                f"shorten it to at most {MAX_NAME_CHARS}",
+                "name",
+            )
+        return value
+
     @field_validator("ledger", check_fields=False)
     @classmethod
     def _shared_ledger(cls, value: str) -> str:
@@ -234,7 +264,8 @@ def _merge(base: dict[str, Any], overrides: dict[str, Any], setting: str) -> dic
     return data
 
 
-SETTING_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+SETTING_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+"""A setting's name, whole (`fullmatch`: `$` alone would let a trailing newline through)."""
 
 
 class ExperimentSpec(TrainerBasedSpec):
@@ -244,7 +275,9 @@ class ExperimentSpec(TrainerBasedSpec):
     the current folder, or to ``context={"base": folder}``)."""
 
     name: str = Field(min_length=1)
-    """Experiment name: the MLflow experiment and the ledger's experiment."""
+    """Experiment name: the MLflow experiment and the ledger's experiment, and the folder of its runs
+    in output_dir (at most MAX_NAME_CHARS characters, none a control character; `preflight` checks
+    that the folder name fits the file system)."""
     trainer: TrainerConfig
     """The base TrainerConfig every cell starts from: a mapping, or a YAML file relative to the spec."""
     factors: list[str | dict[str, list[Any]]] = Field(default_factory=lambda: list(TECHNIQUES))
@@ -321,16 +354,6 @@ class ExperimentSpec(TrainerBasedSpec):
                 raise SpecProblem(f"orderings[{i}] repeats orderings[{orderings.index(ordering)}]; list each ordering once", "orderings")
         return orderings
 
-    @field_validator("name")
-    @classmethod
-    def _name_stays_inside(cls, value: str) -> str:
-        # run folders are output_dir / <name with other characters as _>: "." or ".." would escape it
-        if not value.strip(". ") or "\x00" in value:
-            raise SpecProblem(
-                f"{value!r} cannot name run folders inside output_dir; use letters, digits, '-', '_' or '.'", "name"
-            )
-        return value
-
     @field_validator("seeds", mode="before")
     @classmethod
     def _seed_list(cls, value: Any) -> Any:
@@ -352,6 +375,12 @@ class ExperimentSpec(TrainerBasedSpec):
             for seed in value:
                 if isinstance(seed, bool) or not isinstance(seed, int):
                     raise SpecProblem(f"{seed!r} is not an integer; list integer seeds", "seeds")
+                if not 0 <= seed <= MAX_SEED:
+                    raise SpecProblem(
+                        f"seed {seed} is outside 0..{MAX_SEED}, the range of every random generator a run seeds; "
+                        "list seeds in that range",
+                        "seeds",
+                    )
                 if seed in seen:
                     raise SpecProblem(f"seed {seed} is listed twice; list each seed once", "seeds")
                 seen.add(seed)
@@ -384,9 +413,10 @@ class ExperimentSpec(TrainerBasedSpec):
     def _settings_build(self) -> "ExperimentSpec":
         names = [setting.name for setting in self.settings]
         for setting in self.settings:
-            if not SETTING_NAME.match(setting.name):
+            if not SETTING_NAME.fullmatch(setting.name) or len(setting.name) > MAX_SETTING_CHARS:
                 raise SpecProblem(
-                    f"setting name {setting.name!r} must start with a letter or digit and use only letters, digits, '_', '-' or '.'",
+                    f"setting name {setting.name!r} must start with a letter or digit and use only letters, digits, '_', "
+                    f"'-' or '.', at most {MAX_SETTING_CHARS} of them",
                     "settings",
                 )
             if names.count(setting.name) > 1:
@@ -417,9 +447,15 @@ class ExperimentSpec(TrainerBasedSpec):
 
 
 def run_root(spec: ExperimentSpec | TrainerBasedSpec) -> Path:
-    """The experiment's (or sweep's) run folders' parent, absolute: ``output_dir/<name, other characters as _>``
+    """The experiment's (or sweep's) run folders' parent, absolute: ``output_dir/<run_folder_name>``
     (a run's folder is ``run_root(spec) / <run id>``)."""
-    return Path(spec.output_dir).expanduser().resolve() / re.sub(r"[^\w.-]+", "_", spec.name)
+    return Path(spec.output_dir).expanduser().resolve() / run_folder_name(spec.name)
+
+
+def run_folder_name(name: str) -> str:
+    """The folder an experiment's or sweep's name gives its runs: the name, characters other than
+    letters, digits, '.', '-' and '_' as '_'."""
+    return re.sub(r"[^\w.-]+", "_", name)
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:
