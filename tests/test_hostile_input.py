@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tiny_configs import QUICKSTART_SHAPE
 from typer.testing import CliRunner
 
 from dapo_ablate.cli.main import app
@@ -22,7 +23,7 @@ ALIAS_BOMB = "\n".join(
 def spec_data(tmp_path: Path, **fields) -> dict:
     out = tmp_path / "out"
     data = {
-        "name": "hostile", "trainer": {}, "factors": ["overlong_filter", "clip_higher"], "seeds": 1,
+        "name": "hostile", "trainer": QUICKSTART_SHAPE, "factors": ["overlong_filter", "clip_higher"], "seeds": 1,
         "output_dir": str(out), "ledger": f"sqlite:///{out}/ledger.db", "tracking": {"uri": f"sqlite:///{out}/mlflow.db"},
     }  # fmt: skip
     data.update(fields)
@@ -38,7 +39,7 @@ def write(tmp_path: Path, text: str | bytes) -> Path:
 CASES = {
     "alias bomb": (lambda tmp: write(tmp, ALIAS_BOMB), "aliases"),
     "non-UTF-8 file": (lambda tmp: write(tmp, b"name: caf\xe9\n"), "not UTF-8"),
-    "a directory": (lambda tmp: tmp, "is a directory"),
+    "a directory": (lambda tmp: tmp, "is a folder without spec.yaml"),  # an experiment folder holds one
     "a special file": (lambda tmp: Path("/dev/null"), "not a regular file"),
     "a million seeds": (lambda tmp: write(tmp, yaml.safe_dump(spec_data(tmp, seeds=1_000_000))), "seeds"),
     "name escaping output_dir": (lambda tmp: write(tmp, yaml.safe_dump(spec_data(tmp, name=".."))), "name"),

@@ -17,7 +17,7 @@ from dapo_ablate.ablation.experiment.spec import SpecError, run_root
 from dapo_ablate.ablation.runtime.backends.verl import VerlTranslationError
 from dapo_ablate.ablation.runtime.backends.verl_plan import format_verl_jobs, uses_verl, verl_jobs
 from dapo_ablate.ablation.runtime.executor import ExperimentSummary, RunOptions, run_experiment
-from dapo_ablate.ablation.runtime.preflight import preflight
+from dapo_ablate.ablation.runtime.preflight import check_contexts, preflight
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.store.results import NEW, ResultsError, status_rows
@@ -43,11 +43,13 @@ class Validation:
 
 
 def validate(experiment: Experiment, address: str | None = None) -> Validation:
-    """Check the spec's folders, stores and Ray address (`address` over ``executor.address``)
-    and, for verl cells, that verl can run every one; writes nothing."""
+    """Check the spec's folders, stores and Ray address (`address` over ``executor.address``),
+    that every run's prompt plus response ceiling fits its model's context, and, for verl cells,
+    that verl can run every one; writes nothing."""
     spec, plan = experiment.spec, experiment.plan
     with user_errors(*ERRORS):
         preflight(spec, address if address is not None else spec.executor.address)
+        check_contexts(spec)
         verl = check_verl(experiment)
     return Validation(format_plan(plan), ledger_line(experiment), format_verl_jobs(spec, plan) if verl else None)
 
