@@ -192,10 +192,14 @@ def test_run_with_overrides_trains_the_overridden_runs(tmp_path: Path):
     assert len(rows) == 8 and {row["status"] for row in rows} == {"done"} and {row["seed"] for row in rows} == {0, 1}
     # clip_higher off runs train with eps_high = eps_low, but their config still says 0.3
     assert {row["metrics"]["avg@4"] for row in rows} == {0.3}
-    again = command("run", str(path), "--no-progress", "executor.max_concurrent=1", cwd=tmp_path)
+    # the file's eps_high is another base config: the name is bound to the overridden design
+    refused = command("run", str(path), "--no-progress", "executor.max_concurrent=1", cwd=tmp_path)
+    assert refused.returncode == 2 and "name=ovr-2" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    again = command("run", str(path), "--no-progress", "executor.max_concurrent=1", "name=ovr-2", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
-    rows = ledger_runs(tmp_path, "ovr")  # the file's eps_high: other run ids, 4 new runs
-    assert len(rows) == 12 and sorted(row["metrics"]["avg@4"] for row in rows).count(0.3) == 8
+    rows = ledger_runs(tmp_path, "ovr-2")  # the file's eps_high: other run ids, 4 new runs
+    assert len(rows) == 4 and {row["status"] for row in rows} == {"done"}
+    assert len(ledger_runs(tmp_path, "ovr")) == 8
 
 
 def test_sweep_with_overrides_runs_the_overridden_trials(tmp_path: Path):

@@ -52,7 +52,7 @@ def sleepy_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:
 def write_spec(tmp_path: Path, **fields: Any) -> Path:
     out = tmp_path / "out"
     data = {
-        "name": "cli-exp", "trainer": {}, "factors": ["overlong_filter", "clip_higher"], "seeds": 1,
+        "name": "cli-exp", "trainer": {"rollout": {"max_response_len": 64}, "algorithm": {"overlong_cache": 8}}, "factors": ["overlong_filter", "clip_higher"], "seeds": 1,
         "output_dir": str(out), "ledger": f"sqlite:///{out}/ledger.db",
         "tracking": {"uri": f"sqlite:///{out}/mlflow.db"},
         "executor": {"retries": 1, "max_concurrent": 2, "lease_s": 600},

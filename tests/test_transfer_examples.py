@@ -79,10 +79,12 @@ def _paper_example_here(tmp_path: Path) -> Path:
     trainer["data"]["train"], trainer["data"]["eval"] = str(tmp_path / "train.parquet"), str(tmp_path / "aime.jsonl")
     (tmp_path / "paper_qwen32b.yaml").write_text(yaml.safe_dump(trainer))
     (tmp_path / "Qwen2.5-32B").mkdir()
+    (tmp_path / "Qwen2.5-32B" / "config.json").write_text('{"max_position_embeddings": 32768}')
     for setting in spec["settings"]:
         if "model.path" in setting["overrides"]:
             model = tmp_path / Path(setting["overrides"]["model.path"]).name
             model.mkdir()
+            (model / "config.json").write_text('{"max_position_embeddings": 32768}')
             setting["overrides"]["model.path"] = str(model)
     spec["executor"]["address"] = None
     spec["tracking"]["uri"] = f"sqlite:///{tmp_path}/runs/mlflow.db"

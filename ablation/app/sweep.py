@@ -12,7 +12,7 @@ from dapo_ablate.ablation.app.texts import command_line
 from dapo_ablate.ablation.experiment.overrides import OverrideError, load_spec_with_overrides
 from dapo_ablate.ablation.experiment.spec import SpecError, run_root
 from dapo_ablate.ablation.runtime.executor import SWEEP_RECORD
-from dapo_ablate.ablation.runtime.preflight import preflight
+from dapo_ablate.ablation.runtime.preflight import check_contexts, preflight
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.core.config import ConfigError
@@ -44,6 +44,7 @@ def sweep_plan(spec: SweepSpec, address: str | None = None, n_trials: int | None
     """Check the spec's folders, stores and Ray address; the plan `sweep --dry-run` prints."""
     with user_errors(*ERRORS):
         preflight(spec, address if address is not None else spec.executor.address)  # type: ignore[arg-type]
+        check_contexts(spec)
     return format_sweep_plan(spec, n_trials)
 
 

@@ -45,7 +45,8 @@ import yaml
 
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec, SpecError, run_root, validate_spec
 from dapo_ablate.ablation.runtime.factorial import ExperimentSummary, FactorialScheduler, RunOptions
-from dapo_ablate.ablation.runtime.preflight import preflight
+from dapo_ablate.ablation.runtime.cell import submits_jobs
+from dapo_ablate.ablation.runtime.preflight import check_contexts, preflight
 from dapo_ablate.ablation.runtime.ray_connect import connect_ray
 from dapo_ablate.ablation.runtime.signals import Interrupted, StopSignals, sigterm_as_interrupt, stopped_at_start
 from dapo_ablate.ablation.runtime.task import resolve_cell_fn
@@ -88,6 +89,8 @@ def run_experiment(spec: ExperimentSpec, plan: Plan, *, address: str | None = No
     """
     address = address if address is not None else spec.executor.address
     fn = resolve_cell_fn(cell_fn)
+    if submits_jobs(fn):  # the real trainer: a prompt + response ceiling beyond a model's context fails every run
+        check_contexts(spec)
     finished = rerun_finished(spec, plan, address)
     if finished is not None:
         return finished
