@@ -59,21 +59,25 @@ def _model_terms(design: DesignInfo) -> list[Term]:
     return terms if np.linalg.matrix_rank(x) == x.shape[1] else []
 
 
-def effect_contrasts(design: DesignInfo, factors: list[str], g: np.ndarray) -> EffectContrasts:
+def effect_contrasts(
+    design: DesignInfo, factors: list[str], g: np.ndarray, max_order: int | None = None
+) -> EffectContrasts:
     """The estimable effects of ``design`` over its observed cells (``g``: information matrix
-    of the cell means, the weights of the model fit for an incomplete design)."""
+    of the cell means, the weights of the model fit for an incomplete design); ``max_order``:
+    only terms (a fraction: fitted terms of alias groups) up to that order."""
     masks = np.array(design.observed)
     if design.kind == "full":
-        terms = all_terms(design.k)
+        terms = all_terms(design.k, max_order)
         rows = contrast_columns(masks, terms) / (len(masks) / 2)
         return EffectContrasts([term_name(t, factors) for t in terms], terms, rows, False)
     if design.kind == "fraction":
-        groups = design.alias_groups
+        groups = [group for group in design.alias_groups if max_order is None or len(group[0]) <= max_order]
         rows = contrast_columns(masks, [group[0] for group in groups]) / (len(masks) / 2)
         full_chains = (design.resolution or 0) < 5  # below V every member matters: name them all
         names = [
             alias_chain(group, factors, None if full_chains else 2, signs)
-            for group, signs in zip(groups, design.alias_signs)
+            for group, signs in zip(design.alias_groups, design.alias_signs)
+            if max_order is None or len(group[0]) <= max_order
         ]
         return EffectContrasts(names, [group[0] for group in groups], rows, False)
     terms = _model_terms(design)

@@ -19,6 +19,11 @@ effects or alias chains), order (gain added last minus added first). The designs
 factorial and its half fraction with the highest resolution (I = all factors).
 
 sigma comes from a pilot (the report's residual mean square, seeds as blocks) or is stated.
+
+Bounded: at most MAX_FACTORS (12) factors, refused in one sentence before any work; the family
+contrasts are built as contrast rows (no 2^k x 2^k identity, only effects up to order two), and
+the seed count is found by bisection on the power (about 10 integrals per family, not one per
+candidate n), so a 12-factor plan takes seconds.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from . import shapley as sv
 from .analysis import fit_table, noise_model
 from .design import DesignInfo, describe_design
 from .effects import effect_contrasts, model_prediction_map
-from .table import ReportInputError, validate_results
+from .table import MAX_FACTORS, ReportInputError, validate_results
 
 POWER_COLUMNS = [
     "design", "cells", "family", "statistic", "tests", "level", "se_one_seed", "seeds_per_cell", "runs", "power",
@@ -41,30 +46,45 @@ MAX_SEEDS = 1000
 
 def half_fraction(k: int) -> np.ndarray:
     """Cells of the 2^(k-1) fraction I = (all factors): an even number of factors on."""
-    return np.array([m for m in range(2**k) if bin(m).count("1") % 2 == 0])
+    cells = np.arange(2**k)
+    return cells[sv.popcount(cells) % 2 == 0]
 
 
 def family_contrasts(design: DesignInfo, factors: list[str]) -> dict[str, tuple[str, np.ndarray]]:
-    """{family: (statistic, contrast rows over the observed cells)} as the report tests them."""
+    """{family: (statistic, contrast rows over the observed cells)} as the report tests them.
+
+    The rows are built as contrasts of the 2^k cell means (``shapley.shapley_matrix``, four cells
+    per order gap) and mapped onto the observed cells: the full design's cells are its own, a
+    resolution V+ fraction's come from the fitted model; only main effects and two-factor
+    effects are formed (``max_order=2``), not all 2^k - 1."""
     m, k = len(design.observed), design.k
-    eye = np.eye(2**k)
     if design.kind == "full":
-        value_map = np.eye(m)
+        to_observed = lambda rows: rows  # noqa: E731 - the cells in mask order are the observed ones
     elif (design.resolution or 0) >= 5:
-        value_map = model_prediction_map(design, np.eye(m))
+        value_map = model_prediction_map(design, np.eye(m))  # [2**k, m]
+        to_observed = lambda rows: rows @ value_map  # noqa: E731
     else:
-        value_map = None
-    effects = effect_contrasts(design, factors, np.eye(m))
+        to_observed = None
+    effects = effect_contrasts(design, factors, np.eye(m), max_order=2)
     families: dict[str, tuple[str, np.ndarray]] = {}
-    if value_map is not None:
-        families["attribution"] = ("Shapley value", sv.shapley_values(eye).T @ value_map)
+    if to_observed is not None:
+        families["attribution"] = ("Shapley value", to_observed(sv.shapley_matrix(k)))
     else:
         families["attribution"] = ("main effect", effects.contrasts[effects.orders == 1])
     families["interactions"] = ("two-factor interaction effect", effects.contrasts[effects.orders == 2])
-    if value_map is not None:
-        gaps = (sv.leave_one_out(eye) - sv.add_one(eye)).T @ value_map
-        families["order"] = ("gain added last minus first", gaps)
+    if to_observed is not None:
+        families["order"] = ("gain added last minus first", to_observed(order_gap_matrix(k)))
     return {name: value for name, value in families.items() if len(value[1])}
+
+
+def order_gap_matrix(k: int) -> np.ndarray:
+    """[k, 2**k]: factor i's gain added last minus added first, v(all) - v(all - i) - v(i) + v(none)
+    (``shapley.leave_one_out - shapley.add_one``), as contrast rows."""
+    full, rows = 2**k - 1, np.zeros((k, 2**k))
+    for i in range(k):
+        for cell, sign in ((full, 1.0), (full ^ (1 << i), -1.0), (1 << i, -1.0), (0, 1.0)):
+            rows[i, cell] += sign  # k = 1: all - i is none and i is all, so the row is zero
+    return rows
 
 
 def power_at(effect: float, se: float, df: float, level: float) -> float:
@@ -97,20 +117,40 @@ def welch_df(contrast: np.ndarray, m: int, n: int) -> float:
 
 
 def seeds_needed(effect: float, sigma: float, contrast: np.ndarray, m: int, level: float, power: float) -> tuple[int, float]:
-    """Smallest n >= 2 with power >= ``power`` (SE = sigma sqrt(c'c / n), df = ``welch_df``)."""
+    """Smallest n in 2..MAX_SEEDS with power >= ``power`` (SE = sigma sqrt(c'c / n), df =
+    ``welch_df``), else (MAX_SEEDS + 1, NaN). Power rises with n (the SE falls and the df grow),
+    so bisection finds it with about log2(MAX_SEEDS) = 10 evaluations of ``power_at``, each a
+    numerical integral, instead of one per candidate n."""
     unit = float(np.sum(np.asarray(contrast) ** 2))
-    for n in range(2, MAX_SEEDS + 1):
-        achieved = power_at(effect, sigma * np.sqrt(unit / n), welch_df(contrast, m, n), level)
-        if achieved >= power:
-            return n, achieved
-    return MAX_SEEDS + 1, float("nan")
+
+    def achieved(n: int) -> float:
+        return power_at(effect, sigma * np.sqrt(unit / n), welch_df(contrast, m, n), level)
+
+    high_power = achieved(MAX_SEEDS)
+    if high_power < power:
+        return MAX_SEEDS + 1, float("nan")
+    low, high = 1, MAX_SEEDS  # power(low) < wanted (or low below the range), power(high) >= wanted
+    while high - low > 1:
+        middle = (low + high) // 2
+        value = achieved(middle) if middle >= 2 else 0.0
+        if value >= power:
+            high, high_power = middle, value
+        else:
+            low = middle
+    return high, high_power
 
 
 def plan_seeds(
     factors: list[str], sigma: float, effect: float, power: float = 0.8, alpha: float = 0.05, adjust: str = "holm"
 ) -> pd.DataFrame:
-    """POWER_COLUMNS per design (full, half fraction) and family: seeds per cell for ``power``."""
+    """POWER_COLUMNS per design (full, half fraction) and family: seeds per cell for ``power``.
+    ReportInputError, before any work, for more than MAX_FACTORS factors."""
     k = len(factors)
+    if k > MAX_FACTORS:
+        raise ReportInputError(
+            f"plan-seeds got {k} factors, and a report analyses at most {MAX_FACTORS} ({2**MAX_FACTORS:,} cells; each "
+            f"further factor doubles the cells to run); plan a design of {MAX_FACTORS} or fewer with --factors"
+        )
     designs = [("full 2^%d" % k, np.arange(2**k))]
     if k >= 3:
         designs.append((f"half fraction 2^({k}-1)", half_fraction(k)))
