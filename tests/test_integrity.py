@@ -8,6 +8,7 @@ fixtures)."""
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from test_ledger import RESULT, another_handle, backend_url, ledger, make_runs  
 from dapo_ablate.ablation.experiment.design import expand
 from dapo_ablate.ablation.experiment.spec import load_spec
 from dapo_ablate.ablation.store.binding import experiment_digest
-from dapo_ablate.ablation.store.ledger import Ledger, LedgerError, SQLLedger, connect_ledger
+from dapo_ablate.ablation.store.ledger import Ledger, LedgerError, SQLLedger, check_ledger, connect_ledger
 from dapo_ablate.ablation.store.results import ResultsError, load_experiment_results, status_rows
 
 
@@ -64,6 +65,26 @@ def test_another_applications_postgresql_database_is_refused_and_left_untouched(
         tables = connection.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")).scalars()
         assert sorted(tables) == ["invoices"]
     engine.dispose()
+
+
+def test_check_ledger_reads_only_and_refuses_what_opening_would(tmp_path: Path) -> None:
+    foreign, garbage, ours = tmp_path / "app.db", tmp_path / "garbage.db", tmp_path / "ours.db"
+    with sqlite3.connect(foreign) as db:
+        db.execute("CREATE TABLE users (id INTEGER)")
+    garbage.write_bytes(b"not a database at all" * 100)
+    SQLLedger(f"sqlite:///{ours}").close()
+    os.mkfifo(tmp_path / "fifo.db")
+    before = {path: file_digest(path) for path in (foreign, garbage)}
+    for path, words in ((foreign, "not a dapo-ablate ledger"), (garbage, "not a database"), (tmp_path / "fifo.db", "regular file")):
+        with pytest.raises(LedgerError, match=words) as raised:
+            check_ledger(f"sqlite:///{path}")
+        one_sentence(raised.value)
+    check_ledger(f"sqlite:///{ours}")
+    check_ledger(f"sqlite:///{tmp_path / 'new' / 'ledger.db'}")
+    assert not (tmp_path / "new").exists()
+    assert {path: file_digest(path) for path in before} == before
+    with pytest.raises(LedgerError, match="not a database URL"):
+        check_ledger("::nonsense")
 
 
 def test_a_garbage_ledger_file_is_one_sentence_and_left_as_it_was(tmp_path: Path) -> None:

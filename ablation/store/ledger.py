@@ -139,6 +139,7 @@ __all__ = [
     "LedgerError",
     "MemoryLedger",
     "SQLLedger",
+    "check_ledger",
     "connect_ledger",
 ]
 
@@ -192,6 +193,18 @@ def connect_ledger(url: str) -> Ledger:
     if url == MEMORY_URL:
         return MemoryLedger()
     return SQLLedger(url)
+
+
+def check_ledger(url: str) -> None:
+    """Refuse, reading only, a ledger URL that `connect_ledger` would refuse without a server:
+    an unusable URL, or an existing SQLite file that is special, not SQLite or another
+    application's database (LedgerError, one sentence). Nothing is created or written: for
+    `validate` and dry runs (a server's tables are checked when the ledger is opened)."""
+    if url == MEMORY_URL:
+        return
+    parsed = _resolve_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        _check_sqlite_file(parsed, parsed.render_as_string(hide_password=True))
 
 
 class SQLLedger:
