@@ -33,7 +33,7 @@ def write_spec(tmp_path: Path, **fields: Any) -> Path:
     """A spec YAML whose stores and outputs live under tmp_path/out."""
     out = tmp_path / "out"
     data = {
-        "name": "exp", "trainer": {}, "factors": FACTORS, "seeds": 1, "output_dir": str(out),
+        "name": "exp", "trainer": {"rollout": {"max_response_len": 64}, "algorithm": {"overlong_cache": 8}}, "factors": FACTORS, "seeds": 1, "output_dir": str(out),
         "ledger": f"sqlite:///{out}/ledger.db", "tracking": {"uri": f"sqlite:///{out}/mlflow.db"},
         "executor": {"retries": 1},
     }

@@ -23,7 +23,9 @@ from dapo_ablate.ablation.store.results import (
     load_experiment_results,
     open_ledger,
 )
+from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.tracking import Tracker
+from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
 from dapo_ablate.core.contracts import DEFAULT_METRIC
 from dapo_ablate.reports import ReportInputError, ReportOptions, load_results_csv, write_report
 from dapo_ablate.reports.headline import headline_lines, log_parent_headline
@@ -141,10 +143,11 @@ def log_experiment_headline(spec_path: str | Path | ExperimentSpec, confidence: 
 def _headline(spec: ExperimentSpec, tables: Any, confidence: float) -> str:
     try:
         table, factors, _, _, logger = tables()
-        found = log_headline(logger, spec.name, table, factors, spec.metric, confidence)
+        found = retry_transient(lambda: log_headline(logger, spec.name, table, factors, spec.metric, confidence),
+                                "log the headline to the MLflow parent run", store=MLFLOW)
         if not found:
             return f"no headline: experiment {spec.name!r} has no MLflow parent run"
-    except (ResultsError, ReportInputError) as error:
+    except (ResultsError, ReportInputError, ExecutorError) as error:  # ExecutorError: the MLflow store stayed down
         return f"no headline: {error}"
     return " ".join(f"{name + ': ' if name else ''}{headline_lines(h)[0]}" for name, h in found.items())
 

@@ -22,6 +22,7 @@ from urllib.request import url2pathname
 
 from dapo_ablate.ablation.experiment.spec import run_folder_name
 from dapo_ablate.ablation.store.errors import ExecutorError
+from dapo_ablate.ablation.store.ledger import LedgerError, check_ledger
 from dapo_ablate.ablation.store.tracking import default_artifact_location, sqlite_path
 from dapo_ablate.core.config import ConfigError, TrainerConfig, knob_paths
 from dapo_ablate.core.policy import check_context
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 """The first 16 bytes of every SQLite database file (an empty file is a fresh database too)."""
-LEDGER_BACKENDS = ("sqlite", "postgresql", "postgres")
-"""The databases `connect_ledger` opens (plain postgres:// and postgresql:// mean psycopg 3)."""
 CONTEXT_KNOBS = ("model.path", "rollout.max_response_len", "verl.max_prompt_length")
 """The trainer fields that decide whether a prompt plus the response ceiling fits the model."""
 
@@ -177,20 +176,12 @@ def check_artifact_location(spec: Any) -> None:
 
 
 def check_ledger_url(url: str) -> None:
-    """`url` is a database URL the ledger opens: a SQLite file or a PostgreSQL database."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
+    """`url` is a database the ledger opens (`store.ledger.check_ledger`, reading only): a SQLite
+    file that is missing, empty or the ledger's own, or a PostgreSQL database."""
     try:
-        parsed = make_url(url)
-    except ArgumentError:
-        parsed = None
-    if parsed is None or parsed.get_backend_name() not in LEDGER_BACKENDS:
-        raise ExecutorError(
-            f"`ledger` {url!r} is not a ledger database URL; give sqlite:///path/to/ledger.db or postgresql://user@host/db"
-        )
-    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
-        raise ExecutorError(f"`ledger` {url!r} names no file, so the ledger would forget every run; give sqlite:///path/to/ledger.db")
+        check_ledger(url)
+    except LedgerError as err:
+        raise ExecutorError(f"`ledger`: {err}") from None
 
 
 def check_contexts(spec: Any) -> None:
