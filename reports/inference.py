@@ -138,6 +138,9 @@ def times_g_inv(fit: "CellFit", contrasts: np.ndarray) -> np.ndarray:
     (O(q m)), else a matrix product (O(q m^2))."""
     if fit.g_inv_diagonal is not None:
         return contrasts * fit.g_inv_diagonal
+    m = len(fit.mu)
+    if contrasts.shape == (m, m) and np.count_nonzero(contrasts) == m and np.all(np.diagonal(contrasts) == 1):
+        return fit.g_inv.copy()  # the cells themselves (the cells table): I G^-1, without an O(m^3) product
     return contrasts @ fit.g_inv
 
 
