@@ -45,6 +45,12 @@ SHORT_LABELS = {
 }
 """Each technique's short label, as cell labels (``OF+CH``) and specs (``factors: [OF, CH]``) use it."""
 
+# --- design size ---------------------------------------------------------------------------------
+MAX_FACTORS = 12
+"""Most factors a report analyses: 2^12 = 4,096 cells. Every further factor doubles the cells,
+and the report's tables grow with them (the effects table alone has 2^k - 1 rows); a spec is
+held to the same bound."""
+
 # --- metric names ---------------------------------------------------------------------------------
 DEFAULT_METRIC = "avg@32"
 """The headline metric when none is named: the paper's AIME 2024 number, mean accuracy over 32 samples."""

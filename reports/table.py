@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dapo_ablate.core.contracts import COMPUTE_COLUMNS, DEFAULT_METRIC, SEED_COLUMN, SETTING_COLUMN, SHORT_LABELS
+from dapo_ablate.core.contracts import COMPUTE_COLUMNS, DEFAULT_METRIC, MAX_FACTORS, SEED_COLUMN, SETTING_COLUMN, SHORT_LABELS
 from dapo_ablate.core.contracts import TECHNIQUES as PAPER_FACTORS  # re-exported: DAPO's five, the paper's order
 
 PAPER_AIME_AVG32 = (30, 36, 38, 41, 42, 50)
@@ -65,10 +65,6 @@ def cell_masks(results: pd.DataFrame, factors: list[str]) -> np.ndarray:
     return levels @ (1 << np.arange(len(factors), dtype=np.int64))
 
 
-MAX_FACTORS = 12
-"""Most factors a report analyses: 2^12 = 4,096 cells. Every further factor doubles the cells,
-and the report's tables grow with them (the effects table alone has 2^k - 1 rows); a spec is
-held to the same bound."""
 
 
 def _listed(names: list[str], limit: int = 8) -> str:

@@ -148,7 +148,7 @@ BAD_SPECS = [
     ({"factors": list(TECHNIQUES) + [{n: [a, b]} for n, a, b in [
         ("lr", 1e-6, 2e-6), ("warmup_steps", 0, 20), ("weight_decay", 0.0, 0.1), ("kl_coef", 0.0, 0.1),
         ("eval_top_p", 0.7, 1.0), ("temperature", 0.9, 1.0), ("top_p", 0.9, 1.0), ("eval_temperature", 0.9, 1.0)]]},
-     ["`design`", "8192 cells", "fractional"]),
+     ["`factors`", "13 factors", "at most 12"]),
 ]
 
 
@@ -210,3 +210,11 @@ def test_an_unknown_key_gets_the_closest_documented_one(tmp_path, fields, senten
 def test_an_unknown_trainer_key_in_a_config_file_gets_the_closest_one():
     with pytest.raises(ConfigError, match=r"unknown key `rollout.temprature`; did you mean `rollout.temperature`\?"):
         build_trainer_config({"rollout": {"temprature": 0.7}})
+
+
+def test_more_factors_than_a_report_analyses_are_refused():
+    knobs = [{"temperature": [0.9, 1.0]}, {"top_p": [0.9, 1.0]}, {"eps_low": [0.1, 0.2]}, {"kl_coef": [0.0, 0.1]},
+             {"lr": [1e-6, 2e-6]}, {"warmup_steps": [0, 5]}, {"weight_decay": [0.0, 0.1]}, {"grad_clip": [1.0, 2.0]}]
+    with pytest.raises(SpecError) as err:  # 13 factors: a fraction would plan them, no report could read them
+        build_spec({"name": "x", "trainer": {}, "design": "fractional", "factors": [*TECHNIQUES, *knobs]})
+    assert "`factors`" in str(err.value) and "at most 12" in str(err.value) and "\n" not in str(err.value)

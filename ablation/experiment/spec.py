@@ -42,7 +42,7 @@ from dapo_ablate.core.config import (
     resolve_relative_paths,
     set_dotted,
 )
-from dapo_ablate.core.contracts import METRIC_PATTERN, SHORT_LABELS, TECHNIQUES, metric_name
+from dapo_ablate.core.contracts import MAX_FACTORS, METRIC_PATTERN, SHORT_LABELS, TECHNIQUES, metric_name
 
 __all__ = [
     "DEFAULT_LEDGER",
@@ -396,6 +396,12 @@ class ExperimentSpec(TrainerBasedSpec):
         if self.orderings != "paper" and self.design != "cumulative":  # `paper` is the default: harmless
             raise SpecProblem(f"only applies to design: cumulative (this is {self.design}); remove it", "orderings")
         k = len(self.factors)
+        if k > MAX_FACTORS:
+            raise SpecProblem(
+                f"{k} factors are listed; a report analyses at most {MAX_FACTORS} ({2**MAX_FACTORS:,} cells, each further factor "
+                "doubles them): keep the factors you are testing and fix the others in trainer",
+                "factors",
+            )
         if self.design == "fractional":
             try:
                 choose_fraction(k, self.resolution, self.generators)
