@@ -222,3 +222,30 @@ def test_overrides_do_not_apply_to_a_results_csv(app, results_csv, tmp_path):
 def test_parse_orderings():
     assert parse_orderings("paper") == "paper"
     assert parse_orderings("OF,CH;CH,OF") == [["OF", "CH"], ["CH", "OF"]]
+
+
+def test_report_files_replace_links_in_out_and_never_write_through_them(app, results_csv, tmp_path):
+    """A symbolic link already in --out under a report file's name is replaced by the file; the
+    file it pointed at is untouched. Every file lands whole, with no staging folder left over."""
+    out, victim = tmp_path / "out", tmp_path / "victim.txt"
+    out.mkdir()
+    victim.write_text("keep me")
+    (out / "report.md").symlink_to(victim)
+    (out / "shapley.csv").symlink_to(tmp_path / "nowhere.csv")
+    result = invoke(app, "--results", str(results_csv), "--out", str(out), "--format", "csv,md,html,png")
+    assert result.exit_code == 0, result.output
+    assert victim.read_text() == "keep me" and not (tmp_path / "nowhere.csv").exists()
+    assert not (out / "report.md").is_symlink() and (out / "report.md").read_text().startswith("#")
+    assert not (out / "shapley.csv").is_symlink()
+    assert not [p for p in out.iterdir() if p.name.startswith(".writing-")]
+    assert ".writing-" not in (out / "report.html").read_text()
+
+
+@pytest.mark.parametrize("kind", ["a file", "under /proc"])
+def test_an_out_that_cannot_be_a_folder_is_one_sentence(app, results_csv, tmp_path, kind):
+    out = tmp_path / "taken" if kind == "a file" else Path("/proc/dapo-ablate-report")
+    if kind == "a file":
+        out.write_text("")
+    result = invoke(app, "--results", str(results_csv), "--out", str(out))
+    assert result.exit_code == 2 and result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
+    assert "--out" in result.stderr

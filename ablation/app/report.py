@@ -4,6 +4,10 @@ attached to the experiment's MLflow parent run with its headline; and the headli
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -71,7 +75,7 @@ def report(request: ReportRequest) -> ReportOutcome:
             table, factors, curves, design, logger = experiment_results(experiment)
             options = replace(request.options, metric=request.metric or spec.metric, design=request.options.design or design)
             factors, extra, name = request.factors or factors, {"curves": curves, "signals": load_signals(spec, plan)}, spec.name
-        written = write_report(table, factors, request.out, options=options, **extra)
+        written = write_staged(request.out, lambda folder: write_report(table, factors, folder, options=options, **extra))
         if logger is not None:
             log_headline(logger, name, table, factors, options.metric, options.confidence)
     if logger is not None:
@@ -91,6 +95,44 @@ def experiment_results(experiment: Experiment) -> tuple[pd.DataFrame, list[str],
         if hint is not None:
             raise UserError(f"experiment {name!r} has no finished runs under this spec; {hint}") from None
         raise UserError(str(error).replace(STORE_RUN_HINT.format(name=name), f"run `{experiment.command('run')}` first")) from None
+
+
+def write_staged(out: Path, write: Any) -> dict[str, Path]:
+    """The files `write(folder)` writes, written into a fresh folder beside them and then moved into
+    `out` one by one with os.replace: each lands whole, and a symbolic link already in `out` under a
+    file's name is replaced itself, never written through. `out` is created only once everything
+    was written (a mistake found while writing leaves nothing behind); an `out` that cannot be a
+    writable folder (a file, read-only, under /proc) is one sentence before any work."""
+    home = _writable_home(out)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=home))
+    except OSError as err:
+        raise UserError(f"--out {str(out)!r}: cannot write in {str(home)!r} ({err.strerror or err}); choose another --out") from None
+    try:
+        written = write(staging)
+        out.mkdir(parents=True, exist_ok=True)
+        for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+            target = out / path.relative_to(staging)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+        return {name: out / Path(path).relative_to(staging) for name, path in written.items()}
+    except OSError as err:
+        raise UserError(f"could not write the report into {str(out)!r} ({err.strerror or err}); choose another --out") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _writable_home(out: Path) -> Path:
+    """`out` if it is a writable folder, else the nearest folder above it that exists (where the
+    staging folder goes, on the same file system); UserError for a file or a folder not writable."""
+    home = out
+    while not home.exists() and home != home.parent:
+        home = home.parent
+    if not home.is_dir():
+        raise UserError(f"--out {str(out)!r}: {str(home)!r} is a file, not a folder; choose another --out")
+    if not os.access(home, os.W_OK | os.X_OK):
+        raise UserError(f"--out {str(out)!r}: {str(home)!r} is not writable; choose another --out")
+    return home
 
 
 def load_signals(spec: ExperimentSpec, plan: Plan) -> pd.DataFrame | None:
