@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_text
+
 
 @dataclass
 class RunResult:
@@ -55,12 +57,7 @@ class RunResult:
         return out
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1))
-        tmp.replace(path)
-        return path
+        return write_text(path, json.dumps(self.to_dict(), indent=1))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunResult":

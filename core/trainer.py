@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import random
 import resource
 import time
@@ -49,6 +48,7 @@ from typing import Any, Callable
 import torch
 
 from . import algorithms as alg
+from .atomic import replace_with
 from .config import BUILTIN, ConfigError, TrainerConfig
 from .data import (  # noqa: F401  (the built-in seeds are re-exported: tests and benchmarks read them here)
     BUILTIN_EVAL_SEED,
@@ -521,17 +521,12 @@ def _policy_identity(policy: Policy, config: TrainerConfig) -> str:
 def _save_checkpoint(path: Path, run: Run) -> None:
     """Write a step-boundary checkpoint atomically (a crash mid-write leaves the previous one).
     Tensors and plain data only, so it loads with weights_only=True."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(
-        {
-            "config_digest": run.config.digest(),
-            "model": run.model.state_dict(),
-            "optimizer": run.optimizer.state_dict(),
-            "sampler": run.prompts.sampler.state(),
-            "update_gen": run.update_gen.get_state(),
-            "result": run.result.to_dict(),
-        },
-        tmp,
-    )
-    os.replace(tmp, path)
+    state = {
+        "config_digest": run.config.digest(),
+        "model": run.model.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "sampler": run.prompts.sampler.state(),
+        "update_gen": run.update_gen.get_state(),
+        "result": run.result.to_dict(),
+    }
+    replace_with(path, lambda tmp: torch.save(state, tmp))

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from dapo_ablate.ablation.app.errors import check_writable, user_errors
 from dapo_ablate.ablation.experiment.overrides import OverrideError, dotted_keys, parse_overrides, unknown_key_sentence
+from dapo_ablate.core.atomic import write_text
 from dapo_ablate.core.config import BUILTIN, ConfigError, TrainerConfig, load_trainer_config
 from dapo_ablate.core.data import DataError, check_data_file
 from dapo_ablate.core.policy import check_context, check_model_folder
@@ -48,7 +49,7 @@ def train(config: TrainerConfig, out: Path, *, resume: bool = True,
     checkpoints); the trainer's `RunResult`."""
     check_inputs(config)
     check_writable(out)
-    (out / "config.json").write_text(json.dumps(config.to_dict(), indent=1))
+    write_text(out / "config.json", json.dumps(config.to_dict(), indent=1))  # never through a link in --out
     from dapo_ablate.core.trainer import train as run_training  # torch loads only here
 
     with user_errors(*ERRORS):
