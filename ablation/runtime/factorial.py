@@ -212,7 +212,8 @@ class FactorialScheduler:
         creating a fresh SQLite store at once race on its schema). The ledger is opened first and
         the spec checked against the experiment its name is bound to (`store.binding`), so a
         database that is not a ledger, or another design under this name, is refused before
-        anything is written."""
+        anything is written; so is a verl job the cluster cannot place."""
+        self._place_verl_jobs()
         self.ledger = self.ledger or connect_ledger(self.spec.ledger)
         self.digest = experiment_digest(self.spec)
         check_binding(self.ledger.get_experiment(self.name), self.spec, self.ledger.url)
@@ -255,17 +256,22 @@ class FactorialScheduler:
         release_orphans(self.ledger, self.name, self.host)
         self._record_kept_results()
 
-    def _check_verl_cluster(self) -> None:
-        """verl runs: their jobs built (as the dry run prints them), this package copied where the
-        jobs ship it from, and every node checked for what a verl job needs (one sentence if not)."""
+    def _place_verl_jobs(self) -> None:
+        """verl runs: their jobs built (as the dry run prints them) and their shape checked against
+        the cluster's nodes (one sentence if it cannot be placed), before any store is written."""
         verl_runs = [run for run in self.plan.runs if run.config.backend == "verl"]
-        if not verl_runs:
-            return
-        if not submits_jobs(self.cell_fn):
-            return  # a stand-in cell function (tests, debugging) submits no verl job
+        if not verl_runs or not submits_jobs(self.cell_fn):
+            return  # no verl run, or a stand-in cell function (tests, debugging) that submits no verl job
         self.verl_jobs = {run.run_id: verl_job(self.spec, run) for run in verl_runs}
         job = next(iter(self.verl_jobs.values()))
         check_placement(job.nnodes, job.gpus_per_node)
+
+    def _check_verl_cluster(self) -> None:
+        """verl runs: this package copied where the jobs ship it from, and every node checked for
+        what a verl job needs (one sentence if not)."""
+        if not self.verl_jobs:
+            return
+        job = next(iter(self.verl_jobs.values()))
         write_package_copy(self.spec)
         runtime_env = job.runtime_env("check")
         runtime_env["env_vars"].update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="1", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
