@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from dapo_ablate.core.contracts import SEED_COLUMN
+from dapo_ablate.core.contracts import SEED_COLUMN, FactorInfo
 
 from . import shapley as sv
 from .claims import ClaimOptions, Guarantee, StatisticsToTest, build_tests, claims_table, simultaneous_effects
@@ -80,6 +80,7 @@ class Analysis:
     lenth: dict | None = None  # {"pse", "me", "sme", "m", "d", "bar", "bar_last", "over"}, one run per cell (lenth_rule)
     guarantee: Guarantee | None = None  # the error statement of the claims list
     values: CellValues | None = field(default=None, repr=False)  # the 2^k cell means behind every statistic
+    levels: tuple[FactorInfo, ...] = ()  # what each factor's 0 and 1 stand for, when the spec is known
 
 
 class CellValues:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dapo_ablate.core.contracts import DEFAULT_METRIC
+from dapo_ablate.core.contracts import DEFAULT_METRIC, FactorInfo
 
 from .claims import ClaimOptions
 from .table import ReportInputError
@@ -46,6 +46,9 @@ class ReportOptions:
     equivalence_margin: float = DEFAULT_MARGIN
     """Transfer studies: the largest difference between settings a "transfers" verdict allows, in
     the metric's units."""
+    levels: tuple[FactorInfo, ...] = ()
+    """Each factor's two levels (what 0 and 1 stand for: CH off / on, eps_high 0.2 / 0.28), from
+    the experiment's spec; empty for a results CSV, whose columns code them 0/1 only."""
     echo: Callable[[str], None] | None = field(default=None, compare=False)
     """Receives the plain-language summary, one line per call (e.g. ``print``); None: silent."""
 

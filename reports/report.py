@@ -260,6 +260,7 @@ def write_report(
     if signals is not None:
         signals = signals_table(signals, factors)
     analysis = analyze(results, factors, options=options, curves=curves)
+    analysis.levels = tuple(info for info in options.levels if info.name in factors)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {"claims.csv": out / "claims.csv"}

@@ -49,6 +49,8 @@ def _design_lines(analysis: Analysis) -> list[str]:
         else:
             lines.append(f"Defining relation {defining}; the alias chains of main effects and two-factor interactions:")
         lines += [f"  {chain}" for chain in analysis.aliases]
+    if analysis.levels:
+        lines.append("Levels (0 / 1): " + "; ".join(info.describe() for info in analysis.levels) + ".")
     return lines
 
 

@@ -129,9 +129,10 @@ def test_report_puts_the_headline_on_the_parent_run(local_ray, tmp_path: Path):
     assert summary.exit_code == 0 and summary.finished == 8
 
     report = tmp_path / "report"
-    result = CliRunner().invoke(app, ["report", str(spec_path), "--out", str(report), "--format", "csv,png"])
+    result = CliRunner().invoke(app, ["report", str(spec_path), "--out", str(report), "--format", "csv,png,md"])
     assert result.exit_code == 0, result.output
     assert (report / "signals.png").is_file()  # the ledger's per-step signals reach the figure
+    assert "Levels (0 / 1): OF off / on; CH off / on." in (report / "report.md").read_text()  # from the spec
     with SQLLedger(spec.ledger) as ledger:
         parent_id = ledger.get_experiment(spec.name).mlflow_parent_run_id
     parent = MlflowClient(spec.tracking.uri).get_run(parent_id)

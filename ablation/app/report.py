@@ -30,7 +30,7 @@ from dapo_ablate.ablation.store.results import (
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.tracking import Tracker
 from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
-from dapo_ablate.core.contracts import DEFAULT_METRIC
+from dapo_ablate.core.contracts import DEFAULT_METRIC, FactorInfo
 from dapo_ablate.reports import ReportInputError, ReportOptions, load_results_csv, write_report
 from dapo_ablate.reports.headline import headline_lines, log_parent_headline
 
@@ -73,7 +73,9 @@ def report(request: ReportRequest) -> ReportOutcome:
             experiment = load_experiment(request.spec, request.overrides)
             spec, plan = experiment.spec, experiment.plan
             table, factors, curves, design, logger = experiment_results(experiment)
-            options = replace(request.options, metric=request.metric or spec.metric, design=request.options.design or design)
+            levels = tuple(FactorInfo(f.name, f.low, f.high) for f in plan.factors)  # what 0 / 1 stand for
+            options = replace(request.options, metric=request.metric or spec.metric, design=request.options.design or design,
+                              levels=levels)
             factors, extra, name = request.factors or factors, {"curves": curves, "signals": load_signals(spec, plan)}, spec.name
         written = write_staged(request.out, lambda folder: write_report(table, factors, folder, options=options, **extra))
         if logger is not None:
