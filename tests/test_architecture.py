@@ -116,3 +116,17 @@ def test_the_layer_contracts_hold():
     result = subprocess.run([lint, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "0 broken" in result.stdout
+
+
+def test_every_package_folder_is_listed_for_installation():
+    """A wheel (and a non-editable install on a cluster node) holds only the packages pyproject
+    lists: a new subpackage missing there works in a checkout and is absent everywhere else."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        "dapo_ablate." + ".".join(init.parent.relative_to(ROOT).parts)
+        for package in PACKAGES
+        for init in (ROOT / package).rglob("__init__.py")
+    }
+    assert found <= listed, f"packages missing from pyproject's [tool.setuptools] packages: {sorted(found - listed)}"
