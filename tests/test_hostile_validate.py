@@ -14,18 +14,9 @@ from tiny_configs import QUICKSTART_SHAPE
 from typer.testing import CliRunner
 
 from dapo_ablate.cli.main import app
+from test_hostile_input import spec_data
 
 EXPERIMENT_COMMANDS = [["validate"], ["run", "--dry-run"]]
-
-
-def spec_data(tmp_path: Path, **fields) -> dict:
-    out = tmp_path / "out"
-    data = {
-        "name": "hostile", "trainer": QUICKSTART_SHAPE, "factors": ["overlong_filter", "clip_higher"], "seeds": 1,
-        "output_dir": str(out), "ledger": f"sqlite:///{out}/ledger.db", "tracking": {"uri": f"sqlite:///{out}/mlflow.db"},
-    }  # fmt: skip
-    data.update(fields)
-    return data
 
 
 def sweep_data(tmp_path: Path, **fields) -> dict:

@@ -35,15 +35,11 @@ from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.store.tracking import Tracker
 from dapo_ablate.cli import run_cmd
 from dapo_ablate.cli.main import app
+from tiny_configs import STAND_IN_TRAINER
 
 COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
 TESTS = Path(__file__).resolve().parent
-TRAINER = {
-    "rollout": {"eval_k": 4, "max_response_len": 32},
-    "algorithm": {"group_size": 4, "overlong_cache": 8},
-    "batch": {"prompts_per_step": 8, "mini_batch_size": 16},
-    "schedule": {"total_steps": 6, "eval_every": 2},
-}
+TRAINER = STAND_IN_TRAINER
 OVERRIDES = ["trainer.schedule.total_steps=8"]
 """Changes the trainer config, so the runs' ids: the plain spec names other runs."""
 

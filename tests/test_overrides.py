@@ -27,15 +27,11 @@ from dapo_ablate.ablation.experiment.spec import ExperimentSpec, load_spec
 from dapo_ablate.cli.main import app
 from dapo_ablate.ablation.experiment.overrides import OverrideError, is_field_path, load_spec_with_overrides
 from dapo_ablate.sweeps.spec import SweepSpec
+from tiny_configs import STAND_IN_TRAINER
 
 COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
 TESTS = Path(__file__).resolve().parent
-TRAINER = {
-    "rollout": {"eval_k": 4, "max_response_len": 32},
-    "algorithm": {"group_size": 4, "overlong_cache": 8},
-    "batch": {"prompts_per_step": 8, "mini_batch_size": 16},
-    "schedule": {"total_steps": 6, "eval_every": 2},
-}
+TRAINER = STAND_IN_TRAINER
 
 
 # -- cell function (runs in the Ray workers of a `dapo-ablate run | sweep` subprocess) ------------

@@ -18,3 +18,11 @@ QUICKSTART_SHAPE = {
     "rollout": {"max_response_len": 32, "eval_k": 8},
     "schedule": {"total_steps": 20},
 }
+
+# The trainer config of the CLI round-trip tests, whose stand-in cell functions never train it.
+STAND_IN_TRAINER = {
+    "rollout": {"eval_k": 4, "max_response_len": 32},
+    "algorithm": {"group_size": 4, "overlong_cache": 8},
+    "batch": {"prompts_per_step": 8, "mini_batch_size": 16},
+    "schedule": {"total_steps": 6, "eval_every": 2},
+}

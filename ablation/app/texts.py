@@ -32,8 +32,8 @@ SPEC_OVERRIDES_EPILOG = (
     "Overrides: KEY=VALUE after the spec sets the spec's field at that dotted path, as if the file said so "
     "(trainer.algorithm.eps_high=0.3 executor.max_concurrent=1 seeds=[0,1]); values are YAML; an unknown key "
     "or a bad value stops with one sentence (exit 2). Run ids hash each run's factor levels, seed and "
-    "non-default trainer config: an override that changes the trainer's config makes new runs (give "
-    "`status`, `report` and `ui` the same overrides, or the experiment folder OUTPUT_DIR/NAME, to reach them); "
+    "non-default trainer config: an override that changes the trainer's config makes new runs (on a "
+    "name already run, give a new name=...: a name is bound to its design; give `status`, `report` and `ui` the same overrides, or the experiment folder OUTPUT_DIR/NAME, to reach them); "
     "one that leaves it unchanged (executor.*, tracking.*, a value equal to the file's or the default) keeps "
     "the runs already done; seeds=[0,1] adds seed 1's runs."
 )

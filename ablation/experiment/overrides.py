@@ -23,18 +23,6 @@ from dapo_ablate.core.config import ConfigError, read_yaml, resolve_relative_pat
 from dapo_ablate.core.yamlio import YAMLFileError, YAMLSyntaxError, load_yaml_text
 
 YAML11_MISSED_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
-SPEC_OVERRIDES_HELP = (
-    "KEY=VALUE overrides of the spec by its dotted paths, e.g. trainer.algorithm.eps_high=0.3 "
-    "executor.max_concurrent=1 seeds=[0,1] (values are YAML), validated like the file."
-)
-SPEC_OVERRIDES_EPILOG = (
-    "Overrides: KEY=VALUE after the spec sets the spec's field at that dotted path, as if the file said so "
-    "(trainer.algorithm.eps_high=0.3 executor.max_concurrent=1 seeds=[0,1]); values are YAML; an unknown key "
-    "or a bad value stops with one sentence (exit 2). Run ids hash each run's factor levels, seed and "
-    "non-default trainer config: an override that changes the trainer's config makes new runs (give "
-    "`status` the same overrides to see them); one that leaves it unchanged (executor.*, tracking.*, a value "
-    "equal to the file's or the default) keeps the runs already done; seeds=[0,1] adds seed 1's runs."
-)
 
 
 class OverrideError(ValueError):
