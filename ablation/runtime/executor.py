@@ -96,7 +96,7 @@ def run_experiment(spec: ExperimentSpec, plan: Plan, *, address: str | None = No
         return finished
     # a database server is checked before Ray starts; a SQLite ledger is only created after
     open_first = lambda: None if sqlite_path(spec.ledger) else connect_ledger(spec.ledger)  # noqa: E731
-    with session(spec, address, open_first=open_first) as (stop, ledger):
+    with session(spec, address, open_first=open_first, checked=True) as (stop, ledger):  # rerun_finished checked it
         options = RunOptions(progress, max_concurrent, retry_failed, local=not address)
         scheduler = FactorialScheduler(spec, plan, fn, options, ledger=ledger, check_stop=stop.check)
         try:
@@ -113,17 +113,18 @@ def run_experiment(spec: ExperimentSpec, plan: Plan, *, address: str | None = No
 
 @contextmanager
 def session(spec: Any, address: str | None, *, open_first: Callable[[], T] = lambda: None,
-            interrupted: type[Interrupted] = Interrupted) -> Iterator[tuple[StopSignals, T]]:
+            interrupted: type[Interrupted] = Interrupted, checked: bool = False) -> Iterator[tuple[StopSignals, T]]:
     """What every driver (a factorial's, a sweep's) runs inside: the checks (`preflight`), then
     `open_first()` (a database server opened before Ray starts, so its mistake is reported at
     once; its value is yielded), then Ray (joined, or a local one started and shut down at the
     end), then the resolved spec recorded in its folder (`record_spec`), with Ctrl-C and SIGTERM
     as one clean cancel (`signals`). A stop before the block starts raises `interrupted` (nothing
-    was run)."""
+    was run). `checked`: `preflight` passed just before (it is not run twice)."""
     with sigterm_as_interrupt() as stop:
         started_ray = False
         try:
-            preflight(spec, address)
+            if not checked:
+                preflight(spec, address)
             opened = open_first()
             started_ray = connect_ray(address, spec)
             stop.check()  # a Ctrl-C that Ray's start-up swallowed (see signals.StopSignals)

@@ -254,9 +254,7 @@ class RunPool:
         if not job_id or job_id == flight.job_id:
             return
         flight.job_id = job_id
-        set_job_id = getattr(self.ledger, "set_job_id", None)
-        if set_job_id is not None:
-            retry_transient(lambda: set_job_id(flight.run_id, job_id), f"record the job of {self.names(flight.run_id)}")
+        retry_transient(lambda: self.ledger.set_job_id(flight.run_id, job_id), f"record the job of {self.names(flight.run_id)}")
 
     def _heartbeat(self) -> list[Outcome]:
         """Renew the leases of the runs in flight; a run whose lease was lost (taken over by
