@@ -70,14 +70,10 @@ Stored values
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import closing, contextmanager
 import secrets
-import sqlite3
-import stat
-from pathlib import Path
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol, runtime_checkable
-from urllib.parse import quote
 
 from sqlalchemy import (
     ColumnElement,
@@ -92,20 +88,26 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from dapo_ablate.ablation.experiment.identity import RunSpec
 from dapo_ablate.ablation.store import ledger_rules as rules
-from dapo_ablate.ablation.store.database import PSYCOPG_DRIVER, WRITE_OPTION, make_engine
+from dapo_ablate.ablation.store.database import WRITE_OPTION, make_engine
+from dapo_ablate.ablation.store.ledger_database import (
+    check_sqlite_file,
+    first_line,
+    make_parent_folder,
+    refuse_foreign,
+    resolve_url,
+    table_names,
+)
 from dapo_ablate.ablation.store.ledger_models import (
     DONE,
     FAILED,
     PENDING,
     RUN_STATUSES,
     RUNNING,
-    LEDGER_TABLES,
     SCHEMA_VERSION,
     Base,
     Experiment,
@@ -202,9 +204,9 @@ def check_ledger(url: str) -> None:
     `validate` and dry runs (a server's tables are checked when the ledger is opened)."""
     if url == MEMORY_URL:
         return
-    parsed = _resolve_url(url)
+    parsed = resolve_url(url)
     if parsed.get_backend_name() == "sqlite":
-        _check_sqlite_file(parsed, parsed.render_as_string(hide_password=True))
+        check_sqlite_file(parsed, parsed.render_as_string(hide_password=True))
 
 
 class SQLLedger:
@@ -215,13 +217,13 @@ class SQLLedger:
     """
 
     def __init__(self, url: str = DEFAULT_URL) -> None:
-        self._url = _resolve_url(url)
+        self._url = resolve_url(url)
         self.url = self._url.render_as_string(hide_password=True)
         """The database URL with any password masked (safe to print)."""
         self._is_sqlite = self._url.get_backend_name() == "sqlite"
         if self._is_sqlite:
-            _make_parent_folder(self._url, self.url)
-            _check_sqlite_file(self._url, self.url)  # read-only, before the engine sets WAL mode
+            make_parent_folder(self._url, self.url)
+            check_sqlite_file(self._url, self.url)  # read-only, before the engine sets WAL mode
         self._engine = make_engine(self._url, json_serializer=to_json)
         self._write_engine = self._engine.execution_options(**{WRITE_OPTION: True})
         self._insert = sqlite_insert if self._is_sqlite else postgresql_insert
@@ -486,7 +488,7 @@ class SQLLedger:
             with Session(engine, expire_on_commit=False) as session, session.begin():
                 yield session
         except DBAPIError as err:
-            reason = _first_line(err.orig if err.orig is not None else err)
+            reason = first_line(err.orig if err.orig is not None else err)
             hint = "; check `ledger:` in the spec" if doing == "connect to" else ""
             raise LedgerError(
                 f"could not {doing} the ledger database at {self.url}: {reason}{hint}"
@@ -495,13 +497,13 @@ class SQLLedger:
     def _open_schema(self) -> None:
         # Opening an up-to-date ledger only reads, so `status` never waits for `run`'s writes.
         with self._session(doing="connect to") as session:
-            _refuse_foreign(self.url, _table_names(session))
+            refuse_foreign(self.url, table_names(session))
             if self._schema_version(session) == SCHEMA_VERSION:
                 return
         with self._session(write=True, doing="connect to") as session:
             if not self._is_sqlite:  # SQLite's BEGIN IMMEDIATE already serialises creation
                 session.execute(select(func.pg_advisory_xact_lock(_POSTGRES_INIT_LOCK)))
-            _refuse_foreign(self.url, _table_names(session))  # (again: another process may have written)
+            refuse_foreign(self.url, table_names(session))  # (again: another process may have written)
             found = self._schema_version(session)
             Base.metadata.create_all(session.connection())
             if found is None:
@@ -580,88 +582,6 @@ _RUN_ORDER = [getattr(Run, column) for column in rules.RUN_ORDER]
 
 def _held(run_id: str, host: str | None) -> ColumnElement[bool]:
     return and_(Run.run_id == run_id, rules.held(Run, host))
-
-
-def _resolve_url(url: str) -> URL:
-    """Parse `url`; plain ``postgresql://`` (or ``postgres://``) uses the psycopg 3 driver."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError as err:
-        raise LedgerError(f"the ledger URL {url!r} is not a database URL: {err}") from err
-    if parsed.drivername in ("postgresql", "postgres"):
-        parsed = parsed.set(drivername=PSYCOPG_DRIVER)
-    backend = parsed.get_backend_name()
-    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
-        raise LedgerError(
-            "an in-memory SQLite ledger would forget every run; give a file, "
-            "e.g. sqlite:///dapo-runs/ledger.db"
-        )
-    if backend not in ("sqlite", "postgresql"):
-        raise LedgerError(
-            f"unsupported ledger database {parsed.render_as_string(hide_password=True)}; "
-            "use sqlite:///path/to/ledger.db or postgresql://user@host/db"
-        )
-    return parsed
-
-
-def _make_parent_folder(url: URL, safe_url: str) -> None:
-    database = url.database or ""
-    if database.startswith("file:"):  # sqlite URI filenames: leave them to SQLite
-        return
-    try:
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise LedgerError(
-            f"could not create the folder for the ledger database at {safe_url}: "
-            f"{err.strerror}; check `ledger:` in the spec"
-        ) from err
-
-
-def _table_names(session: Session) -> set[str]:
-    """The tables and views of the database's default schema (SQLite's own left out)."""
-    found = inspect(session.connection())
-    return {name for name in [*found.get_table_names(), *found.get_view_names()] if not name.startswith("sqlite_")}
-
-
-def _refuse_foreign(url: str, tables: set[str]) -> None:
-    """A database may become a ledger if it is empty, and is one if it holds every ledger table;
-    anything else is another application's: LedgerError, before anything is written."""
-    if tables and not LEDGER_TABLES <= tables:
-        raise rules.not_a_ledger(url, sorted(tables))
-
-
-def _check_sqlite_file(url: URL, safe_url: str) -> None:
-    """An existing SQLite ledger file, inspected read-only before the engine opens it (the engine
-    switches a database to WAL mode, a write): a special file, a file that is not SQLite or
-    another application's database is refused with one sentence, unchanged."""
-    database = url.database or ""
-    if database.startswith("file:"):  # sqlite URI filenames: left to SQLite
-        return
-    path = Path(database)
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        return
-    except OSError as err:
-        raise LedgerError(f"could not read the ledger database at {safe_url}: {err.strerror}; check `ledger:` in the spec") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise LedgerError(f"the ledger database at {safe_url} is not a regular file; point `ledger:` at a SQLite file")
-    if info.st_size == 0:
-        return
-    query = "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite^_%' ESCAPE '^'"
-    try:
-        with closing(sqlite3.connect(f"file:{quote(str(path.absolute()))}?mode=ro", uri=True, timeout=30)) as db:
-            tables = {row[0] for row in db.execute(query)}
-    except sqlite3.DatabaseError as err:
-        raise LedgerError(
-            f"could not connect to the ledger database at {safe_url}: {_first_line(err)}; check `ledger:` in the spec"
-        ) from None
-    _refuse_foreign(safe_url, tables)
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0].strip().rstrip(".") if lines else type(error).__name__
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
