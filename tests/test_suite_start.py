@@ -24,7 +24,7 @@ def test_sigint_reaches_a_child_it_starts():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     time.sleep(0.5)
     child.send_signal(signal.SIGINT)
-    assert child.wait(timeout=30) != 0  # interrupted, not slept out
+    assert child.wait() != 0  # interrupted (a child that ignored it sleeps 60 s out and exits 0)
 '''
 
 
