@@ -20,7 +20,7 @@ from dapo_ablate.ablation.runtime.executor import ExperimentSummary, RunOptions,
 from dapo_ablate.ablation.runtime.preflight import check_contexts, preflight
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError
-from dapo_ablate.ablation.store.results import NEW, ResultsError, status_rows
+from dapo_ablate.ablation.store.results import NEW, ResultsError, run_time_calibration, status_rows
 from dapo_ablate.ablation.store.tracking import mlflow_ui_command, rebase_artifacts, sqlite_path
 from dapo_ablate.core.config import ConfigError
 
@@ -51,7 +51,8 @@ def validate(experiment: Experiment, address: str | None = None) -> Validation:
         preflight(spec, address if address is not None else spec.executor.address)
         check_contexts(spec)
         verl = check_verl(experiment)
-    return Validation(format_plan(plan), ledger_line(experiment), format_verl_jobs(spec, plan) if verl else None)
+    plan_text = format_plan(plan, calibration=run_time_calibration(spec, plan))  # measured run times, once any exist
+    return Validation(plan_text, ledger_line(experiment), format_verl_jobs(spec, plan) if verl else None)
 
 
 def check_verl(experiment: Experiment) -> bool:

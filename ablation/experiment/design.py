@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STANDARD_FRACTIONS",
+    "Calibration",
     "Cell",
     "ComputeEstimate",
     "DesignError",
@@ -50,6 +51,7 @@ __all__ = [
     "Fraction",
     "Plan",
     "PlannedRun",
+    "calibrate",
     "choose_fraction",
     "estimate_run_seconds",
     "expand",
@@ -264,6 +266,34 @@ def generated_tokens_bound(config: TrainerConfig) -> int:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """Measured run times that rescale `estimate_run_seconds`: `runs` finished runs took
+    `measured_s` seconds in all where the reference scaling said `scaled_s`."""
+
+    runs: int
+    measured_s: float
+    scaled_s: float
+
+    @property
+    def factor(self) -> float:
+        """Measured over scaled: what every scaled estimate is multiplied by."""
+        return self.measured_s / self.scaled_s
+
+
+def calibrate(finished: Iterable[tuple[TrainerConfig, float]]) -> Calibration | None:
+    """A calibration from finished runs' (config, measured wall seconds); None without any.
+
+    The scaling's shape (steps x prompts x group x ceiling) is kept and only its constant is
+    measured, so runs of other cells (longer schedules, dynamic sampling) are estimated in
+    proportion to the ones that finished."""
+    pairs = [(config, float(wall_s)) for config, wall_s in finished if wall_s is not None and wall_s > 0]
+    scaled = sum(estimate_run_seconds(config) for config, _ in pairs)
+    if not pairs or scaled <= 0:
+        return None
+    return Calibration(runs=len(pairs), measured_s=sum(wall for _, wall in pairs), scaled_s=scaled)
+
+
+@dataclass(frozen=True)
 class ComputeEstimate:
     """A rough compute estimate for a plan (see `Plan.estimate`)."""
 
@@ -283,6 +313,8 @@ class ComputeEstimate:
     """Generated-token upper bound over all runs (see `generated_tokens_bound`)."""
     real_model: bool
     """True when some run uses a non-builtin model, for which the scaled estimate means little."""
+    calibration: Calibration | None = None
+    """The measured runs the scaled estimate was calibrated on (None: given, or the reference)."""
 
 
 # -------------------------------------------------------------------------------------- plan
@@ -349,8 +381,11 @@ class Plan:
     def run_specs(self) -> list[RunSpec]:
         return [run.to_run_spec() for run in self.runs]
 
-    def estimate(self, seconds_per_run: float | None = None) -> ComputeEstimate:
-        """Runs, unique cells, wall time at the executor's parallelism, and a token bound."""
+    def estimate(self, seconds_per_run: float | None = None, calibration: Calibration | None = None) -> ComputeEstimate:
+        """Runs, unique cells, wall time at the executor's parallelism, and a token bound.
+
+        Seconds per run: `seconds_per_run` if given; else the reference scaling, multiplied by
+        `calibration`'s factor when measured runs exist."""
         executor = self.spec.executor
         cpus = os.cpu_count() or 1
         by_cpu = max(1, int(cpus // executor.cpus_per_run)) if executor.cpus_per_run > 0 else cpus
@@ -361,8 +396,10 @@ class Plan:
         else:
             parallelism = executor.max_concurrent
         if seconds_per_run is None:
-            each = [estimate_run_seconds(run.config) for run in self.runs]
+            factor = calibration.factor if calibration is not None else 1.0
+            each = [estimate_run_seconds(run.config) * factor for run in self.runs]
         else:
+            calibration = None
             each = [float(seconds_per_run)] * len(self.runs)
         total = sum(each)
         return ComputeEstimate(
@@ -375,6 +412,7 @@ class Plan:
             wall_s=max(total / parallelism, max(each, default=0.0)),
             tokens_upper=sum(generated_tokens_bound(run.config) for run in self.runs),
             real_model=any(run.config.model.path != BUILTIN for run in self.runs),
+            calibration=calibration,
         )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from dapo_ablate.ablation.experiment.design import ComputeEstimate, Plan
+from dapo_ablate.ablation.experiment.design import Calibration, ComputeEstimate, Plan
 from dapo_ablate.ablation.experiment.fractions import LETTERS, roman
 
 __all__ = ["format_duration", "format_plan", "format_tokens"]
@@ -18,9 +18,10 @@ LISTED_ORDERINGS = 6
 WIDTH = 12  # label column
 
 
-def format_plan(plan: Plan, seconds_per_run: float | None = None) -> str:
+def format_plan(plan: Plan, seconds_per_run: float | None = None, calibration: Calibration | None = None) -> str:
     """Experiment, design, factors, runs, orderings, what the design supports, aliases,
-    estimated compute and where results go, as aligned lines."""
+    estimated compute (calibrated on measured runs when `calibration` is given) and where
+    results go, as aligned lines."""
     spec = plan.spec
     lines = [_row("experiment", f"{spec.name}  (spec {spec.digest()[:12]})"), _row("design", _design(plan))]
     lines += _block("factors", _factor_lines(plan))
@@ -35,7 +36,7 @@ def format_plan(plan: Plan, seconds_per_run: float | None = None) -> str:
     lines += _block("supports", plan.supports)
     if plan.aliases:
         lines += _block("aliases", plan.aliases)
-    lines += _block("compute", _compute(plan.estimate(seconds_per_run)))
+    lines += _block("compute", _compute(plan.estimate(seconds_per_run, calibration)))
     lines += _block(
         "results",
         [
@@ -124,13 +125,20 @@ def _orderings(plan: Plan) -> str:
 
 
 def _compute(est: ComputeEstimate) -> list[str]:
-    source = "given" if est.measured else "rough, scaled from the built-in CPU quickstart"
+    if est.measured:
+        source = "given"
+    elif est.calibration is not None:
+        cal = est.calibration
+        source = (f"calibrated on {cal.runs} finished run{'s' if cal.runs != 1 else ''} in the ledger: "
+                  f"measured mean {format_duration(cal.measured_s / cal.runs)}")
+    else:
+        source = "rough, scaled from the built-in CPU quickstart; calibrated once runs have finished"
     lines = [
         f"{est.runs} runs x ~{format_duration(est.seconds_per_run)} each ({source})",
         f"{est.parallelism} at a time -> ~{format_duration(est.wall_s)} wall ({format_duration(est.run_seconds)} of run time)",
         f"at most ~{format_tokens(est.tokens_upper)} generated tokens (every response at the ceiling, one sampling round per step)",
     ]
-    if est.real_model and not est.measured:
+    if est.real_model and not est.measured and est.calibration is None:
         lines.append("the scaling assumes the built-in model; time one run of a real model and pass its seconds instead")
     return lines
 

@@ -21,7 +21,7 @@ from dapo_ablate.core.contracts import COMPUTE_COLUMNS, METRIC_PREFIXES
 if TYPE_CHECKING:
     import pandas as pd
 
-    from dapo_ablate.ablation.experiment.design import Plan
+    from dapo_ablate.ablation.experiment.design import Calibration, Plan
     from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
 NEW = "new"
@@ -156,6 +156,19 @@ def status_rows(spec: ExperimentSpec, plan: Plan) -> tuple[list[dict[str, Any]],
     for row in rows:
         counts[row["status"]] += 1
     return rows, counts
+
+
+def run_time_calibration(spec: ExperimentSpec, plan: Plan) -> Calibration | None:
+    """The plan's finished runs' measured wall times as a `Calibration` of the time estimate;
+    None while none has finished or the ledger cannot be read (`status` says why)."""
+    from dapo_ablate.ablation.experiment.design import calibrate
+
+    try:
+        rows, _ = status_rows(spec, plan)
+    except LedgerError:
+        return None
+    configs = {run.run_id: run.config for run in plan.runs}
+    return calibrate((configs[row["run_id"]], row["wall_s"]) for row in rows if row["status"] == "done")
 
 
 @dataclass(frozen=True)
