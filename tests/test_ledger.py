@@ -102,7 +102,7 @@ def test_the_protocol_lists_what_the_product_calls() -> None:
         "close", "__enter__", "__exit__", "ensure_experiment", "get_experiment",
         "set_mlflow_parent", "result_key", "add_runs", "claimable", "expired_leases", "claim",
         "heartbeat", "finish", "fail", "release", "reset_failed", "reopen_malformed",
-        "set_mlflow_run", "set_job_id", "runs_table", "results",
+        "set_mlflow_run", "set_job_id", "runs_table", "results", "record_look", "looks",
     }
 
 
@@ -173,14 +173,15 @@ def test_drivers_opening_a_fresh_database_at_once_all_succeed(ledger_url: str) -
 
 def as_schema_1(url: str) -> None:
     """Turn a ledger into what schema 1 (dapo-ablate before Ray job ids) created: the same tables
-    without ``runs.job_id`` (schema 2) and ``experiments.digest`` / ``result_key`` (schema 3), and
-    version 1 recorded."""
+    without ``runs.job_id`` (schema 2), ``experiments.digest`` / ``result_key`` (schema 3) and the
+    ``looks`` table (schema 4), and version 1 recorded."""
     engine = create_engine(url)
     try:
         with engine.begin() as connection:
             connection.execute(text("ALTER TABLE runs DROP COLUMN job_id"))
             connection.execute(text("ALTER TABLE experiments DROP COLUMN digest"))
             connection.execute(text("ALTER TABLE experiments DROP COLUMN result_key"))
+            connection.execute(text("DROP TABLE looks"))
             connection.execute(text("UPDATE schema_version SET version = 1"))
         with engine.connect() as connection:
             assert "job_id" not in {column["name"] for column in inspect(connection).get_columns("runs")}
@@ -189,7 +190,7 @@ def as_schema_1(url: str) -> None:
 
 
 def test_a_schema_1_ledger_is_upgraded_in_place_and_keeps_every_run(ledger_url: str) -> None:
-    assert SCHEMA_VERSION == 3  # a newer schema needs its own upgrade test beside this one
+    assert SCHEMA_VERSION == 4  # a newer schema needs its own upgrade test beside this one
     with SQLLedger(ledger_url) as ledger:
         ledger.ensure_experiment("exp", {"design": "full"}, digest="d1")
         runs = make_runs([0, 1, 2, 3])
@@ -214,6 +215,7 @@ def test_a_schema_1_ledger_is_upgraded_in_place_and_keeps_every_run(ledger_url: 
         assert ledger.get_experiment("exp").digest is None  # schema 1 had none: the next digest binds
         ledger.ensure_experiment("exp", {"design": "full"}, digest="d1")
         assert ledger.get_experiment("exp").digest == "d1" and len(ledger.result_key("exp")) == 32
+        assert ledger.looks("exp") == [] and ledger.record_look("exp", 1, {"decided": 0})
     with SQLLedger(ledger_url) as ledger:  # opening an upgraded ledger again changes nothing
         job_ids = {row["run_id"]: row["job_id"] for row in ledger.runs_table("exp")}
         assert job_ids == {run.run_id: "dapo-ablate-exp-run-a1" if run == runs[2] else None for run in runs}
@@ -530,3 +532,25 @@ def test_what_a_ledger_returns_is_the_callers(ledger: Ledger) -> None:
     assert ledger.get_experiment("exp").spec == {"design": "full", "seeds": [0, 1]}
     assert ledger.results("exp")[0]["metrics"] == RESULT["metrics"]
     assert ledger.runs_table("exp")[0]["factors"]["clip_higher"] == 0
+
+
+# -- an adaptive experiment's looks ------------------------------------------------------------
+
+
+def test_looks_are_stored_once_each_in_order_and_read_back(ledger: Ledger, another_handle) -> None:
+    assert ledger.looks("exp") == []
+    first = {"runs": 16, "decisions": {"OF": "supported", "CH": "undecided"}, "alpha_spent": 0.0012}
+    assert ledger.record_look("exp", 1, first)
+    other = another_handle()
+    assert not other.record_look("exp", 1, {"runs": 16, "decisions": {}})  # a second driver looked too: the first stands
+    assert other.record_look("exp", 2, {"runs": 32, "added": ["run-a", "run-b"]})
+    looks = ledger.looks("exp")
+    assert [look["number"] for look in looks] == [1, 2]
+    assert {k: v for k, v in looks[0].items() if k not in ("number", "recorded_at")} == first
+    assert looks[1]["added"] == ["run-a", "run-b"] and looks[0]["recorded_at"] <= looks[1]["recorded_at"]
+    with pytest.raises(ValueError, match="look 4 of experiment 'exp' does not follow look 2"):
+        ledger.record_look("exp", 4, {})
+    with pytest.raises(LedgerError, match="no experiment named 'nope'"):
+        ledger.looks("nope")
+    ledger.ensure_experiment("other", {"design": "full"})
+    assert ledger.looks("other") == []  # looks belong to their experiment

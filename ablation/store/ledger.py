@@ -111,6 +111,7 @@ from dapo_ablate.ablation.store.ledger_models import (
     SCHEMA_VERSION,
     Base,
     Experiment,
+    Look,
     ExperimentRun,
     Result,
     Run,
@@ -186,6 +187,9 @@ class Ledger(Protocol):
 
     def runs_table(self, name: str) -> list[dict[str, Any]]: ...
     def results(self, name: str) -> list[dict[str, Any]]: ...
+
+    def record_look(self, name: str, number: int, record: dict[str, Any]) -> bool: ...
+    def looks(self, name: str) -> list[dict[str, Any]]: ...
 
 
 def connect_ledger(url: str) -> Ledger:
@@ -477,6 +481,27 @@ class SQLLedger:
         rows = self._runs_with_results(name, done_only=True)
         return [rules.results_row(run, result) for run, result in rows if rules.usable(result)]
 
+    # -- an adaptive experiment's looks ---------------------------------------------------------
+
+    def record_look(self, name: str, number: int, record: dict[str, Any]) -> bool:
+        """Store look `number` (1, 2, ...) of experiment `name` once: True if this call stored it,
+        False if it was already there (another driver looked first; its record stands). A look
+        must follow the last one stored (`ValueError` otherwise)."""
+        values = {"number": number, "record": rules.look_record(record), "recorded_at": rules.now()}
+        with self._session(write=True) as session:
+            experiment_id = self._experiment_id(session, name)
+            last = session.scalar(select(func.max(Look.number)).where(Look.experiment_id == experiment_id)) or 0
+            rules.check_look_number(name, number, last)
+            stmt = self._insert(Look.__table__).values(experiment_id=experiment_id, **values)
+            return session.execute(stmt.on_conflict_do_nothing().returning(Look.number)).scalar() is not None
+
+    def looks(self, name: str) -> list[dict[str, Any]]:
+        """The experiment's looks in order: ``{"number", "recorded_at", **record}`` each."""
+        with self._session() as session:
+            experiment_id = self._experiment_id(session, name)
+            rows = session.scalars(select(Look).where(Look.experiment_id == experiment_id).order_by(Look.number))
+            return [rules.look_row(row.number, row.recorded_at, row.record) for row in rows]
+
     # -- internals -----------------------------------------------------------------------------
 
     @contextmanager
@@ -573,7 +598,11 @@ def _add_experiment_binding(connection: Connection) -> None:
             connection.execute(text(f"ALTER TABLE experiments ADD COLUMN {column} VARCHAR(64)"))
 
 
-_UPGRADES = {1: _add_job_id, 2: _add_experiment_binding}
+def _add_looks(connection: Connection) -> None:
+    """Schema 3 -> 4: the ``looks`` table, which `create_all` has already made; nothing else changes."""
+
+
+_UPGRADES = {1: _add_job_id, 2: _add_experiment_binding, 3: _add_looks}
 """Schema version -> the step that upgrades a ledger from it to the next version, in place."""
 
 

@@ -24,10 +24,11 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the tables below, stored in `schema_version`; a newer database is refused.
 1: the first release. 2: ``runs.job_id`` (a verl cell's Ray job). 3: ``experiments.digest`` (what
-the name is bound to) and ``experiments.result_key`` (the key that seals kept results)."""
+the name is bound to) and ``experiments.result_key`` (the key that seals kept results). 4: the
+``looks`` table (an adaptive experiment's looks at its data)."""
 
 LEDGER_TABLES = frozenset({"schema_version", "experiments", "runs", "experiment_runs", "results"})
 """The tables a database must hold to be a dapo-ablate ledger (every schema version has them)."""
@@ -142,4 +143,17 @@ class Result(Base):
     tokens_generated: Mapped[int] = mapped_column(BigInteger)
     tokens_discarded: Mapped[int] = mapped_column(BigInteger)
     wall_s: Mapped[float] = mapped_column(Float)
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Look(Base):
+    """One look of an adaptive experiment at its data: what was decided and what was added next,
+    as the scheduler wrote it (`Ledger.record_look`). Written once per (experiment, number)."""
+
+    __tablename__ = "looks"
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    record: Mapped[dict[str, Any]] = mapped_column(JSON)
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime)

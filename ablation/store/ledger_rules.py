@@ -9,6 +9,7 @@ that the memory ledger applies under its lock.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -259,3 +260,22 @@ def results_row(run: Any, result: Any) -> dict[str, Any]:
         "wall_s": result.wall_s,
         "mlflow_run_id": run.mlflow_run_id,
     }
+
+
+# -- an adaptive experiment's looks ----------------------------------------------------------------
+def look_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A look's record as stored: a JSON mapping (TypeError if JSON cannot hold it)."""
+    if not isinstance(record, dict):
+        raise ValueError(f"a look's record must be a mapping, not {type(record).__name__}")
+    return json.loads(to_json(record))
+
+
+def check_look_number(name: str, number: int, last: int) -> None:
+    """Looks are numbered 1, 2, ... without gaps: `number` may repeat the last (a race another
+    driver won) or follow it."""
+    if not last <= number <= last + 1 or number < 1:
+        raise ValueError(f"look {number} of experiment {name!r} does not follow look {last}")
+
+
+def look_row(number: int, recorded_at: datetime, record: dict[str, Any]) -> dict[str, Any]:
+    return {"number": number, "recorded_at": recorded_at, **record}

@@ -51,6 +51,7 @@ class MemoryLedger:
         self._members: dict[str, dict[str, None]] = {}  # experiment -> its run ids (an ordered set)
         self._runs: dict[str, Run] = {}
         self._results: dict[str, Result] = {}
+        self._looks: dict[str, list[tuple[int, Any, dict[str, Any]]]] = {}  # experiment -> its looks
 
     def close(self) -> None:
         """Nothing to close; the ledger keeps its contents and can still be used."""
@@ -227,6 +228,23 @@ class MemoryLedger:
             return copy.deepcopy([rules.results_row(run, result) for run, result in done if rules.usable(result)])
 
     # -- internals (the lock held) -------------------------------------------------------------
+
+    def record_look(self, name: str, number: int, record: dict[str, Any]) -> bool:
+        """Store look `number` of experiment `name` once (see `SQLLedger.record_look`)."""
+        stored = rules.look_record(record)
+        with self._lock:
+            self._members_of(name)
+            looks = self._looks.setdefault(name, [])
+            rules.check_look_number(name, number, len(looks))
+            if number <= len(looks):
+                return False
+            looks.append((number, rules.now(), stored))
+            return True
+
+    def looks(self, name: str) -> list[dict[str, Any]]:
+        with self._lock:
+            self._members_of(name)
+            return [rules.look_row(n, at, copy.deepcopy(record)) for n, at, record in self._looks.get(name, [])]
 
     def _members_of(self, name: str) -> dict[str, None]:
         if name not in self._members:
