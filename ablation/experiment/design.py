@@ -416,13 +416,18 @@ class Plan:
         )
 
 
-def expand(spec: ExperimentSpec) -> Plan:
-    """The plan of a validated spec: its factors, deduplicated cells, runs and what they support."""
+def expand(spec: ExperimentSpec, grown: Sequence[tuple[str, int]] = ()) -> Plan:
+    """The plan of a validated spec: its factors, deduplicated cells, runs and what they support.
+
+    design: adaptive: stage 1 (its first design x `seeds`) plus `grown`, the (cell key, seed)
+    runs its looks added so far (`runtime.adaptive`; a cell outside stage 1 is a fold-over)."""
     factors = factors_of(spec)
     k = len(factors)
     names = [f.name for f in factors]
     fraction = None
     requested: list[tuple[str, ...]] = []
+    if spec.design == "adaptive":
+        return _adaptive_plan(spec, factors, grown)
     if spec.design == "full" or (spec.design == "cumulative" and spec.orderings == "all"):
         cells = full_cells(k)
     elif spec.design == "fractional":
@@ -454,6 +459,31 @@ def expand(spec: ExperimentSpec) -> Plan:
         generators=fraction.generator_text() if fraction else [],
         requested_orderings=requested,
     )
+    plan.supports = _supports(plan, fraction)
+    return plan
+
+
+def _adaptive_plan(spec: ExperimentSpec, factors: list[Factor], grown: Sequence[tuple[str, int]]) -> Plan:
+    """Stage 1 (the first design's cells x the spec's seeds) and the runs the looks added."""
+    from dapo_ablate.ablation.experiment.spec import first_stage_fraction
+
+    k = len(factors)
+    fraction = first_stage_fraction(k, spec.resolution, spec.generators)
+    first = full_cells(k) if fraction is None else [Cell(levels) for levels in fraction.level_rows()]
+    pairs = dict.fromkeys([(cell, seed) for cell in first for seed in spec.seeds])
+    pairs.update(dict.fromkeys((Cell(tuple(int(c) for c in key)), seed) for key, seed in grown))
+    cells = sorted({cell for cell, _ in pairs}, key=_lattice_order)
+    if len(cells) == 2**k:
+        fraction = None  # folded over: the full factorial
+    baseline = baseline_label(spec.trainer, factors)
+    order = {cell: i for i, cell in enumerate(cells)}
+    runs = [_planned_run(spec.trainer, factors, cell, seed, baseline)
+            for cell, seed in sorted(pairs, key=lambda pair: (order[pair[0]], pair[1]))]
+    orderings, count = _covered_orderings(set(cells), [f.name for f in factors], [paper_ordering(factors)])
+    plan = Plan(spec=spec, factors=factors, cells=cells, runs=runs, orderings=orderings, supports=[],
+                aliases=fraction.alias_chains([f.short for f in factors]) if fraction else [], orderings_count=count,
+                resolution=fraction.resolution if fraction else None,
+                generators=fraction.generator_text() if fraction else [])
     plan.supports = _supports(plan, fraction)
     return plan
 

@@ -30,7 +30,10 @@ def format_plan(plan: Plan, seconds_per_run: float | None = None, calibration: C
     seeds = plan.seeds
     lines.append(_row("seeds", f"{len(seeds)}: {_seed_text(seeds)}"))
     per_setting = f" x {len(plan.settings)} settings" if plan.settings else ""
-    lines.append(_row("runs", f"{len(plan.runs)} = {len(plan.cells)} unique cells{per_setting} x {len(seeds)} seed{'s' if len(seeds) != 1 else ''}"))
+    if plan.design == "adaptive":
+        lines.append(_row("runs", _adaptive_runs(plan)))
+    else:
+        lines.append(_row("runs", f"{len(plan.runs)} = {len(plan.cells)} unique cells{per_setting} x {len(seeds)} seed{'s' if len(seeds) != 1 else ''}"))
     lines.append(_row("metric", spec.metric))
     lines.append(_row("orderings", _orderings(plan)))
     lines += _block("supports", plan.supports)
@@ -67,10 +70,32 @@ def _design(plan: Plan) -> str:
             f"fractional 2^({k}-{p}) = {len(plan.cells)} cells, resolution {roman(plan.resolution or 0)}, "
             f"generators {', '.join(plan.generators)} (letters in factor order)"
         )
+    if plan.design == "adaptive":
+        return _adaptive_design(plan)
     if plan.design == "one_at_a_time":
         return f"one at a time: baseline, each factor alone, each left out of the full recipe, full = {len(plan.cells)} cells"
     what = "all orderings" if plan.spec.orderings == "all" else ", ".join(plan.ordering_name(o) for o in plan.requested_orderings)
     return f"cumulative ({what}) = {len(plan.cells)} cells"
+
+
+SPENDING_NAMES = {"obrien_fleming": "O'Brien-Fleming-type", "pocock": "Pocock-type"}
+
+
+def _adaptive_design(plan: Plan) -> str:
+    settings, k = plan.spec.adaptive, len(plan.factors)
+    first = (f"fractional 2^({k}-{len(plan.generators)}), resolution {roman(plan.resolution or 0)}"
+             if plan.generators else f"full 2^{k}")
+    return (f"adaptive: stage 1 {first}, grown look by look; claims at family-wise alpha {settings.alpha:g} over all "
+            f"looks ({SPENDING_NAMES[settings.spending]} spending), effect of interest {settings.effect_of_interest:g} pp")
+
+
+def _adaptive_runs(plan: Plan) -> str:
+    settings, k = plan.spec.adaptive, len(plan.factors)
+    most = 2**k * settings.max_seeds if settings.max_runs is None else min(settings.max_runs, 2**k * settings.max_seeds)
+    seeds = len(plan.seeds)
+    return (f"{len(plan.runs)} so far in {len(plan.cells)} cells (stage 1: {seeds} seed{'s' if seeds != 1 else ''} each); "
+            f"each look adds {settings.seeds_per_look} seed{'s' if settings.seeds_per_look != 1 else ''} where undecided, "
+            f"at most {settings.max_seeds} per cell and {most} runs in all")
 
 
 def _factor_lines(plan: Plan) -> list[str]:

@@ -35,7 +35,8 @@ from dapo_ablate.ablation.experiment.factor_entries import (
     resolve_level_paths,
     validated_knob_levels,
 )
-from dapo_ablate.ablation.experiment.fractions import DesignError, choose_fraction, roman
+from dapo_ablate.ablation.experiment.adaptive_spec import AdaptiveSpec
+from dapo_ablate.ablation.experiment.fractions import DesignError, Fraction, choose_fraction, roman
 from dapo_ablate.ablation.experiment.spec_errors import SpecError, SpecProblem, format_spec_error
 from dapo_ablate.core.config import (
     MAX_SEED,
@@ -256,12 +257,17 @@ class ExperimentSpec(TrainerBasedSpec):
     factors: list[str | dict[str, list[Any]]] = Field(default_factory=lambda: list(TECHNIQUES))
     """Technique names, or two-level knobs `{eps_high: [0.2, 0.28]}`; default: the five, paper order.
     Stored canonically: technique names, knobs by leaf name with their validated values."""
-    design: Literal["full", "fractional", "one_at_a_time", "cumulative"] = "full"
-    """full: 2^k cells; fractional: 2^(k-p); one_at_a_time: 2k+2; cumulative: the orderings' prefixes."""
+    design: Literal["full", "fractional", "one_at_a_time", "cumulative", "adaptive"] = "full"
+    """full: 2^k cells; fractional: 2^(k-p); one_at_a_time: 2k+2; cumulative: the orderings' prefixes;
+    adaptive: a first stage (the resolution V fraction) grown look by look (see `adaptive`)."""
     resolution: int | None = None
-    """fractional: the least resolution wanted (3..; III, IV, V accepted); the fewest runs reaching it."""
+    """fractional (and adaptive's first stage): the least resolution wanted (3..; III, IV, V
+    accepted); the fewest runs reaching it."""
     generators: list[str] | None = None
-    """fractional: explicit generators over factor letters A, B, ... in spec order, e.g. ["E=ABCD"]."""
+    """fractional (and adaptive's first stage): explicit generators over factor letters A, B, ... in
+    spec order, e.g. ["E=ABCD"]."""
+    adaptive: AdaptiveSpec | None = None
+    """design: adaptive: how the design grows (defaults when left out); `seeds` are stage 1's."""
     orderings: Literal["paper", "all"] | list[list[str]] = "paper"
     """cumulative: `paper` (DAPO's order), `all` (every permutation) or lists of factor names."""
     seeds: list[int] = Field(default_factory=lambda: [0])
@@ -299,6 +305,11 @@ class ExperimentSpec(TrainerBasedSpec):
         if isinstance(trainer, TrainerConfig):  # else the trainer's own error is reported first
             entries = validated_knob_levels(trainer, entries)
         return entries
+
+    @field_validator("adaptive", mode="after")
+    @classmethod
+    def _adaptive_defaults(cls, value: AdaptiveSpec | None, info: ValidationInfo) -> AdaptiveSpec | None:
+        return AdaptiveSpec() if value is None and info.data.get("design") == "adaptive" else value
 
     @field_validator("resolution", mode="before")
     @classmethod
@@ -364,8 +375,10 @@ class ExperimentSpec(TrainerBasedSpec):
     @model_validator(mode="after")
     def _design_is_possible(self) -> "ExperimentSpec":
         for name in ("resolution", "generators"):
-            if getattr(self, name) is not None and self.design != "fractional":
-                raise SpecProblem(f"only applies to design: fractional (this is {self.design}); remove it", name)
+            if getattr(self, name) is not None and self.design not in ("fractional", "adaptive"):
+                raise SpecProblem(f"only applies to design: fractional or adaptive (this is {self.design}); remove it", name)
+        if self.adaptive is not None and self.design != "adaptive":
+            raise SpecProblem(f"only applies to design: adaptive (this is {self.design}); remove it", "adaptive")
         if self.orderings != "paper" and self.design != "cumulative":  # `paper` is the default: harmless
             raise SpecProblem(f"only applies to design: cumulative (this is {self.design}); remove it", "orderings")
         k = len(self.factors)
@@ -375,7 +388,9 @@ class ExperimentSpec(TrainerBasedSpec):
                 "doubles them): keep the factors you are testing and fix the others in trainer",
                 "factors",
             )
-        if self.design == "fractional":
+        if self.design == "adaptive":
+            check_adaptive(self)
+        elif self.design == "fractional":
             try:
                 choose_fraction(k, self.resolution, self.generators)
             except DesignError as err:
@@ -423,6 +438,35 @@ class ExperimentSpec(TrainerBasedSpec):
     def factor_names(self) -> list[str]:
         """Canonical factor names in spec order (technique names, knob leaf names)."""
         return [entry if isinstance(entry, str) else next(iter(entry)) for entry in self.factors]
+
+
+def check_adaptive(spec: ExperimentSpec) -> None:
+    """design: adaptive: its first stage exists, its seeds fit max_seeds, no transfer settings."""
+    settings = spec.adaptive or AdaptiveSpec()  # (filled in by the field's validator)
+    k = len(spec.factors)
+    if len(spec.seeds) > settings.max_seeds:
+        raise SpecProblem(f"stage 1 has {len(spec.seeds)} seeds, above adaptive.max_seeds ({settings.max_seeds}); "
+                          "give fewer seeds or raise max_seeds", "seeds")
+    if spec.settings:
+        raise SpecProblem("design: adaptive does not take transfer settings yet; run one adaptive experiment per "
+                          "setting, or use design: full", "settings")
+    if k < 2:
+        raise SpecProblem("design: adaptive needs at least 2 factors; use design: full", "factors")
+    if spec.resolution is not None or spec.generators is not None or k >= 5:
+        try:
+            first_stage_fraction(k, spec.resolution, spec.generators)
+        except DesignError as err:
+            raise SpecProblem(str(err), "generators" if spec.generators is not None else "design") from None
+
+
+def first_stage_fraction(k: int, resolution: int | None, generators: list[str] | None) -> Fraction | None:
+    """The fraction adaptive's stage 1 runs: the user's, else the fewest-run one of resolution V
+    (None below 5 factors: every cell)."""
+    if resolution is None and generators is None:
+        if k < 5:
+            return None
+        resolution = 5
+    return choose_fraction(k, resolution, generators)
 
 
 def run_root(spec: ExperimentSpec | TrainerBasedSpec) -> Path:

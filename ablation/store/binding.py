@@ -35,13 +35,18 @@ __all__ = ["DESIGN_FIELDS", "DIGEST_TAG", "check_binding", "design_of", "differe
 
 DESIGN_FIELDS = ("factors", "design", "resolution", "generators", "orderings", "settings")
 """The spec fields the digest covers besides the base trainer config."""
+ADAPTIVE_RULES = ("alpha", "spending", "effect_of_interest")
+"""design: adaptive: the settings its error guarantee rests on, also covered (its budgets are not)."""
 _MISSING = "(absent)"
 
 
 def design_of(spec: ExperimentSpec) -> dict[str, Any]:
     """What the digest hashes (see the module docstring)."""
     data = spec.to_dict()
-    return {**{name: data.get(name) for name in DESIGN_FIELDS}, "trainer": config_delta(spec.trainer)}
+    design = {**{name: data.get(name) for name in DESIGN_FIELDS}, "trainer": config_delta(spec.trainer)}
+    if spec.design == "adaptive":  # its error guarantee; budgets may change between invocations
+        design["adaptive"] = {name: (data.get("adaptive") or {}).get(name) for name in ADAPTIVE_RULES}
+    return design
 
 
 def experiment_digest(spec: ExperimentSpec) -> str:
