@@ -50,7 +50,7 @@ def main() -> None:
     import ray
 
     from dapo_ablate.ablation.experiment.design import expand
-    from dapo_ablate.ablation.runtime.executor import run_experiment
+    from dapo_ablate.ablation.runtime.executor import RunOptions, run_experiment
     from dapo_ablate.ablation.experiment.spec import build_spec
 
     with tempfile.TemporaryDirectory() as folder:
@@ -68,10 +68,10 @@ def main() -> None:
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # one line per run otherwise
                 started = time.perf_counter()
-                summary = run_experiment(spec, plan, cell_fn=trivial_cell, progress=False)
+                summary = run_experiment(spec, plan, cell_fn=trivial_cell, options=RunOptions(progress=False))
                 wall_s = time.perf_counter() - started
                 started = time.perf_counter()
-                again = run_experiment(spec, plan, cell_fn=trivial_cell, progress=False)
+                again = run_experiment(spec, plan, cell_fn=trivial_cell, options=RunOptions(progress=False))
                 rerun_s = time.perf_counter() - started
             assert summary.exit_code == 0 and summary.finished == len(plan.runs), summary
             assert again.finished == 0 and again.already_done == len(plan.runs), again

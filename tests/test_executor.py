@@ -16,7 +16,7 @@ from tiny_configs import TINY_TRAINER
 import yaml
 
 from dapo_ablate.ablation.experiment.design import expand
-from dapo_ablate.ablation.runtime.executor import run_experiment
+from dapo_ablate.ablation.runtime.executor import RunOptions, run_experiment
 from dapo_ablate.ablation.runtime.hosts import this_host
 from dapo_ablate.ablation.runtime.preflight import check_ray_address, check_writable_folder
 from dapo_ablate.ablation.runtime.task import CELL_FN_ENV, describe_error, resolve_cell_fn
@@ -45,7 +45,7 @@ def write_spec(tmp_path: Path, **fields: Any) -> Path:
 
 def run(spec_path: Path, cell_fn=None, **kwargs: Any):
     spec = load_spec(spec_path)
-    return spec, run_experiment(spec, expand(spec), cell_fn=cell_fn, progress=False, **kwargs)
+    return spec, run_experiment(spec, expand(spec), cell_fn=cell_fn, options=RunOptions(progress=False, **kwargs))
 
 
 # -- cell functions (they run in Ray workers) --------------------------------------------------

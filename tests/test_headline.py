@@ -117,7 +117,7 @@ def test_report_puts_the_headline_on_the_parent_run(local_ray, tmp_path: Path):
     from typer.testing import CliRunner
 
     from dapo_ablate.ablation.experiment.design import expand
-    from dapo_ablate.ablation.runtime.executor import run_experiment
+    from dapo_ablate.ablation.runtime.executor import RunOptions, run_experiment
     from dapo_ablate.ablation.store.ledger import SQLLedger
     from dapo_ablate.ablation.experiment.spec import load_spec
     from dapo_ablate.cli.main import app
@@ -125,7 +125,7 @@ def test_report_puts_the_headline_on_the_parent_run(local_ray, tmp_path: Path):
 
     spec_path = write_two_factor_spec(tmp_path, "headline-exp", seeds=2)
     spec = load_spec(spec_path)
-    summary = run_experiment(spec, expand(spec), cell_fn=noisy_cell, progress=False)
+    summary = run_experiment(spec, expand(spec), cell_fn=noisy_cell, options=RunOptions(progress=False))
     assert summary.exit_code == 0 and summary.finished == 8
 
     report = tmp_path / "report"

@@ -23,7 +23,7 @@ from test_executor import calls, rows, write_spec
 from dapo_ablate.ablation.runtime import executor as executor_module
 from dapo_ablate.ablation.experiment.design import expand
 from dapo_ablate.ablation.runtime.factorial import FactorialScheduler
-from dapo_ablate.ablation.runtime.executor import run_experiment
+from dapo_ablate.ablation.runtime.executor import RunOptions, run_experiment
 from dapo_ablate.ablation.runtime.ray_connect import connect_ray
 from dapo_ablate.ablation.runtime.signals import Interrupted
 from dapo_ablate.ablation.experiment.spec import load_spec
@@ -57,7 +57,7 @@ def test_a_ctrl_c_swallowed_while_ray_starts_stops_before_anything_is_written(tm
     spec = load_spec(write_spec(tmp_path))
     before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     with pytest.raises(Interrupted) as caught:
-        run_experiment(spec, expand(spec), progress=False)
+        run_experiment(spec, expand(spec), options=RunOptions(progress=False))
     assert caught.value.exit_code == 130
     assert not (tmp_path / "out" / "ledger.db").exists()  # nothing claimed or recorded
     assert {signum: signal.getsignal(signum) for signum in before} == before  # the caller's handlers are back
@@ -76,7 +76,7 @@ def test_a_sigterm_while_ray_starts_exits_143_with_nothing_written(tmp_path, mon
     spec = load_spec(write_spec(tmp_path))
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Interrupted) as caught:
-        run_experiment(spec, expand(spec), progress=False)
+        run_experiment(spec, expand(spec), options=RunOptions(progress=False))
     assert caught.value.exit_code == 143  # (under Ray's handler: not 15 without a word)
     assert not (tmp_path / "out" / "ledger.db").exists()  # nothing claimed or recorded
     assert signal.getsignal(signal.SIGTERM) == before  # the caller's handler is back
@@ -92,7 +92,7 @@ def test_a_sigterm_while_the_driver_opens_its_stores_exits_143_with_a_sentence(t
     monkeypatch.setattr(FactorialScheduler, "_open_stores", terminated_while_opening)
     spec = load_spec(write_spec(tmp_path))
     with pytest.raises(Interrupted) as caught:  # not a bare KeyboardInterrupt (Typer: a silent 130)
-        run_experiment(spec, expand(spec), progress=False)
+        run_experiment(spec, expand(spec), options=RunOptions(progress=False))
     assert caught.value.exit_code == 143 and "nothing was run" in str(caught.value)
 
 
@@ -157,7 +157,7 @@ def test_a_ctrl_c_swallowed_while_runs_are_in_flight_stops_the_driver_at_its_nex
     swallowed: list[str] = []
     monkeypatch.setattr(FactorialScheduler, "_start_child", swallowed_once_a_run_is_claimed)
     spec = load_spec(write_spec(tmp_path, executor={"max_concurrent": 1}))
-    summary = run_experiment(spec, expand(spec), cell_fn=counting_cell, progress=False)
+    summary = run_experiment(spec, expand(spec), cell_fn=counting_cell, options=RunOptions(progress=False))
     assert summary.interrupted and summary.exit_code == 130
     assert sum(calls(spec).values()) <= 1  # no run was started after the Ctrl-C
     statuses = [row["status"] for row in rows(spec).values()]

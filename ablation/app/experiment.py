@@ -97,9 +97,7 @@ def run(experiment: Experiment, address: str | None = None, options: RunOptions 
     options = options or RunOptions()
     check_verl(experiment)
     with user_errors(*ERRORS):
-        summary = run_experiment(experiment.spec, experiment.plan, address=address, cell_fn=cell_fn,
-                                 progress=options.progress, max_concurrent=options.max_concurrent,
-                                 retry_failed=options.retry_failed)
+        summary = run_experiment(experiment.spec, experiment.plan, address=address, cell_fn=cell_fn, options=options)
     browse = command_line("ui", shown(run_root(experiment.spec)))
     if summary.interrupted or summary.exit_code != 0:
         return RunOutcome(summary, browse=browse)

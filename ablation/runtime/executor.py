@@ -38,18 +38,21 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import yaml
 
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec, SpecError, run_root, validate_spec
+from dapo_ablate.ablation.runtime.adaptive import AdaptiveScheduler, LookPolicy
 from dapo_ablate.ablation.runtime.factorial import ExperimentSummary, FactorialScheduler, RunOptions
 from dapo_ablate.ablation.runtime.cell import submits_jobs
 from dapo_ablate.ablation.runtime.preflight import check_contexts, preflight
 from dapo_ablate.ablation.runtime.ray_connect import connect_ray
 from dapo_ablate.ablation.runtime.signals import Interrupted, StopSignals, sigterm_as_interrupt, stopped_at_start
 from dapo_ablate.ablation.runtime.task import resolve_cell_fn
+from dapo_ablate.ablation.store.adaptive_state import adaptive_state
 from dapo_ablate.ablation.store.ledger import DONE, FAILED, PENDING, RUNNING, Ledger, connect_ledger
 from dapo_ablate.ablation.store.results import open_ledger
 from dapo_ablate.ablation.store.tracking import Tracker, absolute_tracking_uri, default_artifact_location, open_tracker, sqlite_path
@@ -77,13 +80,16 @@ RECORD_HEADER = (
 
 
 def run_experiment(spec: ExperimentSpec, plan: Plan, *, address: str | None = None,
-                   cell_fn: Callable[..., dict[str, Any]] | None = None, progress: bool = True,
-                   max_concurrent: int | None = None, retry_failed: bool = False) -> ExperimentSummary:
+                   cell_fn: Callable[..., dict[str, Any]] | None = None, options: RunOptions | None = None,
+                   policy: LookPolicy | None = None) -> ExperimentSummary:
     """Run every run of `plan` that is not done yet; see the module docstring for the steps.
+    design: adaptive: `plan` is the plan as it stands (`store.adaptive_state.current_plan`) and
+    `policy` makes its looks (`runtime.adaptive`); the experiment grows until a look stops it.
 
     address: Ray cluster to join (overrides ``executor.address``); None: the spec's, else a
-    local Ray (reused if this process already started one). max_concurrent overrides
-    ``executor.max_concurrent``. Raises ExecutorError /
+    local Ray (reused if this process already started one). options: a progress bar or lines,
+    a concurrency limit over ``executor.max_concurrent``, failed runs given a fresh budget
+    (`RunOptions`; its `local` is set from the address here). Raises ExecutorError /
     LedgerError for a user's mistake before writing anything, and `Interrupted` for a Ctrl-C or
     SIGTERM before the driver started.
     """
@@ -97,8 +103,13 @@ def run_experiment(spec: ExperimentSpec, plan: Plan, *, address: str | None = No
     # a database server is checked before Ray starts; a SQLite ledger is only created after
     open_first = lambda: None if sqlite_path(spec.ledger) else connect_ledger(spec.ledger)  # noqa: E731
     with session(spec, address, open_first=open_first, checked=True) as (stop, ledger):  # rerun_finished checked it
-        options = RunOptions(progress, max_concurrent, retry_failed, local=not address)
-        scheduler = FactorialScheduler(spec, plan, fn, options, ledger=ledger, check_stop=stop.check)
+        options = replace(options or RunOptions(), local=not address)
+        if spec.design == "adaptive":
+            if policy is None:
+                raise TypeError("design: adaptive needs a look policy (runtime.adaptive.LookPolicy)")
+            scheduler = AdaptiveScheduler(spec, plan, fn, options, policy, ledger=ledger, check_stop=stop.check)
+        else:
+            scheduler = FactorialScheduler(spec, plan, fn, options, ledger=ledger, check_stop=stop.check)
         try:
             summary = scheduler.run()
         except KeyboardInterrupt:
@@ -183,6 +194,8 @@ def _finished_and_logged(spec: ExperimentSpec, plan: Plan, ledger: Ledger
     experiment = ledger.get_experiment(spec.name)
     if experiment is None or experiment.mlflow_parent_run_id is None or not _same_spec(experiment.spec, spec):
         return None
+    if spec.design == "adaptive" and not adaptive_state(spec, ledger).stopped:
+        return None  # a look is still to make (the driver's way makes it)
     planned = [run.run_id for run in plan.runs]
     status = {row["run_id"]: row["status"] for row in ledger.runs_table(spec.name)}
     if any(status.get(run_id) != DONE for run_id in planned):

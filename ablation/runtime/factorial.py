@@ -502,6 +502,13 @@ class RunDisplay(EventLines):
         shown = f"{metric} {value:.3f}" if isinstance(value, (int, float)) else "no metric"
         self._line(f"done    {name:<28} {shown}  {float(result.get('wall_s') or 0):.1f} s")
 
+    def grow(self, runs: int) -> None:
+        """An adaptive experiment's look added `runs` runs to the plan."""
+        self.total += runs
+        if self.bar is not None:
+            self.bar.update(self.task, total=self.total)
+        self._refresh()
+
     def failed(self, name: str, error: str, attempt: int, retry: bool) -> None:
         if not retry:
             self.n_failed += 1

@@ -1,0 +1,101 @@
+"""``design: adaptive`` as a `Scheduler` of the one `Driver`: the factorial scheduler of the runs
+planned so far, which, once all of them are done, looks at the data and either grows the plan or
+stops.
+
+A look is made by a `LookPolicy` the caller passes in (the app layer wires the claims engine's
+group-sequential decisions, `reports.sequential`: the runtime imports no statistics). It gets the
+plan and every finished run's record, and the looks before it; it returns what to record and the
+(cell key, seed) runs to add, none to stop. The look is stored in the ledger first
+(`Ledger.record_look`, once per number: a second driver adopts the first one's), then its runs are
+added and queued, so a driver stopped at any point resumes where the ledger says: the plan is
+always stage 1 plus what the recorded looks added (`store.adaptive_state.current_plan`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from dapo_ablate.ablation.runtime.factorial import FactorialScheduler, RunOptions
+from dapo_ablate.ablation.store.adaptive_state import AdaptiveState
+from dapo_ablate.ablation.store.ledger import DONE, Ledger
+from dapo_ablate.ablation.store.transient import retry_transient
+
+if TYPE_CHECKING:
+    from dapo_ablate.ablation.experiment.design import Plan
+    from dapo_ablate.ablation.experiment.spec import ExperimentSpec
+
+
+@dataclass(frozen=True)
+class LookOutcome:
+    """What one look decided: `record` (JSON: decisions, spending, intervals; stored in the ledger
+    and shown by `status` and the report), the runs to add as (cell key, seed), none to stop, and
+    one line saying why."""
+
+    record: dict[str, Any]
+    add: list[tuple[str, int]]
+    summary: str
+
+
+class LookPolicy(Protocol):
+    """Looks at the finished runs of `plan` (their `Ledger.results` records) given the earlier
+    looks (`Ledger.looks`), and decides what follows."""
+
+    def __call__(self, plan: Plan, records: list[dict[str, Any]], looks: list[dict[str, Any]]) -> LookOutcome: ...
+
+
+class AdaptiveScheduler(FactorialScheduler):
+    """A `FactorialScheduler` whose plan grows at each look (see the module docstring)."""
+
+    def __init__(self, spec: ExperimentSpec, plan: Plan, cell_fn: Callable[..., dict[str, Any]], options: RunOptions,
+                 policy: LookPolicy, ledger: Ledger | None = None, check_stop: Callable[[], None] | None = None) -> None:
+        super().__init__(spec, plan, cell_fn, options, ledger=ledger, check_stop=check_stop)
+        self.policy = policy
+
+    def finished(self) -> bool:
+        """Asked with nothing in flight. With runs still queued: no. Else, once every planned run
+        is done (a failed or elsewhere-held run waits for the next invocation), look: True when
+        the look stops the experiment, else its runs are queued."""
+        if self.queue:
+            return False
+        rows = self._plan_rows()
+        if any(row["status"] != DONE for row in rows.values()):
+            return True  # failed runs end this invocation (exit 1); `run` again resumes before the look
+        state = AdaptiveState(retry_transient(lambda: self.ledger.looks(self.name), "read the looks"))
+        if state.stopped:
+            return True
+        look = self._look(len(state.looks) + 1, state.looks)
+        added = [(str(key), int(seed)) for key, seed in look.get("added", [])]
+        if not added:
+            return True
+        self._grow(state.grown + added)
+        return False  # the driver asks again: queued runs start, or (all done elsewhere) the next look
+
+    def _look(self, number: int, looks: list[dict[str, Any]]) -> dict[str, Any]:
+        """Look `number`: decided by the policy and stored, or the one another driver stored first."""
+        self._read_records()
+        records = [self.records[run.run_id] for run in self.plan.runs if run.run_id in self.records]
+        outcome = self.policy(self.plan, records, looks)
+        record = {**outcome.record, "runs": len(self.plan.runs), "added": [list(pair) for pair in outcome.add],
+                  "stopped": not outcome.add, "summary": outcome.summary}
+        if not retry_transient(lambda: self.ledger.record_look(self.name, number, record), f"record look {number}"):
+            record = retry_transient(lambda: self.ledger.looks(self.name), "read the looks")[number - 1]
+        self.display.note(f"{self.name}: look {number}: {record['summary']}")
+        looks = [{**look, "recorded_at": str(look["recorded_at"])} for look in self.ledger.looks(self.name)]
+        self._mlflow(lambda: self.tracker.log_dict(self.parent_id, {"looks": looks}, "looks.json"), "log the looks to the MLflow parent run")
+        return record
+
+    def _grow(self, grown: list[tuple[str, int]]) -> None:
+        """The plan with the looks' runs: added to the ledger and queued with a fresh budget."""
+        from dapo_ablate.ablation.experiment.design import expand
+
+        self.plan = expand(self.spec, grown)
+        new = [run for run in self.plan.runs if run.run_id not in self.planned]
+        self.planned.update((run.run_id, run) for run in new)
+        retry_transient(lambda: self.ledger.add_runs(self.name, [run.to_run_spec() for run in new]), "add the look's runs")
+        claimable = set(self.ledger.claimable(self.name, lease_s=self.lease_s, max_attempts=self.retries + 1))
+        for run in new:
+            if run.run_id in claimable:
+                self.queue.append(run.run_id)
+                self.budget[run.run_id] = self.retries + 1
+        self.display.grow(len(new))
