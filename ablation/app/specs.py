@@ -18,13 +18,13 @@ import yaml
 
 from dapo_ablate.ablation.app.errors import UserError, user_errors
 from dapo_ablate.ablation.app.texts import command_line
-from dapo_ablate.ablation.experiment.design import Plan, expand
+from dapo_ablate.ablation.experiment.design import Plan
 from dapo_ablate.ablation.experiment.fractions import DesignError
 from dapo_ablate.ablation.experiment.overrides import OverrideError, load_spec_with_overrides
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec, SpecError, load_spec_file, run_root
 from dapo_ablate.ablation.runtime.executor import SPEC_RECORD, SWEEP_RECORD, located
 from dapo_ablate.ablation.store.ledger import LedgerError
-from dapo_ablate.ablation.store.results import ResultsError, status_rows
+from dapo_ablate.ablation.store.results import ResultsError, spec_plan, status_rows
 from dapo_ablate.core.config import ConfigError
 
 ERRORS = (SpecError, ConfigError, DesignError, OverrideError)
@@ -53,7 +53,8 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     last `run` wrote) with `overrides` (KEY=VALUE by dotted path) applied, and its plan."""
     with user_errors(*ERRORS):
         spec = load_spec_with_overrides(ExperimentSpec, spec_file(path, SPEC_RECORD), overrides, kind="spec")
-        return Experiment(spec, expand(spec), Path(path), tuple(overrides or ()))
+    with user_errors(*ERRORS, LedgerError):
+        return Experiment(spec, spec_plan(spec), Path(path), tuple(overrides or ()))
 
 
 def spec_file(path: str | Path, record: str) -> Path:
@@ -99,7 +100,10 @@ def other_runs_hint(experiment: Experiment, command: str, *options: str) -> str 
     if recorded is None:
         return None
     differences = _differences(located(experiment.spec.to_dict()), located(recorded.to_dict()))
-    plan = expand(recorded)
+    try:
+        plan = spec_plan(recorded)
+    except LedgerError:
+        return None
     if not differences or {run.run_id for run in plan.runs} == {run.run_id for run in experiment.plan.runs}:
         return None
     try:

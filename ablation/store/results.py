@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dapo_ablate.ablation.store.adaptive_state import current_plan
 from dapo_ablate.ablation.store.binding import check_binding
 from dapo_ablate.ablation.store.ledger import Ledger, LedgerError, RUN_STATUSES, connect_ledger
 from dapo_ablate.ablation.store.tracking import normalize_tracking_uri, sqlite_path
@@ -58,12 +59,27 @@ def load_experiment_results(
         parent run (None if the experiment was never run with MLflow).
     Raises SpecError for a bad spec and ResultsError when nothing has finished yet.
     """
-    from dapo_ablate.ablation.experiment.design import expand
     from dapo_ablate.ablation.experiment.spec import ExperimentSpec, load_spec
 
     spec = spec_path if isinstance(spec_path, ExperimentSpec) else load_spec(spec_path)
-    plan = expand(spec)
+    try:
+        plan = spec_plan(spec)
+    except LedgerError as err:
+        raise ResultsError(str(err)) from None
     return experiment_tables(spec, plan, *_finished_runs(spec, plan))
+
+
+def spec_plan(spec: ExperimentSpec) -> Plan:
+    """The spec's plan as it stands: `expand(spec)`, or for design: adaptive stage 1 and the runs
+    its recorded looks added (read from the ledger, which a reader does not create).
+    LedgerError for a database that is not a ledger."""
+    if spec.design != "adaptive":
+        return current_plan(spec, None)
+    ledger = open_ledger(spec)
+    if ledger is None:
+        return current_plan(spec, None)
+    with ledger:
+        return current_plan(spec, ledger)
 
 
 def experiment_tables(
