@@ -107,6 +107,8 @@ def status(spec_path: Path = SPEC_ARG, overrides: Optional[list[str]] = OVERRIDE
         )
     Console(width=max(120, Console().width)).print(table)
     typer.echo("  ".join(f"{name} {count}" for name, count in found.counts.items()))
+    for line in found.looks:
+        typer.echo(line)
     if found.note:
         typer.echo(found.note)
 

@@ -4,9 +4,10 @@ Every user's mistake is a `UserError` (one sentence); nothing is written before 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from dapo_ablate.ablation.app.adaptive import look_lines, look_policy
 from dapo_ablate.ablation.app.errors import UserError, user_errors
 from dapo_ablate.ablation.app.specs import Experiment, load_experiment, other_runs_hint, shown  # noqa: F401 - the CLI's
 from dapo_ablate.ablation.app.texts import command_line
@@ -97,7 +98,8 @@ def run(experiment: Experiment, address: str | None = None, options: RunOptions 
     options = options or RunOptions()
     check_verl(experiment)
     with user_errors(*ERRORS):
-        summary = run_experiment(experiment.spec, experiment.plan, address=address, cell_fn=cell_fn, options=options)
+        summary = run_experiment(experiment.spec, experiment.plan, address=address, cell_fn=cell_fn, options=options,
+                                 policy=look_policy(experiment.spec))
     browse = command_line("ui", shown(run_root(experiment.spec)))
     if summary.interrupted or summary.exit_code != 0:
         return RunOutcome(summary, browse=browse)
@@ -117,6 +119,8 @@ class Status:
     note: str | None = None
     """When the ledger holds none of these runs but the experiment's folder records a `run` of
     other runs (other overrides): how to reach them."""
+    looks: list[str] = field(default_factory=list)
+    """design: adaptive: the current look, its decisions, the alpha spent and the budget left."""
 
     @property
     def has_jobs(self) -> bool:
@@ -137,7 +141,9 @@ def status(experiment: Experiment) -> Status:
             raise
         raise UserError(f"the ledger's experiment {experiment.spec.name!r} holds other runs than this spec names; {hint}") from None
     hint = other_runs_hint(experiment, "status") if counts.get(NEW) == len(rows) else None
-    return Status(rows, counts, f"none of these runs is in the ledger: {hint}" if hint else None)
+    with user_errors(*ERRORS):
+        looks = look_lines(experiment.spec, experiment.plan)
+    return Status(rows, counts, f"none of these runs is in the ledger: {hint}" if hint else None, looks)
 
 
 def ui_command(experiment: Experiment, port: int) -> list[str]:
