@@ -197,7 +197,7 @@ def _design_name(declared: str | None) -> str:
     aliases = {
         "any": "any", "full": "full", "fraction-v": "fraction-V", "fractionv": "fraction-V",
         "res-v": "fraction-V", "resv": "fraction-V", "v": "fraction-V", "fraction": "fraction",
-        "fractional": "fraction", "half": "fraction", "one-at-a-time": "any", "cumulative": "any",
+        "fractional": "fraction", "half": "fraction", "one-at-a-time": "any", "cumulative": "any", "adaptive": "any",
     }  # fmt: skip
     if name not in aliases:
         raise ReportInputError(

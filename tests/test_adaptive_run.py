@@ -119,3 +119,14 @@ def test_an_adaptive_experiment_looks_grows_stops_and_resumes_after_a_kill(tmp_p
 
     code, out, err = finish(command(spec_path, "run", "--no-progress"))
     assert code == 0 and "Ray not started" in out, (out, err)
+
+    code, out, err = finish(subprocess.Popen([COMMAND, "report", str(spec_path), "--out", str(tmp_path / "report")],
+                                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                             start_new_session=True))
+    assert code == 0, err
+    shown = (tmp_path / "report" / "looks.md").read_text()
+    assert "Look 1: 16 runs; " in shown and f"Look {len(found)}: {found[-1]['runs']} runs; " in shown
+    assert "clip_higher: +" in shown and "(repeated CI over all looks), supported." in shown and "Runs: " in shown
+    table = (tmp_path / "report" / "looks.csv").read_text().splitlines()
+    assert table[0] == "look,runs,alpha_spent,term,estimate,ci_low,ci_high,decision,unit"
+    assert len(table) == 1 + 6 * len(found)  # 3 main effects and 3 interactions at each look

@@ -19,6 +19,7 @@ from dapo_ablate.ablation.app.specs import ERRORS as SPEC_ERRORS
 from dapo_ablate.ablation.app.specs import Experiment, load_experiment, other_runs_hint
 from dapo_ablate.ablation.experiment.design import Plan
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec, load_spec
+from dapo_ablate.ablation.store.adaptive_state import adaptive_state
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.store.results import (
     ParentRunLogger,
@@ -33,6 +34,7 @@ from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
 from dapo_ablate.core.contracts import DEFAULT_METRIC, FactorInfo
 from dapo_ablate.reports import ReportInputError, ReportOptions, load_results_csv, write_report
 from dapo_ablate.reports.headline import headline_lines, log_parent_headline
+from dapo_ablate.reports.looks import write_looks
 
 ERRORS = (ReportInputError, ResultsError, LedgerError, *SPEC_ERRORS)
 STORE_RUN_HINT = "run `dapo-ablate run` on the spec of {name!r} first"
@@ -69,6 +71,7 @@ def report(request: ReportRequest) -> ReportOutcome:
             metric = request.metric or DEFAULT_METRIC
             table, factors = load_results_csv(request.results, request.factors, metric)
             options, logger, extra, name = replace(request.options, metric=metric), None, {}, ""
+            looks, alpha = [], None
         else:
             experiment = load_experiment(request.spec, request.overrides)
             spec, plan = experiment.spec, experiment.plan
@@ -77,12 +80,25 @@ def report(request: ReportRequest) -> ReportOutcome:
             options = replace(request.options, metric=request.metric or spec.metric, design=request.options.design or design,
                               levels=levels)
             factors, extra, name = request.factors or factors, {"curves": curves, "signals": load_signals(spec, plan)}, spec.name
-        written = write_staged(request.out, lambda folder: write_report(table, factors, folder, options=options, **extra))
+            looks, alpha = adaptive_looks(spec), spec.adaptive.alpha if spec.adaptive else None
+        written = write_staged(request.out, lambda folder: {**write_report(table, factors, folder, options=options, **extra),
+                                                            **write_looks(looks, folder, alpha)})
         if logger is not None:
             log_headline(logger, name, table, factors, options.metric, options.confidence)
     if logger is not None:
         logger.log_artifacts(str(request.out), "report")
     return ReportOutcome(written, request.out)
+
+
+def adaptive_looks(spec: ExperimentSpec) -> list[dict[str, Any]]:
+    """An adaptive experiment's looks as its ledger recorded them (none for other designs)."""
+    if spec.design != "adaptive":
+        return []
+    ledger = open_ledger(spec)
+    if ledger is None:
+        return []
+    with ledger:
+        return adaptive_state(spec, ledger).looks
 
 
 def experiment_results(experiment: Experiment) -> tuple[pd.DataFrame, list[str], pd.DataFrame | None, str, Any]:
