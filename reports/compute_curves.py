@@ -141,7 +141,8 @@ def _shared_steepness(runs: _Runs, log_b_grid: np.ndarray) -> float:
     if len(log_b_grid) == 1:
         return float(np.exp(log_b_grid[0]))
     low, high = log_b_grid[max(best - 1, 0)], log_b_grid[min(best + 1, len(log_b_grid) - 1)]
-    return float(np.exp(optimize.minimize_scalar(total, bounds=(low, high), method="bounded", options={"xatol": 1e-3}).x))
+    found = optimize.minimize_scalar(total, bounds=(low, high), method="bounded", options={"xatol": 1e-3})
+    return float(np.exp(found.x))
 
 
 GOLDEN = (np.sqrt(5) - 1) / 2
@@ -199,7 +200,7 @@ def _checked(curves: pd.DataFrame, factors: list[str], metric: str, compute: str
     return table
 
 
-def _gather(curves: pd.DataFrame, factors: list[str], metric: str, compute: str, keys: list[str] | None = None) -> _Runs:
+def _gather(curves: pd.DataFrame, factors: list[str], metric: str, compute: str, keys: list[str] | None = None):
     """The curves as [runs, points] arrays sorted by compute (NaN-padded); runs told apart by
     ``keys`` (default: run_id, else cell and seed)."""
     table = _checked(curves, factors, metric, compute)
@@ -309,7 +310,8 @@ def verdicts(p_asymptote: np.ndarray, p_midpoint: np.ndarray, alpha: float) -> t
         if np.isnan(pa) or np.isnan(pc):
             out.append(NOT_ENOUGH)
         else:
-            out.append({(True, True): BOTH, (True, False): CEILING, (False, True): SPEED}.get((pa < alpha, pc < alpha), NEITHER))
+            moved = (pa < alpha, pc < alpha)
+            out.append({(True, True): BOTH, (True, False): CEILING, (False, True): SPEED}.get(moved, NEITHER))
     return out, adj_a, adj_c
 
 
@@ -365,7 +367,12 @@ def analyze_curves(
     ]
     unfitted = int((~runs["fitted"]).sum())
     if unfitted:
-        notes.append(f"{unfitted} of {len(runs)} runs have fewer than {MIN_POINTS} evaluations at 3 compute values: not fitted.")
+        notes.append(
+            f"{unfitted} of {len(runs)} runs have fewer than {MIN_POINTS} evaluations at 3 compute values: not fitted."
+        )
     if runs["at_edge"].any():
-        notes.append(f"{int(runs['at_edge'].sum())} runs reach half their gain beyond their data: their asymptote is an extrapolation.")
+        notes.append(
+            f"{int(runs['at_edge'].sum())} runs reach half their gain beyond their data: their asymptote is an "
+            "extrapolation."
+        )
     return CurveAnalysis(compute, steepness, runs, cells, effects, notes)

@@ -53,7 +53,7 @@ Wiring (the Scheduler of ``design: adaptive``): after each stage's runs finish,
 ``look(results, factors, settings, history, final=stage.final)``; record ``look.to_dict()`` in
 the ledger (``SequentialHistory.from_dict(...)`` on resume); then
 ``next_stage(look, policy)`` -> ``Stage`` (cells and how many runs each gets, or stop). The
-report shows ``look.table()`` per look and ``runs_saved(look, settings, history)``.
+report shows ``look.table()`` per look and ``runs_saved(look, settings)``.
 """
 
 from __future__ import annotations
@@ -353,7 +353,9 @@ def _estimate_terms(results: pd.DataFrame, factors: list[str], settings: Sequent
     est = estimate(fit, contrasts.contrasts, noise, 1 - settings.alpha)
     n_eff = 4.0 / quadratic_forms(fit, contrasts.contrasts)  # runs of a balanced full factorial as precise
     t_now = np.ones(len(n_eff)) if final else np.minimum(n_eff / settings.full_information_runs, 1.0)
-    fractions = [_fractions(tuple(history.fractions.get(name, ())), float(t)) for name, t in zip(contrasts.names, t_now)]
+    fractions = [
+        _fractions(tuple(history.fractions.get(name, ())), float(t)) for name, t in zip(contrasts.names, t_now)
+    ]
     ambiguous = _ambiguous(design, len(contrasts.names))
     z = _t_to_z(est.p_value, est.estimate)
     tested = _Tested(contrasts.names, contrasts.orders, ambiguous, n_eff, est, z, fractions)
@@ -414,7 +416,7 @@ def _decide(tested: _Tested, history: SequentialHistory, settings: SequentialSet
     return pd.DataFrame(rows), SequentialHistory(index, fractions, decided)
 
 
-def _cell_states(results: pd.DataFrame, factors: list[str], fit: CellFit) -> tuple[CellState, ...]:
+def _cell_states(results: pd.DataFrame, fit: CellFit) -> tuple[CellState, ...]:
     tokens = np.full(len(fit.masks), np.nan)
     if "tokens_generated" in results.columns:
         per_run = pd.to_numeric(results["tokens_generated"], errors="coerce").to_numpy(float)
@@ -423,7 +425,7 @@ def _cell_states(results: pd.DataFrame, factors: list[str], fit: CellFit) -> tup
             tokens = np.where(np.isnan(per_run).any(), np.nan, sums / fit.n)
     return tuple(
         CellState(int(mask), int(n), float(var), float(df), float(tok))
-        for mask, n, var, df, tok in zip(fit.masks, fit.n, fit.cell_var, fit.cell_df, np.broadcast_to(tokens, fit.n.shape))
+        for mask, n, var, df, tok in zip(fit.masks, fit.n, fit.cell_var, fit.cell_df, tokens)
     )
 
 
@@ -450,7 +452,7 @@ def look(
     spent = float(SPENDING[settings.spending](max(f[-1] for f in tested.fractions), settings.alpha))
     return Look(
         index=index, runs=len(results), k=len(factors), design=design.kind, resolution=design.resolution, terms=terms,
-        cells=_cell_states(results, factors, fit), spent=spent, final=final, history=after,
+        cells=_cell_states(results, fit), spent=spent, final=final, history=after,
         pooled_variance=float(fit.sigma2),
     )  # fmt: skip
 
@@ -550,7 +552,11 @@ def _fits(plan: _Plan, added: dict[int, int], policy: AdaptivePolicy) -> bool:
     known = [t for t in plan.tokens.values() if np.isfinite(t)]
     if not known:
         return True  # no token counts recorded: the run budget alone applies
-    per_run = lambda mask: plan.tokens.get(mask, np.nan) if np.isfinite(plan.tokens.get(mask, np.nan)) else np.mean(known)  # noqa: E731
+
+    def per_run(mask: int) -> float:  # a cell without token counts (a fold-over's) costs the mean
+        value = plan.tokens.get(mask, np.nan)
+        return value if np.isfinite(value) else float(np.mean(known))
+
     used = sum(per_run(mask) * n for mask, n in plan.runs.items())
     return used + sum(per_run(mask) * n for mask, n in added.items()) <= policy.max_tokens
 
@@ -618,8 +624,8 @@ class RunsSaved:
     def sentence(self, percent: bool = True) -> str:
         share = self.runs_used / self.fixed_runs if self.fixed_runs > 0 else float("nan")
         return (
-            f"{self.runs_used} runs; the fixed full factorial with the same power ({self.power:.0%} for an effect of the "
-            f"size of interest on {self.term}) needs {self.fixed_runs:.0f}: {share:.0%} of its runs."
+            f"{self.runs_used} runs; the fixed full factorial with the same power ({self.power:.0%} for an effect "
+            f"of the size of interest on {self.term}) needs {self.fixed_runs:.0f}: {share:.0%} of its runs."
         )
 
 
