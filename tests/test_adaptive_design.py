@@ -70,3 +70,14 @@ def test_the_name_is_bound_to_alpha_spending_and_effect_but_not_to_the_budgets()
     for rule in ({"alpha": 0.1}, {"spending": "pocock"}, {"effect_of_interest": 1.0}):
         assert experiment_digest(spec_of(adaptive=rule)) != base, rule
     assert experiment_digest(build_spec({"name": "adapt", "trainer": TINY_TRAINER, "seeds": 2})) != base
+
+
+def test_the_adaptive_example_is_valid_and_plans_the_full_2_3_at_two_seeds():
+    from pathlib import Path
+
+    from dapo_ablate.ablation.experiment.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parent.parent / "examples" / "adaptive.yaml")
+    plan = expand(spec)
+    assert spec.design == "adaptive" and spec.adaptive.max_seeds == 4 and len(plan.runs) == 16
+    assert plan.spec.trainer.model.path == "builtin"
