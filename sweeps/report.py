@@ -1,35 +1,56 @@
 """`dapo-ablate sweep-report`: what a sweep found, from its Optuna study alone.
 
-Tables (pandas; written as CSV and in report.md):
+Tables (pandas; written as CSV, and in report.md and sweep_report.html as a person reads them):
 
 - ``best_params``: the best complete trial's knobs and value;
 - ``trials``: one row per trial: number, state, value (pruned: its last intermediate value), the
   knobs, the step it was pruned at, seconds, error, and which trial retried it; in robustness
   mode ``effect.<factor>`` with its CI;
 - ``importances``: Optuna's fANOVA parameter importances for the objective (and, in robustness
-  mode, for each factor's effect): how much of the variation across trials each knob explains.
-  They need at least `MIN_IMPORTANCE_TRIALS` complete trials in which some knob varied;
-  otherwise the table is empty and the report says why;
+  mode, for each factor's effect): how much of the variation across trials each knob explains,
+  with the number of complete trials they rest on (``complete_trials``). They need at least
+  `MIN_IMPORTANCE_TRIALS` complete trials in which some knob varied; otherwise the table is empty
+  and the report says why; below `RELIABLE_IMPORTANCE_TRIALS` the pages and the figure warn;
 - ``effects`` (robustness mode): one row per complete trial x factor: the knobs, the effect
   (on - off, mean over seeds) and its 95% t interval over seeds (none with one seed), and
   ``effect_summary``: per factor, the effect's mean, range and sign across knob settings.
 
-Figures (PNG, matplotlib Agg): ``history.png`` (values by trial, best so far), ``importances.png``,
-``effects.png`` (each factor's effect against each knob, with CIs).
+The CSVs keep the study's values (metric values as fractions, knobs at full precision); those
+holding metric values end in a ``unit`` column saying so. The pages show percentage points and
+rounded knobs (`sweeps.report_data`). Figures (PNG, `sweeps.plots`): ``history.png``,
+``knobs.png``, ``importances.png``, ``effects.png``; sweep_report.html embeds them.
 """
 
 from __future__ import annotations
 
+import base64
+import html
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
-from dapo_ablate.sweeps.report_data import SweepReport
+from dapo_ablate.sweeps.report_data import (
+    RELIABLE_IMPORTANCE_TRIALS,
+    ShownTable,
+    SweepReport,
+    csv_unit,
+    metric_text,
+    shown_best,
+    shown_effect_summary,
+    shown_effects,
+    shown_importances,
+    shown_trials,
+    shown_unit,
+)
 from dapo_ablate.sweeps.spec import SweepSpec
+from dapo_ablate.sweeps.trials import CI_LEVEL
+
+__all__ = ["MIN_IMPORTANCE_TRIALS", "RELIABLE_IMPORTANCE_TRIALS", "build_report", "read_report", "write_report"]
 
 MIN_IMPORTANCE_TRIALS = 3
 
@@ -39,11 +60,15 @@ def read_report(spec: SweepSpec) -> SweepReport:
     from dapo_ablate.sweeps.study import load_study
 
     factors = [f if isinstance(f, str) else next(iter(f)) for f in spec.factors or []]
-    return build_report(load_study(spec), spec.metric, list(spec.space), factors)
+    report = build_report(load_study(spec), spec.metric, list(spec.space), factors)
+    report.log_knobs |= {knob for knob, dim in spec.space.items() if dim.log}
+    report.categorical_knobs |= {knob for knob, dim in spec.space.items() if dim.type == "categorical"}
+    return report
 
 
 def build_report(study: Any, metric: str, knobs: list[str], factors: list[str]) -> SweepReport:
-    """The report's tables from an Optuna study (`knobs`: the searched knobs, in spec order)."""
+    """The report's tables from an Optuna study (`knobs`: the searched knobs, in spec order);
+    which knobs are log-scaled or categorical is read from the trials' Optuna distributions."""
     trials = study.get_trials(deepcopy=False)
     direction = study.direction.name.lower()
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
@@ -59,7 +84,17 @@ def build_report(study: Any, metric: str, knobs: list[str], factors: list[str]) 
         report.effect_summary = effect_summary(report.effects, factors)
     if best is None:
         report.notes.append("no trial is complete yet, so there is no best setting")
+    report.log_knobs, report.categorical_knobs = _knob_kinds(trials)
     return report
+
+
+def _knob_kinds(trials: list[FrozenTrial]) -> tuple[frozenset[str], frozenset[str]]:
+    """The knobs some trial sampled on a log scale, and those sampled from a list of choices."""
+    from optuna.distributions import CategoricalDistribution
+
+    distributions = [(name, d) for t in trials for name, d in t.distributions.items()]
+    return (frozenset(name for name, d in distributions if getattr(d, "log", False)),
+            frozenset(name for name, d in distributions if isinstance(d, CategoricalDistribution)))
 
 
 def trials_table(trials: list[FrozenTrial], metric: str, knobs: list[str], factors: list[str]) -> pd.DataFrame:
@@ -91,7 +126,8 @@ def param_importances(study: Any, complete: list[FrozenTrial], knobs: list[str],
 
     targets: list[tuple[str, Any]] = [("objective", None)]
     targets += [(f"effect.{f}", _effect_target(f)) for f in factors]
-    empty = pd.DataFrame(columns=["target", "knob", "importance"])
+    columns = ["target", "knob", "importance", "complete_trials"]
+    empty = pd.DataFrame(columns=columns)
     if len(complete) < MIN_IMPORTANCE_TRIALS:
         return empty, (f"parameter importances need at least {MIN_IMPORTANCE_TRIALS} complete trials "
                        f"(this study has {len(complete)}); run more trials")
@@ -105,8 +141,9 @@ def param_importances(study: Any, complete: list[FrozenTrial], knobs: list[str],
             values = optuna.importance.get_param_importances(study, evaluator=evaluator, params=varied, target=target)
         except (RuntimeError, ValueError) as err:  # e.g. a target that is constant
             return empty, f"parameter importances could not be computed ({err})"
-        rows += [{"target": name, "knob": knob, "importance": value} for knob, value in values.items()]
-    return pd.DataFrame(rows, columns=["target", "knob", "importance"]), ""
+        rows += [{"target": name, "knob": knob, "importance": value, "complete_trials": len(complete)}
+                 for knob, value in values.items()]
+    return pd.DataFrame(rows, columns=columns), ""
 
 
 def _effect_target(factor: str):
@@ -146,62 +183,161 @@ def effect_summary(effects: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------ output
+HTML_PAGE = "sweep_report.html"
+
+
 def write_report(report: SweepReport, out: str | Path) -> list[Path]:
-    """CSV tables, report.md and PNG figures into `out`; the paths written."""
-    from dapo_ablate.sweeps import plots
+    """CSV tables, PNG figures, report.md and `HTML_PAGE` (figures embedded) into `out`; the paths written."""
+    from dapo_ablate.reports.export import write_csv
+    from dapo_ablate.sweeps.plots import render_figures
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tables = {"best_params": report.best_params, "trials": report.trials, "importances": report.importances}
-    if report.effects is not None:
-        tables.update({"effects": report.effects, "effect_summary": report.effect_summary})
+    unit = csv_unit(report)
+    tables = {"best_params": report.best_params.assign(unit=unit), "trials": report.trials.assign(unit=unit),
+              "importances": report.importances}
+    if report.effects is not None and report.effect_summary is not None:
+        tables.update({"effects": report.effects.assign(unit=unit), "effect_summary": report.effect_summary.assign(unit=unit)})
     written = []
     for name, table in tables.items():
-        path = out / f"{name}.csv"
-        table.to_csv(path, index=False)
-        written.append(path)
-    figures = {"history.png": plots.history_plot(report), "importances.png": plots.importance_plot(report)}
-    if report.effects is not None:
-        figures["effects.png"] = plots.effects_plot(report)
+        write_csv(table, out / f"{name}.csv")
+        written.append(out / f"{name}.csv")
+    figures = render_figures(report)
     for name, png in figures.items():
-        if png is not None:
-            (out / name).write_bytes(png)
-            written.append(out / name)
-    path = out / "report.md"
-    path.write_text(markdown(report, [p.name for p in written if p.suffix == ".png"]))
-    return [path, *written]
+        (out / name).write_bytes(png)
+        written.append(out / name)
+    sections = page_sections(report, set(figures))
+    (out / "report.md").write_text(markdown(report, sections))
+    (out / HTML_PAGE).write_text(html_page(report, sections, figures))
+    return [out / "report.md", out / HTML_PAGE, *written]
 
 
-def markdown(report: SweepReport, figures: list[str]) -> str:
-    n_states = report.trials["state"].value_counts().to_dict()
-    states = ", ".join(f"{count} {state.lower()}" for state, count in n_states.items())
-    parts = [f"# Sweep {report.name}\n", f"Objective: {report.direction} `{report.metric}`; trials: {states or 'none'}.\n"]
-    parts += [f"_{note}._\n" for note in report.notes]
-    parts += ["## Best setting\n", md_table(report.best_params) if len(report.best_params) else "No complete trial yet.\n"]
-    parts.append("## Parameter importances (fANOVA)\n")
-    parts.append(md_table(report.importances) if len(report.importances) else f"_{report.importance_note}._\n")
-    if report.effects is not None:
-        parts += [
-            "## Factor effects across knob settings\n",
-            "Effect = on - off at each knob setting, mean over seeds, with a 95% t interval over seeds "
-            "(blank with one seed). The trial's value is the full-on cell's objective.\n",
-            md_table(report.effect_summary) if report.effect_summary is not None else "",
-            md_table(report.effects) if len(report.effects) else "No complete trial yet.\n",
-        ]
-    parts += ["## Trials\n", md_table(report.trials.dropna(axis=1, how="all"))]
-    parts += [f"![{name}]({name})\n" for name in figures]
+@dataclass(frozen=True)
+class PageSection:
+    """One section of report.md and the HTML page: its heading, plain-text paragraphs, a warning,
+    tables and figures (file name, caption); a page escapes all of it as its format needs."""
+
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    warning: str = ""
+    tables: list[ShownTable] = field(default_factory=list)
+    figures: list[tuple[str, str]] = field(default_factory=list)
+
+
+def page_sections(report: SweepReport, figures: set[str]) -> list[PageSection]:
+    """The sections both pages show, in order; `figures`: the PNG names that were drawn."""
+    unit = shown_unit(report)
+    sections = [PageSection("Best setting", [_best_sentence(report)], tables=[shown_best(report)] if len(report.best_params) else [],
+                            figures=_figures(figures, "knobs.png", f"{report.metric}{unit} against each knob "
+                                             "(log axis for knobs sampled on a log scale); the star is the best trial."))]
+    importances = [f"How much of the variation of the objective{' and of each factor’s effect' * bool(report.factors)} "
+                   "across complete trials each knob explains (fANOVA, Hutter et al. 2014), in % of variance."]
+    if report.importances.empty:
+        importances.append(f"{report.importance_note}.")
+    sections.append(PageSection("Parameter importances (fANOVA)", importances, report.importance_warning,
+                                [shown_importances(report)] if len(report.importances) else [],
+                                _figures(figures, "importances.png", "fANOVA importance of each knob, % of variance.")))
+    if report.effects is not None and report.effect_summary is not None:
+        sections.append(_effects_section(report, report.effects, report.effect_summary, figures))
+    sections.append(PageSection("Optimization history", figures=_figures(
+        figures, "history.png", f"{report.metric}{unit} by trial number: complete trials, pruned ones at their last "
+        "reported value, and the best so far.")))
+    sections.append(PageSection("Trials", [f"Every trial of the study{_in_pp(report)}."], tables=[shown_trials(report)]))
+    return sections
+
+
+def _in_pp(report: SweepReport) -> str:
+    return f"; {report.metric} and effects on it in percentage points (pp)" if report.percent else ""
+
+
+def _figures(drawn: set[str], name: str, caption: str) -> list[tuple[str, str]]:
+    return [(name, caption)] if name in drawn else []
+
+
+def _best_sentence(report: SweepReport) -> str:
+    if not len(report.best_params):
+        return "No complete trial yet."
+    best = report.best_params.iloc[0]
+    knobs = ", ".join(f"{knob}={cell}" for knob, cell in zip(report.knobs, shown_best(report).frame.iloc[0, 2:]))
+    return (f"Trial {int(best['trial'])} is the best complete trial: {report.metric} "
+            f"{metric_text(report, best[report.metric])}{' pp' * report.percent} at {knobs}.")
+
+
+def _effects_section(report: SweepReport, effects: pd.DataFrame, summary: pd.DataFrame, figures: set[str]) -> PageSection:
+    with_interval = bool((pd.to_numeric(effects["seeds"], errors="coerce") >= 2).any())
+    interval = (f"with a {CI_LEVEL:.0%} t interval over seeds" if with_interval
+                else "one seed per setting, so no interval (seeds_per_trial: 2 or more gives one)")
+    text = [f"Effect = on - off at each knob setting, mean over seeds, {interval}{_in_pp(report)}. The trial's value "
+            "is the full-on cell's objective. First each factor across the settings, then each setting."]
+    caption = (f"Each factor's effect against each knob; error bars: the {CI_LEVEL:.0%} t interval over seeds."
+               if with_interval else "Each factor's effect against each knob; one seed per setting, so no error bars.")
+    return PageSection("Factor effects across knob settings", text, tables=[shown_effect_summary(report), shown_effects(report)],
+                       figures=_figures(figures, "effects.png", caption))
+
+
+def _headline(report: SweepReport) -> list[str]:
+    states = report.trials["state"].value_counts().to_dict()
+    counts = ", ".join(f"{count} {state.lower()}" for state, count in states.items()) or "none"
+    unit = (" Metric values read in percentage points (pp); the CSV files keep fractions (their unit column)."
+            if report.percent else "")
+    return [f"Objective: {report.direction} {report.metric}; trials: {counts}.{unit}", *(f"{note}." for note in report.notes)]
+
+
+def markdown(report: SweepReport, sections: list[PageSection]) -> str:
+    """report.md: every text through ``markdown_text``, figures as links to the PNG files beside it."""
+    from dapo_ablate.reports.export import markdown_text
+
+    parts = [f"# Sweep {markdown_text(report.name)}\n", *(markdown_text(p) + "\n" for p in _headline(report))]
+    for section in sections:
+        parts.append(f"## {markdown_text(section.title)}\n")
+        parts += [markdown_text(p) + "\n" for p in section.paragraphs]
+        if section.warning:
+            parts.append(f"> **{markdown_text(section.warning)}.**\n")
+        parts += [md_table(table) for table in section.tables]
+        parts += [f"![{name}]({name})\n\n_{markdown_text(caption)}_\n" for name, caption in section.figures]
     return "\n".join(parts)
 
 
-def md_table(table: pd.DataFrame) -> str:
-    """GitHub Markdown of a small table; floats to 4 significant digits, blanks for missing."""
-    def cell(value: Any) -> str:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return ""
-        text = f"{value:.4g}" if isinstance(value, float) else str(value)
-        return text.replace("|", r"\|").replace("\n", " ")
+def md_table(table: ShownTable) -> str:
+    """GitHub Markdown of a shown table (numbers right-aligned); every cell through ``markdown_text``."""
+    from dapo_ablate.reports.export import markdown_text
 
-    header = "| " + " | ".join(map(str, table.columns)) + " |"
-    rule = "|" + "|".join("---" for _ in table.columns) + "|"
-    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    frame = table.frame
+    header = "| " + " | ".join(markdown_text(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---:" if c in table.numeric else "---" for c in frame.columns) + "|"
+    rows = ["| " + " | ".join(markdown_text(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *rows]) + "\n"
+
+
+WARNING_CSS = ".warning { color: #a4161a; font-weight: 600; }\n"
+
+
+def html_page(report: SweepReport, sections: list[PageSection], figures: dict[str, bytes]) -> str:
+    """sweep_report.html: self-contained (the experiment report's CSS inline, figures as base64
+    data URIs, no scripts); every name and cell through ``html.escape``."""
+    from dapo_ablate.reports.pages import TEMPLATES
+
+    title = html.escape(f"Sweep {report.name}")
+    body = [f"<h1>{title}</h1>", *(f'<p>{html.escape(p)}</p>' for p in _headline(report))]
+    for section in sections:
+        body.append(f"<h2>{html.escape(section.title)}</h2>")
+        body += [f'<p class="caption">{html.escape(p)}</p>' for p in section.paragraphs]
+        if section.warning:
+            body.append(f'<p class="warning">{html.escape(section.warning)}.</p>')
+        body += [f'<div class="scroll">{html_table(table)}</div>' for table in section.tables]
+        for name, caption in section.figures:
+            data = base64.b64encode(figures[name]).decode("ascii")
+            body.append(f'<figure>\n<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">\n'
+                        f'<figcaption class="caption">{html.escape(name)}: {html.escape(caption)}</figcaption>\n</figure>')
+    css = (TEMPLATES / "report.css").read_text() + WARNING_CSS
+    return ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f"<title>{title}</title>\n<style>\n{css}</style>\n</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n")
+
+
+def html_table(table: ShownTable) -> str:
+    """An HTML table of a shown table; number cells get class "num" (right-aligned by the CSS)."""
+    frame = table.frame
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    rows = ["<tr>" + "".join(f'<td class="num">{html.escape(v)}</td>' if c in table.numeric else f"<td>{html.escape(v)}</td>"
+                             for c, v in zip(frame.columns, row)) + "</tr>" for row in frame.itertuples(index=False)]
+    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(rows) + "\n</tbody>\n</table>"

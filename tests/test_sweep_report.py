@@ -1,0 +1,224 @@
+"""The sweep report as a person reads it: percentage points with the unit in every header and
+axis label, rounded knob values, a log axis for log-sampled knobs, integer trial ticks, the
+importance warning below 20 trials, error bars only where seeds give an interval, and the
+self-contained HTML page (names escaped).
+
+Studies are built with the sweep's own spec, Optuna distributions and sampler (no training): each
+trial's value and per-seed effects come from a known function of its knobs; the effects' means
+and intervals from `sweeps.trials.mean_with_ci`, as the runner computes them."""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+
+import matplotlib.pyplot as plt
+import optuna
+import pandas as pd
+import pytest
+import yaml
+from matplotlib.container import ErrorbarContainer
+from tiny_configs import TINY_TRAINER
+from typer.testing import CliRunner
+
+from dapo_ablate.cli import sweep_cmd
+from dapo_ablate.sweeps import plots
+from dapo_ablate.sweeps import study as studies
+from dapo_ablate.sweeps.report import HTML_PAGE, build_report, write_report
+from dapo_ablate.sweeps.report_data import knob_digits, knob_text
+from dapo_ablate.sweeps.spec import build_sweep
+from dapo_ablate.sweeps.trials import mean_with_ci
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+SPACE = {
+    "eps_high": {"low": 0.2, "high": 0.4},
+    "lr": {"low": 1.0e-4, "high": 1.0e-3, "log": True},
+    "overlong_cache": {"choices": [4, 8, 12]},
+}
+HOSTILE = "<img src=x onerror=alert(1)>&"
+
+
+def sweep_data(**fields) -> dict:
+    return {"name": "look", "trainer": TINY_TRAINER, "space": SPACE, "n_trials": 4,
+            "sampler": {"type": "random", "seed": 7}, **fields}
+
+
+def accuracy(params: dict) -> float:
+    """Peaks at eps_high 0.3 and lr 3e-4 (fractions in [0, 1])."""
+    return 0.5 - 4 * (params["eps_high"] - 0.3) ** 2 - 0.05 * abs(math.log10(params["lr"] / 3e-4))
+
+
+def fill(study: optuna.Study, spec, n_trials: int, seeds: int, factor: str = "clip_higher", pruned: int | None = None) -> None:
+    """`n_trials` trials sampled by the sweep's own sampler; trial `pruned` is pruned at step 5."""
+    for number in range(n_trials):
+        trial = study.ask(fixed_distributions=studies.distributions(spec))
+        value = accuracy(trial.params)
+        if number == pruned:
+            trial.report(value - 0.1, 5)
+            trial.set_user_attr("pruned_at_step", 5)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            continue
+        per_seed = [0.03 + 0.2 * (trial.params["eps_high"] - 0.28) + 0.01 * seed for seed in range(seeds)]
+        trial.set_user_attr("effects", {factor: mean_with_ci(per_seed).to_dict()})
+        study.tell(trial, value)
+
+
+def report_of(n_trials: int, seeds: int, name: str = "look", factor: str = "clip_higher", pruned: int | None = 1):
+    spec = build_sweep(sweep_data())
+    study = optuna.create_study(study_name=name, direction="maximize", sampler=studies.make_sampler(spec))
+    fill(study, spec, n_trials, seeds, factor, pruned)
+    return build_report(study, spec.metric, list(spec.space), [factor])
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+# -- how values read ------------------------------------------------------------------------
+def test_knob_values_read_rounded_to_their_significant_digits():
+    assert knob_text(0.00031622776601683794) == "3.2e-4"
+    assert knob_text(0.30000000000000004) == "0.3"
+    assert knob_text(0.2) == "0.2"
+    assert knob_text(12) == "12" and knob_text(True) == "True" and knob_text("adamw") == "adamw"
+    assert knob_text(1e-6) == "1e-6" and knob_text(2_500_000.0) == "2.5e6" and knob_text(0.0) == "0"
+    assert knob_text(0.000999) == "1e-3"  # 9.99e-4 rounds up a decade
+    assert knob_text(0.3162, 3) == "0.316" and knob_text(None) == ""
+    # the fewest digits (2 to 4) that keep a knob's values apart
+    assert knob_digits([0.31, 0.3162]) == 2  # 0.31, 0.32
+    assert knob_digits([0.312, 0.314]) == 3  # 0.31 twice at 2 digits
+    assert knob_digits([0.31234, 0.31236]) == 4  # never more than 4
+
+
+# -- figures -----------------------------------------------------------------------------------
+def test_effects_figure_with_one_seed_has_no_error_bars_and_promises_no_interval():
+    report = report_of(8, seeds=1)
+    figure = plots.effects_figure(report)
+    axes = {axis.get_xlabel(): axis for axis in figure.axes}
+    assert set(axes) == {"eps_high", "lr", "overlong_cache"}
+    assert axes["lr"].get_xscale() == "log" and axes["eps_high"].get_xscale() == "linear"
+    assert not any(isinstance(c, ErrorbarContainer) for axis in figure.axes for c in axis.containers)
+    title = figure.get_suptitle()
+    assert "no interval" in title and "CI" not in title and "95%" not in title
+    assert axes["eps_high"].get_ylabel().endswith("(pp)")
+    # the points are the effects in percentage points
+    (points,) = [line for line in axes["eps_high"].get_lines() if line.get_linestyle() == "None"]
+    assert sorted(points.get_ydata()) == pytest.approx(sorted(100 * report.effects["effect"]))
+    # a categorical knob: its choices in numeric order, not as text ("12" before "4")
+    figure.canvas.draw()
+    assert [t.get_text() for t in axes["overlong_cache"].get_xticklabels()] == ["4", "8", "12"]
+
+
+def test_effects_figure_with_seeds_draws_their_intervals():
+    report = report_of(8, seeds=3)
+    figure = plots.effects_figure(report)
+    bars = [c for axis in figure.axes for c in axis.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 3  # one per knob panel, every setting has an interval
+    assert "95% t interval over seeds" in figure.get_suptitle()
+
+
+def test_log_knob_axis_has_round_rounded_ticks():
+    report = report_of(8, seeds=1)
+    figure = plots.knob_figure(report)
+    (lr,) = [axis for axis in figure.axes if axis.get_xlabel() == "lr"]
+    assert lr.get_xscale() == "log"
+    figure.canvas.draw()
+    low, high = lr.get_xlim()
+    labels = [t.get_text() for t in lr.get_xticklabels() if low <= t.get_position()[0] <= high]
+    assert len(labels) >= 3 and all(re.fullmatch(r"\d(e-\d)?|0\.\d+", text) for text in labels), labels
+    assert figure.axes[0].get_ylabel() == "avg@4 (pp)"
+
+
+def test_history_figure_ticks_whole_trial_numbers():
+    report = report_of(3, seeds=1)  # 3 trials: a plain axis would tick 0, 0.25, 0.5, ...
+    figure = plots.history_figure(report)
+    (axis,) = figure.axes
+    figure.canvas.draw()
+    ticks = [t for t in axis.get_xticks() if axis.get_xlim()[0] <= t <= axis.get_xlim()[1]]
+    assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks
+    assert axis.get_ylabel() == "avg@4 (pp)" and axis.get_xlabel() == "trial number"
+
+
+def test_importances_warn_below_20_trials_in_the_figure_and_not_from_20():
+    few = report_of(8, seeds=1, pruned=None)
+    figure = plots.importance_figure(few)
+    (axis,) = figure.axes
+    assert "only 8 complete trials (fewer than 20)" in " ".join(axis.get_title(loc="left").split())
+    assert axis.get_xlabel().startswith("importance (% of variance")
+    assert "8 complete trials, fewer than 20" in few.importance_warning
+    enough = report_of(20, seeds=1, pruned=None)
+    assert enough.importance_warning == ""
+    (axis,) = plots.importance_figure(enough).axes
+    assert axis.get_title(loc="left") == ""
+
+
+# -- the pages and the CSVs ------------------------------------------------------------------
+def test_html_page_holds_the_tables_warning_and_figures_and_escapes_names(tmp_path):
+    report = report_of(8, seeds=2, name=f"study {HOSTILE}", factor=HOSTILE)
+    paths = {p.name for p in write_report(report, tmp_path)}
+    assert {HTML_PAGE, "report.md", "history.png", "knobs.png", "importances.png", "effects.png"} <= paths
+    page = (tmp_path / HTML_PAGE).read_text()
+    assert "<img src=x" not in page and "onerror=alert(1)>&" not in page
+    assert "study &lt;img src=x onerror=alert(1)&gt;&amp;" in page  # the title and the heading
+    assert f"effect.{'&lt;img src=x onerror=alert(1)&gt;&amp;'} (pp)" in page  # a trials header
+    for header in ("<th>avg@4 (pp)</th>", "<th>importance (% of variance)</th>", "<th>effect (pp)</th>",
+                   "<th>95% CI (pp)</th>", "<th>mean effect (pp)</th>"):
+        assert header in page
+    for title in ("Best setting", "Parameter importances (fANOVA)", "Factor effects across knob settings", "Trials"):
+        assert f"<h2>{title}</h2>" in page
+    assert '<p class="warning">Warning: these importances rest on 7 complete trials, fewer than 20' in page
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    assert len(images) == 4 and all(base64.b64decode(data).startswith(b"\x89PNG") for data in images)
+    assert "<script" not in page and "http" not in page  # self-contained, nothing to load
+    # knob values rounded on the page, full precision in the CSV
+    trials = pd.read_csv(tmp_path / "trials.csv")
+    lr = report.best_params["lr"].iloc[0]
+    assert f"<td class=\"num\">{knob_text(lr, knob_digits(report.trials['lr'].dropna()))}</td>" in page
+    assert trials["lr"].tolist() == pytest.approx(report.trials["lr"].tolist(), rel=1e-12)
+
+
+def test_csvs_keep_fractions_and_their_columns_and_gain_a_unit(tmp_path):
+    report = report_of(6, seeds=2)
+    write_report(report, tmp_path)
+    trials = pd.read_csv(tmp_path / "trials.csv")
+    assert list(trials.columns) == [*report.trials.columns, "unit"] and set(trials["unit"]) == {"fraction"}
+    assert trials["avg@4"].dropna().between(0, 1).all()
+    effects = pd.read_csv(tmp_path / "effects.csv")
+    assert list(effects.columns) == ["trial", "factor", "eps_high", "lr", "overlong_cache", "effect", "ci_low", "ci_high",
+                                     "seeds", "unit"]
+    assert effects["effect"].tolist() == pytest.approx(report.effects["effect"].tolist())  # fractions, not pp
+    assert list(pd.read_csv(tmp_path / "importances.csv").columns) == ["target", "knob", "importance", "complete_trials"]
+    assert list(pd.read_csv(tmp_path / "best_params.csv").columns) == ["trial", "avg@4", "eps_high", "lr", "overlong_cache",
+                                                                         "unit"]
+    text = (tmp_path / "report.md").read_text()
+    best = report.best_params.iloc[0]
+    assert f"avg@4 {100 * best['avg@4']:.1f} pp at eps_high=" in text
+    assert "| trial | avg@4 (pp) | eps_high | lr | overlong_cache |" in text
+    assert "> **Warning: these importances rest on 5 complete trials" in text
+
+
+def test_sweep_report_command_writes_the_page_for_a_stored_study(tmp_path):
+    data = sweep_data(ledger=f"sqlite:///{tmp_path}/ledger.db", output_dir=str(tmp_path / "runs"), factors=["clip_higher"])
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data))
+    spec = build_sweep(data)
+    study = studies.open_study(spec, studies.open_storage(spec, heartbeat=False))
+    fill(study, spec, 5, seeds=1, pruned=2)
+    app = typer_app()
+    result = CliRunner().invoke(app, ["sweep-report", str(path), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert HTML_PAGE in result.output
+    page = (tmp_path / "r" / HTML_PAGE).read_text()
+    assert "Trial " in page and "one seed per setting, so no interval" in page
+    assert "4 complete, 1 pruned" in page
+
+
+def typer_app():
+    import typer
+
+    app = typer.Typer()
+    sweep_cmd.register(app)
+    return app
