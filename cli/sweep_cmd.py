@@ -62,9 +62,10 @@ def sweep(
 def sweep_report(
     sweep_path: Path = SWEEP_ARG,
     overrides: Optional[list[str]] = OVERRIDES_ARG,
-    out: Path = typer.Option(..., "--out", help="Folder for report.md, the CSV tables and the PNG figures."),
+    out: Path = typer.Option(..., "--out", help="Folder for report.md, sweep_report.html, the CSV tables and the PNG figures."),
 ) -> None:
-    """Write the sweep's best parameters, trials, parameter importances and (robustness mode) factor effects."""
+    """Write the sweep's best parameters, trials, parameter importances and (robustness mode) factor effects:
+    CSVs (fractions) and report.md, sweep_report.html and PNG figures (percentage points)."""
     from dapo_ablate.ablation.app import sweep as app
 
     run_command = texts.command_line("sweep", sweep_path, overrides or ())

@@ -208,6 +208,7 @@ def shown_importances(report: SweepReport) -> ShownTable:
 
 
 def shown_effect_summary(report: SweepReport) -> ShownTable:
+    """Per factor across settings; the interval columns left out when no setting has one (one seed)."""
     table, unit = report.effect_summary, shown_unit(report)
     assert table is not None
     return _shown(report, {
@@ -217,10 +218,11 @@ def shown_effect_summary(report: SweepReport) -> ShownTable:
         "positive (% of settings)": [share_text(v) for v in table["share_positive"]],
         f"{CI_LEVEL:.0%} CI above 0 (% of settings)": [share_text(v) for v in table["share_ci_above_0"]],
         f"{CI_LEVEL:.0%} CI below 0 (% of settings)": [share_text(v) for v in table["share_ci_below_0"]],
-    })
+    }, keep_empty=False)
 
 
 def shown_effects(report: SweepReport) -> ShownTable:
+    """Per trial and factor; the interval column left out when no setting has one (one seed)."""
     table, unit = report.effects, shown_unit(report)
     assert table is not None
     return _shown(report, {
@@ -228,4 +230,4 @@ def shown_effects(report: SweepReport) -> ShownTable:
         f"effect{unit}": [metric_text(report, v, signed=True) for v in table["effect"]],
         f"{CI_LEVEL:.0%} CI{unit}": [interval_text(report, lo, hi) for lo, hi in zip(table["ci_low"], table["ci_high"])],
         "seeds": [_count_text(v) for v in table["seeds"]],
-    })
+    }, keep_empty=False)

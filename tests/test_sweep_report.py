@@ -213,6 +213,7 @@ def test_sweep_report_command_writes_the_page_for_a_stored_study(tmp_path):
     assert HTML_PAGE in result.output
     page = (tmp_path / "r" / HTML_PAGE).read_text()
     assert "Trial " in page and "one seed per setting, so no interval" in page
+    assert "CI (pp)" not in page and "CI above 0" not in page  # one seed: no interval column promised
     assert "4 complete, 1 pruned" in page
 
 

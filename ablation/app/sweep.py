@@ -58,7 +58,7 @@ def sweep(spec: SweepSpec, address: str | None = None, n_trials: int | None = No
 
 def sweep_report(spec: SweepSpec, out: Path, run_command: str | None = None) -> list[Path]:
     """The study's best parameters, trials, importances and (robustness mode) factor effects,
-    written into `out`; the paths. `run_command`: the `dapo-ablate sweep` command line of this
+    written into `out` (CSVs, PNG figures, report.md and sweep_report.html); the paths. `run_command`: the `dapo-ablate sweep` command line of this
     spec, which a study never run is told to run first."""
     try:
         report = read_report(spec)
