@@ -506,7 +506,29 @@ def format_validation_error(err: ValidationError, source: str, model: type[BaseM
         return f"{source}: `{loc}` is required; add it"
     msg = msg.removeprefix("Value error, ")
     where = f"`{loc}`: " if loc else ""
-    return f"{source}: {where}{msg}; fix this value"
+    # a type or range error echoes the value given; a validator's own sentence already speaks of it
+    got = ""
+    if loc and kind not in ("value_error", "assertion_error"):
+        got = f" ({shown_value(first['input'])})" if ", got " in msg else f", got {shown_value(first['input'])}"
+    return f"{source}: {where}{msg}{got}; fix this value"
+
+
+def shown_value(value: Any, limit: int = 60) -> str:
+    """A value the user gave, as an error sentence echoes it: its repr on one line (a string quoted,
+    control and invisible characters escaped; a date as YAML writes it), cut at `limit` characters."""
+    import datetime
+
+    if isinstance(value, (datetime.date, datetime.time)):
+        text = value.isoformat()
+    elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
+        text = f"an integer of {value.bit_length()} bits"  # repr refuses ints past 4,300 digits
+    else:
+        try:
+            text = repr(value)
+        except Exception:  # noqa: BLE001 - a value whose repr fails is still named by its type
+            text = type(value).__name__
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _closest_key(model: type[BaseModel], loc: tuple[Any, ...]) -> str | None:

@@ -21,7 +21,32 @@ import yaml
 
 MAX_FILE_BYTES = 2**20  # a config or spec is a few KB; parsing 1 MiB already takes seconds
 MAX_EXPANDED_NODES = 200_000  # a real config has a few hundred; a 2^10-cell spec a few thousand
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _GuardedLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader whose scalar constructors turn Python's ValueError (an integer past 4,300
+    digits, the date 2024-13-01) into a YAML error at the scalar's line and column."""
+
+
+def _guarded(tag: str, what: str) -> None:
+    construct = _GuardedLoader.yaml_constructors[tag]
+
+    def build(loader: Any, node: Any) -> Any:
+        try:
+            return construct(loader, node)
+        except (ValueError, OverflowError) as err:
+            reason = str(err).split(";")[0].split(": value has")[0]
+            reason = reason[:1].lower() + reason[1:]
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{_one_line(repr(node.value), 40)} cannot be read as {what} ({reason})", node.start_mark
+            ) from None
+
+    _GuardedLoader.add_constructor(tag, build)
+
+
+for _tag, _what in (("int", "an integer"), ("float", "a number"), ("timestamp", "a date")):
+    _guarded(f"tag:yaml.org,2002:{_tag}", _what)
+_LOADER = _GuardedLoader
 
 
 class YAMLFileError(ValueError):
@@ -63,6 +88,8 @@ def load_yaml_text(text: str, name: str) -> Any:
         data = yaml.load(text, Loader=_LOADER)  # a safe loader: plain data only
     except yaml.YAMLError as err:
         raise YAMLSyntaxError(f"{name} is not valid YAML ({_problem(err)}); fix its syntax") from None
+    except (ValueError, OverflowError) as err:  # a scalar Python cannot build, from a loader without the guard
+        raise YAMLSyntaxError(f"{name} is not valid YAML ({_one_line(str(err).split(';')[0])}); fix its syntax") from None
     except RecursionError:
         raise YAMLFileError(f"{name} nests deeper than can be read; a config nests a few levels, flatten it") from None
     if expanded_nodes(data) > MAX_EXPANDED_NODES:
@@ -74,10 +101,26 @@ def load_yaml_text(text: str, name: str) -> Any:
 
 
 def _problem(err: yaml.YAMLError) -> str:
-    """What the parser objected to and where, on one line (`exceeded maximum nesting depth at line 1`)."""
-    problem = " ".join(str(getattr(err, "problem", None) or err.__class__.__name__).split())
+    """What the parser objected to and where, on one line, with the construct it was inside when
+    that started elsewhere (`did not find expected ',' or ']' at line 3, column 6, while parsing a
+    flow sequence at line 2, column 10`). Lines and columns count from 1, as editors show them."""
+    problem = _one_line(getattr(err, "problem", None) or err.__class__.__name__)
     mark = getattr(err, "problem_mark", None)
-    return f"{problem} at line {mark.line + 1}" if mark is not None else problem
+    where = f"{problem} at {_position(mark)}" if mark is not None else problem
+    context, context_mark = getattr(err, "context", None), getattr(err, "context_mark", None)
+    if context and context_mark is not None and _position(context_mark) != _position(mark):
+        where += f", {_one_line(context)} at {_position(context_mark)}"
+    return where
+
+
+def _position(mark: Any) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    """The parser's words on one line, cut at `limit` characters (they may quote the file)."""
+    words = " ".join(str(text).split())
+    return words if len(words) <= limit else words[: limit - 3] + "..."
 
 
 def read_yaml_mapping(path: str | Path, kind: str = "config file") -> dict[str, Any]:

@@ -58,6 +58,7 @@ from dapo_ablate.core.config import (
     format_validation_error,
     knob_paths,
     set_dotted,
+    shown_value,
 )
 
 __all__ = [
@@ -186,7 +187,7 @@ class SweepSpec(TrainerBasedSpec):
     def _canonical_space(cls, value: Any) -> Any:
         example = "e.g. eps_high: {type: float, low: 0.2, high: 0.4}"
         if not isinstance(value, dict):
-            raise SpecProblem(f"must be a mapping of knob -> range, {example}", "space")
+            raise SpecProblem(f"must be a mapping of knob -> range, got {shown_value(value)}; write it as {example}", "space")
         if not value:
             raise SpecProblem(f"is empty; name at least one knob to search, {example}", "space")
         space: dict[str, Dimension] = {}
@@ -315,7 +316,7 @@ def _leaf(knob: Any) -> str:
     paths = knob_paths()
     leaf = {path: name for name, path in paths.items()}.get(knob, knob) if isinstance(knob, str) else None
     if leaf not in paths:
-        raise SpecProblem(f"unknown knob {knob!r}; use a TrainerConfig field such as eps_high or algorithm.eps_high", "space")
+        raise SpecProblem(f"unknown knob {shown_value(knob)}; use a TrainerConfig field such as eps_high or algorithm.eps_high", "space")
     return leaf
 
 
@@ -335,16 +336,18 @@ def _dimension(leaf: str, entry: Any) -> Dimension:
     """Validate one knob's range into a canonical `Dimension`."""
     field = f"space.{leaf}"
     if not isinstance(entry, dict):
-        raise SpecProblem(f"must be a mapping such as {{type: float, low: 0.2, high: 0.4}} or {{choices: [4, 8]}}, not {entry!r}", field)
-    unknown = set(entry) - set(Dimension.model_fields)
+        raise SpecProblem(f"must be a mapping such as {{type: float, low: 0.2, high: 0.4}} or {{choices: [4, 8]}}, not {shown_value(entry)}", field)
+    unknown = [key for key in entry if key not in Dimension.model_fields]  # keys may mix types (1, "low")
     if unknown:
-        raise SpecProblem(f"unknown key `{sorted(unknown)[0]}`; use type, low, high, log, step or choices", field)
+        key = str(unknown[0])
+        key = key if key.isprintable() and len(key) <= 60 else shown_value(key)
+        raise SpecProblem(f"unknown key `{key}`; use type, low, high, log, step or choices", field)
     kind = _knob_kind(leaf)
     dim_type = entry.get("type") or ("categorical" if "choices" in entry else kind)
     if dim_type not in ("float", "int", "categorical"):
         if dim_type is None:
             raise SpecProblem(f"knob {leaf} is not numeric; list its values as choices: [...]", field)
-        raise SpecProblem(f"type {dim_type!r} is not one of float, int, categorical; fix it", field)
+        raise SpecProblem(f"type {shown_value(dim_type)} is not one of float, int, categorical; fix it", field)
     if dim_type == "categorical":
         return _categorical(entry, field)
     if kind is None:
@@ -360,12 +363,14 @@ def _categorical(entry: dict[str, Any], field: str) -> Dimension:
         raise SpecProblem(f"a categorical knob takes only choices, not {extra[0]}; remove it", field)
     choices = entry.get("choices")
     if not isinstance(choices, list) or not choices:
-        raise SpecProblem("a categorical knob needs a non-empty list of choices, e.g. choices: [4, 8, 12]", field)
+        raise SpecProblem(
+            f"a categorical knob needs a non-empty list of choices, e.g. choices: [4, 8, 12], got {shown_value(choices)}", field
+        )
     for value in choices:
         if value is not None and not isinstance(value, (bool, int, float, str)):
-            raise SpecProblem(f"choice {value!r} is not a number, string, boolean or null; list plain values", field)
+            raise SpecProblem(f"choice {shown_value(value)} is not a number, string, boolean or null; list plain values", field)
         if sum(type(v) is type(value) and v == value for v in choices) > 1:
-            raise SpecProblem(f"choice {value!r} is listed twice; list each choice once", field)
+            raise SpecProblem(f"choice {shown_value(value)} is listed twice; list each choice once", field)
     return Dimension(type="categorical", choices=list(choices))
 
 
@@ -380,11 +385,11 @@ def _range(dim_type: str, entry: dict[str, Any], field: str) -> Dimension:
         if value is None and key == "step":
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise SpecProblem(f"{key} {value!r} is not a finite number; give a number", field)
+            raise SpecProblem(f"{key} {shown_value(value)} is not a finite number; give a number", field)
         if dim_type == "int" and not float(value).is_integer():
-            raise SpecProblem(f"{key} {value!r} is not an integer; an int range takes integer bounds and step", field)
+            raise SpecProblem(f"{key} {shown_value(value)} is not an integer; an int range takes integer bounds and step", field)
     if not isinstance(log, bool):
-        raise SpecProblem(f"log {log!r} is not true or false; fix it", field)
+        raise SpecProblem(f"log {shown_value(log)} is not true or false; fix it", field)
     if low > high:
         raise SpecProblem(f"low ({low}) is above high ({high}); swap them", field)
     if log and low <= 0:
@@ -413,7 +418,7 @@ def _check_space_values(trainer: TrainerConfig, space: dict[str, Dimension]) -> 
             if error is not None:
                 which = "choice" if dim.type == "categorical" else ("low bound" if value == dim.low else "high bound")
                 raise SpecProblem(
-                    f"with {leaf} at its {which} {value!r} the trainer config is invalid ({error}); choose another range",
+                    f"with {leaf} at its {which} {shown_value(value)} the trainer config is invalid ({error}); choose another range",
                     f"space.{leaf}",
                 )
 

@@ -45,7 +45,11 @@ def test_config_is_frozen_and_hash_is_stable():
     "data, words",
     [
         ({"optim": {"lrr": 1}}, ["optim.lrr", "unknown key"]),
-        ({"optim": {"lr": "fast"}}, ["optim.lr"]),
+        ({"optim": {"lr": "fast"}}, ["optim.lr", "got 'fast'"]),
+        ({"schedule": {"total_steps": 2.5}}, ["schedule.total_steps", "fractional part (2.5)"]),
+        ({"techniques": {"clip_higher": "maybe"}}, ["techniques.clip_higher", "valid boolean", "got 'maybe'"]),
+        ({"rollout": [1, 2]}, ["`rollout`", "got [1, 2]"]),
+        ({"optim": {"lr": "x" * 500}}, ["optim.lr", "got 'xxxxx", "...;"]),
         ({"algorithm": {"eps_low": 0.3, "eps_high": 0.2}}, ["eps_high", "eps_low"]),
         ({"algorithm": {"overlong_cache": 40000}}, ["overlong_cache", "max_response_len"]),
         ({"batch": {"prompts_per_step": 4, "mini_batch_size": 5}, "algorithm": {"group_size": 4}}, ["mini_batch_size"]),
@@ -79,6 +83,18 @@ def test_yaml_errors(tmp_path):
     bad.write_text("optim: [1, 2\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_trainer_config(bad)
+
+
+def test_a_wrong_type_echoes_the_value_given_on_one_line():
+    with pytest.raises(ConfigError) as err:  # the value's control characters are escaped, not printed
+        build_trainer_config({"optim": {"lr": "1e-3\nrm -rf"}}, source="x.yaml")
+    assert str(err.value) == (
+        "x.yaml: `optim.lr`: Input should be a valid number, unable to parse string as a number, "
+        "got '1e-3\\nrm -rf'; fix this value"
+    )
+    with pytest.raises(ConfigError) as err:  # a validator's own sentence is not echoed twice
+        build_trainer_config({"algorithm": {"eps_low": 0.3, "eps_high": 0.2}}, source="x.yaml")
+    assert ", got " not in str(err.value)
 
 
 def test_resolve_knob():

@@ -75,3 +75,33 @@ def test_text_with_undecodable_command_line_bytes_is_one_sentence():
     with pytest.raises(YAMLFileError) as error:
         load_yaml_text(raw, "override 'name'")
     assert "not UTF-8" in one_sentence(error)
+
+
+@pytest.mark.parametrize("text, where", [
+    ("name: x\nfactors: [a, b\nseeds: 1\n",
+     "did not find expected ',' or ']' at line 3, column 6, while parsing a flow sequence at line 2, column 10"),
+    ("name: x\n  seeds: 1\n", "at line 2, column 8"),
+    ("a: 1\nb: *nope\n", "found undefined alias at line 2, column 4"),
+])
+def test_a_syntax_error_names_the_line_and_the_column(text, where):
+    with pytest.raises(YAMLSyntaxError) as error:
+        load_yaml_text(text, "spec file 'x.yaml'")
+    message = one_sentence(error)
+    assert message.startswith("spec file 'x.yaml' is not valid YAML (") and where in message, message
+
+
+@pytest.mark.parametrize("text, where", [
+    ("seeds: " + "9" * 5000, "cannot be read as an integer (exceeds the limit (4300 digits) for integer string conversion) at line 1, column 8"),
+    ("name: ok\nwhen: 2024-13-01\n", "'2024-13-01' cannot be read as a date (month must be in 1..12) at line 2, column 7"),
+])
+def test_a_scalar_python_cannot_build_is_a_syntax_error_at_its_place(text, where):
+    # int() refuses 4,301+ digits and date() a 13th month: without the guard, a ValueError traceback
+    with pytest.raises(YAMLSyntaxError) as error:
+        load_yaml_text(text, "spec file 'x.yaml'")
+    assert where in one_sentence(error)
+
+
+def test_a_date_like_override_that_is_no_date_stays_a_string_for_the_caller():
+    assert load_yaml_text("2024-01-02", "override 'name'").isoformat() == "2024-01-02"
+    with pytest.raises(YAMLSyntaxError):  # the override parser reads such a value as plain text
+        load_yaml_text("2024-13-01", "override 'name'")

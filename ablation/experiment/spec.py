@@ -46,6 +46,7 @@ from dapo_ablate.core.config import (
     read_yaml,
     resolve_relative_paths,
     set_dotted,
+    shown_value,
 )
 from dapo_ablate.core.contracts import MAX_FACTORS, METRIC_PATTERN, TECHNIQUES, metric_name
 
@@ -158,7 +159,7 @@ class TrainerBasedSpec(_Section):
             return metric_name("avg", k or 32)
         match = METRIC_PATTERN.match(value) if isinstance(value, str) else None
         if not match:
-            raise SpecProblem(f"{value!r} is not a metric; use avg@k, pass@k or maj@k", "metric")
+            raise SpecProblem(f"{shown_value(value)} is not a metric; use avg@k, pass@k or maj@k", "metric")
         if k is not None and int(match.group(2)) != k:
             raise SpecProblem(
                 f"{value} needs rollout.eval_k = {match.group(2)} but the trainer has eval_k = {k}; "
@@ -174,12 +175,12 @@ class TrainerBasedSpec(_Section):
         # a control or invisible character splits a report's table row or hides what a name says
         if not value.strip(". ") or "\x00" in value:
             raise SpecProblem(
-                f"{value!r} cannot name run folders inside output_dir; use letters, digits, '-', '_' or '.'", "name"
+                f"{shown_value(value)} cannot name run folders inside output_dir; use letters, digits, '-', '_' or '.'", "name"
             )
         hidden = next((char for char in value if not char.isprintable()), None)
         if hidden is not None:
             raise SpecProblem(
-                f"{value!r} holds the control or invisible character U+{ord(hidden):04X}; "
+                f"{shown_value(value)} holds the control or invisible character U+{ord(hidden):04X}; "
                 "use letters, digits, spaces, '-', '_' or '.'",
                 "name",
             )
@@ -196,7 +197,7 @@ class TrainerBasedSpec(_Section):
     def _shared_ledger(cls, value: str) -> str:
         if value.strip().lower().startswith("memory:"):
             raise SpecProblem(
-                f"{value!r} keeps runs inside one process only, so status, report and a resumed run would not see them; "
+                f"{shown_value(value)} keeps runs inside one process only, so status, report and a resumed run would not see them; "
                 "use a SQLite path (sqlite:///dapo-runs/ledger.db) or a PostgreSQL URL",
                 "ledger",
             )
@@ -288,7 +289,9 @@ class ExperimentSpec(TrainerBasedSpec):
     @classmethod
     def _canonical_factors(cls, value: Any, info: ValidationInfo) -> Any:
         if not isinstance(value, list):
-            raise SpecProblem("must be a list of technique names and {knob: [low, high]} entries", "factors")
+            raise SpecProblem(
+                f"must be a list of technique names and {{knob: [low, high]}} entries, got {shown_value(value)}", "factors"
+            )
         if not value:
             raise SpecProblem(
                 f"the list is empty; name at least one factor ({TECHNIQUE_LIST} or a knob), or leave factors out for all five",
@@ -326,7 +329,7 @@ class ExperimentSpec(TrainerBasedSpec):
     def _canonical_orderings(cls, value: Any, info: ValidationInfo) -> Any:
         if value in ("paper", "all"):
             return value
-        shape = "must be `paper`, `all`, or a list of orderings, each a list of factor names"
+        shape = f"must be `paper`, `all`, or a list of orderings, each a list of factor names, got {shown_value(value)}"
         if not isinstance(value, list) or not value or not all(isinstance(o, list) for o in value):
             raise SpecProblem(shape, "orderings")
         factors = info.data.get("factors")
@@ -342,7 +345,7 @@ class ExperimentSpec(TrainerBasedSpec):
     @classmethod
     def _seed_list(cls, value: Any) -> Any:
         if isinstance(value, bool):
-            raise SpecProblem(f"{value} is not a count; give a count of at least 1 or a list of integer seeds", "seeds")
+            raise SpecProblem(f"must be a count or a list of integer seeds, got {value}; give a count of at least 1", "seeds")
         too_many = f"is more than {MAX_SEEDS} seeds per cell; use at most {MAX_SEEDS} (see `dapo-ablate plan-seeds`)"
         if isinstance(value, int):
             if value < 1:
@@ -358,7 +361,7 @@ class ExperimentSpec(TrainerBasedSpec):
             seen: set[int] = set()
             for seed in value:
                 if isinstance(seed, bool) or not isinstance(seed, int):
-                    raise SpecProblem(f"{seed!r} is not an integer; list integer seeds", "seeds")
+                    raise SpecProblem(f"must list integer seeds, got {shown_value(seed)} in the list; list integers", "seeds")
                 if not 0 <= seed <= MAX_SEED:
                     raise SpecProblem(
                         f"seed {seed} is outside 0..{MAX_SEED}, the range of every random generator a run seeds; "
@@ -369,7 +372,10 @@ class ExperimentSpec(TrainerBasedSpec):
                     raise SpecProblem(f"seed {seed} is listed twice; list each seed once", "seeds")
                 seen.add(seed)
             return value
-        raise SpecProblem(f"{value!r} is neither a count nor a list; give a count of at least 1 or a list of seeds", "seeds")
+        raise SpecProblem(
+            f"must be a count or a list of integer seeds, got {shown_value(value)}; give a count of at least 1 or a list of seeds",
+            "seeds",
+        )
 
     # ------------------------------------------------------------------------- cross-field
     @model_validator(mode="after")
@@ -409,7 +415,7 @@ class ExperimentSpec(TrainerBasedSpec):
         for setting in self.settings:
             if not SETTING_NAME.fullmatch(setting.name) or len(setting.name) > MAX_SETTING_CHARS:
                 raise SpecProblem(
-                    f"setting name {setting.name!r} must start with a letter or digit and use only letters, digits, '_', "
+                    f"setting name {shown_value(setting.name)} must start with a letter or digit and use only letters, digits, '_', "
                     f"'-' or '.', at most {MAX_SETTING_CHARS} of them",
                     "settings",
                 )
