@@ -38,7 +38,7 @@ def _guarded(tag: str, what: str) -> None:
             reason = str(err).split(";")[0].split(": value has")[0]
             reason = reason[:1].lower() + reason[1:]
             raise yaml.constructor.ConstructorError(
-                None, None, f"{_one_line(repr(node.value), 40)} cannot be read as {what} ({reason})", node.start_mark
+                None, None, f"{_parser_words(repr(node.value), 40)} cannot be read as {what} ({reason})", node.start_mark
             ) from None
 
     _GuardedLoader.add_constructor(tag, build)
@@ -89,7 +89,7 @@ def load_yaml_text(text: str, name: str) -> Any:
     except yaml.YAMLError as err:
         raise YAMLSyntaxError(f"{name} is not valid YAML ({_problem(err)}); fix its syntax") from None
     except (ValueError, OverflowError) as err:  # a scalar Python cannot build, from a loader without the guard
-        raise YAMLSyntaxError(f"{name} is not valid YAML ({_one_line(str(err).split(';')[0])}); fix its syntax") from None
+        raise YAMLSyntaxError(f"{name} is not valid YAML ({_parser_words(str(err).split(';')[0])}); fix its syntax") from None
     except RecursionError:
         raise YAMLFileError(f"{name} nests deeper than can be read; a config nests a few levels, flatten it") from None
     if expanded_nodes(data) > MAX_EXPANDED_NODES:
@@ -104,12 +104,12 @@ def _problem(err: yaml.YAMLError) -> str:
     """What the parser objected to and where, on one line, with the construct it was inside when
     that started elsewhere (`did not find expected ',' or ']' at line 3, column 6, while parsing a
     flow sequence at line 2, column 10`). Lines and columns count from 1, as editors show them."""
-    problem = _one_line(getattr(err, "problem", None) or err.__class__.__name__)
+    problem = _parser_words(getattr(err, "problem", None) or err.__class__.__name__)
     mark = getattr(err, "problem_mark", None)
     where = f"{problem} at {_position(mark)}" if mark is not None else problem
     context, context_mark = getattr(err, "context", None), getattr(err, "context_mark", None)
     if context and context_mark is not None and _position(context_mark) != _position(mark):
-        where += f", {_one_line(context)} at {_position(context_mark)}"
+        where += f", {_parser_words(context)} at {_position(context_mark)}"
     return where
 
 
@@ -117,7 +117,7 @@ def _position(mark: Any) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
 
 
-def _one_line(text: str, limit: int = 200) -> str:
+def _parser_words(text: str, limit: int = 200) -> str:
     """The parser's words on one line, cut at `limit` characters (they may quote the file)."""
     words = " ".join(str(text).split())
     return words if len(words) <= limit else words[: limit - 3] + "..."
