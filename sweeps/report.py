@@ -242,7 +242,10 @@ def page_sections(report: SweepReport, figures: set[str]) -> list[PageSection]:
     sections.append(PageSection("Optimization history", figures=_figures(
         figures, "history.png", f"{report.metric}{unit} by trial number: complete trials, pruned ones at their last "
         "reported value, and the best so far.")))
-    sections.append(PageSection("Trials", [f"Every trial of the study{_in_pp(report)}."], tables=[shown_trials(report)]))
+    if report.trials.empty:
+        sections.append(PageSection("Trials", ["The study has no trial yet."]))
+    else:
+        sections.append(PageSection("Trials", [f"Every trial of the study{_in_pp(report)}."], tables=[shown_trials(report)]))
     return sections
 
 

@@ -200,6 +200,26 @@ def test_csvs_keep_fractions_and_their_columns_and_gain_a_unit(tmp_path):
     assert "> **Warning: these importances rest on 5 complete trials" in text
 
 
+def test_a_study_without_a_complete_trial_still_gets_its_pages(tmp_path):
+    spec = build_sweep(sweep_data())
+    study = optuna.create_study(study_name="empty", direction="maximize")
+    empty = build_report(study, spec.metric, list(spec.space), [])
+    assert {p.name for p in write_report(empty, tmp_path / "none")} == {
+        "report.md", HTML_PAGE, "best_params.csv", "trials.csv", "importances.csv"}
+    assert "The study has no trial yet." in (tmp_path / "none" / HTML_PAGE).read_text()
+
+    trial = study.ask(fixed_distributions=studies.distributions(spec))
+    trial.set_user_attr("error", "trial 0: ValueError: <b>bad</b> | x")
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    failed = build_report(study, spec.metric, list(spec.space), [])
+    paths = {p.name for p in write_report(failed, tmp_path / "failed")}
+    assert not {name for name in paths if name.endswith(".png")}  # nothing to draw
+    page = (tmp_path / "failed" / HTML_PAGE).read_text()
+    assert "<td>trial 0: ValueError: &lt;b&gt;bad&lt;/b&gt; | x</td>" in page and "<b>" not in page
+    assert "No complete trial yet." in page
+    assert r"trial 0: ValueError: &lt;b>bad&lt;/b> \| x" in (tmp_path / "failed" / "report.md").read_text()
+
+
 def test_sweep_report_command_writes_the_page_for_a_stored_study(tmp_path):
     data = sweep_data(ledger=f"sqlite:///{tmp_path}/ledger.db", output_dir=str(tmp_path / "runs"), factors=["clip_higher"])
     path = tmp_path / "sweep.yaml"
