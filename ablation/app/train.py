@@ -80,7 +80,7 @@ def train(config: TrainerConfig, out: Path, options: TrainOptions = TrainOptions
     check_inputs(config)
     check_out(config, out, force=options.force)
     check_writable(out)
-    tracking = open_tracking(config, out, options)  # a store that cannot be opened stops before --force removes anything
+    tracking = open_tracking(config, out, options)  # an unreachable store stops before --force removes anything
     if options.force:
         clear_out(out)
     listeners = list(callbacks or []) + ([tracking.log_event] if tracking else [])
@@ -221,8 +221,9 @@ def lock_holder(lock: Path) -> str:
     for entry in entries:
         fields = entry.split()
         # "1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF"; a waiter's line has "->" after the number
-        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == device and fields[4].isdigit() and fields[4] != "0":
-            return f"process {fields[4]} ({lock})"
+        holder = fields[4] if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == device else ""
+        if holder.isdigit() and holder != "0":
+            return f"process {holder} ({lock})"
     return str(lock)
 
 
