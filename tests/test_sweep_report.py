@@ -200,6 +200,22 @@ def test_csvs_keep_fractions_and_their_columns_and_gain_a_unit(tmp_path):
     assert "> **Warning: these importances rest on 5 complete trials" in text
 
 
+def test_a_metric_that_is_not_a_fraction_reads_as_it_is(tmp_path):
+    spec = build_sweep(sweep_data())
+    study = optuna.create_study(study_name="length", direction="minimize", sampler=studies.make_sampler(spec))
+    for _ in range(4):
+        trial = study.ask(fixed_distributions=studies.distributions(spec))
+        study.tell(trial, 20 + 10 * trial.params["eps_high"])  # a response length in tokens
+    report = build_report(study, "response_length/mean", list(spec.space), [])
+    assert not report.percent
+    write_report(report, tmp_path)
+    page = (tmp_path / HTML_PAGE).read_text()
+    assert "<th>response_length/mean</th>" in page and "(pp)" not in page and "percentage points" not in page
+    assert set(pd.read_csv(tmp_path / "trials.csv")["unit"]) == {"metric units"}
+    (axis,) = plots.history_figure(report).axes
+    assert axis.get_ylabel() == "response_length/mean"
+
+
 def test_a_study_without_a_complete_trial_still_gets_its_pages(tmp_path):
     spec = build_sweep(sweep_data())
     study = optuna.create_study(study_name="empty", direction="maximize")
