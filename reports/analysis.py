@@ -81,6 +81,9 @@ class Analysis:
     guarantee: Guarantee | None = None  # the error statement of the claims list
     values: CellValues | None = field(default=None, repr=False)  # the 2^k cell means behind every statistic
     levels: tuple[FactorInfo, ...] = ()  # what each factor's 0 and 1 stand for, when the spec is known
+    compute_curves: pd.DataFrame = field(default_factory=pd.DataFrame)  # compute_curves.CURVE_EFFECT_COLUMNS
+    table_notes: dict[str, str] = field(default_factory=dict)  # table name -> the line under it (how made, or why empty)
+    looks: pd.DataFrame = field(default_factory=pd.DataFrame)  # looks.LOOK_TABLE_COLUMNS (adaptive designs)
 
 
 class CellValues:
@@ -160,6 +163,7 @@ def _cells_table(values: CellValues, factors: list[str]) -> pd.DataFrame:
             "ci_high": est.ci_high,
             "seed_ci_low": new_seeds.ci_low,
             "seed_ci_high": new_seeds.ci_high,
+            "rank": pd.Series(est.estimate).rank(ascending=False, method="min").to_numpy(),  # 1: the highest mean
         }
     )
 

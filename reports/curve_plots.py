@@ -1,13 +1,15 @@
 """The compute-curve figure: each cell's fitted saturating curve over its seeds' evaluations.
 
-matplotlib with the Agg backend, imported inside the function (a report without curves, and
+matplotlib with the Agg backend, imported inside the functions (a report without curves, and
 ``--help``, never pay for it). One line per cell (``CurveAnalysis.cells``), the points of its runs
 behind it in the same colour, compute on a log axis (the points at zero compute sit at the left
-edge), the asymptote of the highest and lowest cells as dotted lines.
+edge), the asymptote of the highest and lowest cells as dotted lines. Values in percentage points
+when the metric is a fraction, like every other figure of the report.
 """
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -24,41 +26,75 @@ def _points(curves: pd.DataFrame, factors: list[str], metric: str, compute: str)
     return table.assign(_mask=cell_masks(table, factors))
 
 
-def curve_figure(
-    analysis: CurveAnalysis, curves: pd.DataFrame, factors: list[str], path: str | Path, metric: str
-) -> Path:
-    """Write the figure (PNG or any format matplotlib infers from ``path``'s suffix); returns the path.
-    Cells without a fitted curve show their points only."""
+def curve_axes(analysis: CurveAnalysis, curves: pd.DataFrame, factors: list[str], metric: str, percent: bool):
+    """The figure (matplotlib Figure, one axis): points and fitted curves per cell. Cells without
+    a fitted curve show their points only. The caller saves and closes it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    scale, unit = (100.0, " (pp)") if percent else (1.0, "")
     compute = analysis.compute
     points = _points(curves, list(factors), metric, compute)
     positive = points.loc[points[compute] > 0, compute]
     low, high = (positive.min(), positive.max()) if len(positive) else (1.0, 10.0)
     grid = np.geomspace(low / 2, high * 1.5, 200)
-    fig, ax = plt.subplots(figsize=(8, 5))
+    figure, axis = plt.subplots(figsize=(9.5, 5))
     colours = plt.get_cmap("tab20" if len(analysis.cells) > 10 else "tab10")
     masks = cell_masks(analysis.cells, list(factors))
     for i, (mask, cell) in enumerate(zip(masks, analysis.cells.itertuples(index=False))):
         colour = colours(i % colours.N)
         own = points[points["_mask"] == mask]
-        ax.scatter(np.maximum(own[compute], low / 2), own[metric], s=8, alpha=0.3, color=colour)
+        axis.scatter(np.maximum(own[compute], low / 2), own[metric] * scale, s=8, alpha=0.3, color=colour)
+        label = f"{cell.cell} (A {cell.asymptote * scale:.3g})" if np.isfinite(cell.asymptote) else f"{cell.cell} (not fitted)"
         if np.isfinite(cell.asymptote):
             curve = saturating_curve(grid, cell.r0, cell.asymptote, cell.midpoint, cell.steepness)
-            ax.plot(grid, curve, color=colour, label=f"{cell.cell} (A {cell.asymptote:.3g})")
-    fitted = analysis.cells["asymptote"].dropna()
+            axis.plot(grid, curve * scale, color=colour, label=label)
+        else:
+            axis.plot([], [], color=colour, label=label)
+    # the y axis fits what is drawn (the points and the curves over the data's compute range); an
+    # asymptote far beyond the data (an extrapolation) is in the legend, not allowed to squash the axis
+    drawn = np.concatenate([points[metric].to_numpy(float) * scale, *[line.get_ydata() for line in axis.get_lines()]])
+    drawn = drawn[np.isfinite(drawn)]
+    if len(drawn):
+        low_y, high_y = drawn.min(), drawn.max()
+        pad = 0.06 * (high_y - low_y) if high_y > low_y else 1.0
+        axis.set_ylim(low_y - pad, high_y + pad)
+    fitted = analysis.cells["asymptote"].dropna() * scale
     for value in (fitted.min(), fitted.max()) if len(fitted) else ():
-        ax.axhline(value, color="grey", linestyle=":", linewidth=0.8)
-    ax.set_xscale("log")
-    ax.set_xlabel(AXIS_LABELS.get(compute, compute))
-    ax.set_ylabel(metric)
-    ax.set_title(f"Fitted compute curves per cell (shared steepness B = {analysis.steepness:.3g})")
-    ax.legend(fontsize=7, ncol=2 if len(analysis.cells) > 8 else 1, loc="lower right")
-    fig.tight_layout()
+        if axis.get_ylim()[0] <= value <= axis.get_ylim()[1]:
+            axis.axhline(value, color="grey", linestyle=":", linewidth=0.8)
+    axis.set_xscale("log")
+    axis.set_xlabel(AXIS_LABELS.get(compute, compute))
+    axis.set_ylabel(f"{metric}{unit}")
+    axis.set_title(f"Fitted compute curves per cell (shared steepness B = {analysis.steepness:.3g})", fontsize=10)
+    axis.legend(fontsize=7, ncol=2 if len(analysis.cells) > 16 else 1, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                title="cell (asymptote A)", title_fontsize=7, frameon=False)  # fmt: skip
+    figure.tight_layout()
+    return figure
+
+
+def curve_png(analysis: CurveAnalysis, curves: pd.DataFrame, factors: list[str], metric: str, percent: bool) -> bytes:
+    """``curve_axes`` as PNG bytes (the report's compute_curves.png)."""
+    import matplotlib.pyplot as plt
+
+    figure = curve_axes(analysis, curves, factors, metric, percent)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def curve_figure(
+    analysis: CurveAnalysis, curves: pd.DataFrame, factors: list[str], path: str | Path, metric: str,
+    percent: bool = True,
+) -> Path:
+    """Write the figure (PNG or any format matplotlib infers from ``path``'s suffix); returns the path."""
+    import matplotlib.pyplot as plt
+
+    figure = curve_axes(analysis, curves, factors, metric, percent)
     path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
     return path

@@ -1,7 +1,8 @@
 """Tables as CSV, Markdown, LaTeX (booktabs) and HTML, written by pandas; and display formatting.
 
-CSV files store values as computed (accuracy as fractions in [0, 1]). Markdown, LaTeX and HTML
-show metric-valued columns in percentage points when the metric is a fraction, like the paper.
+CSV files store values as computed (accuracy as fractions in [0, 1]); units.csv says each
+column's unit (the column names are a contract and stay as they are). Markdown, LaTeX and HTML show metric-valued columns in percentage points when the metric
+is a fraction, like the paper, with the unit in the header ("mean (pp)").
 The writers are pandas' own (``DataFrame.to_markdown`` through tabulate, ``Styler.to_latex`` with
 booktabs rules, ``Styler.to_html``); this module only decides how each column's values read
 (``column_formatter``), which columns are text (left-aligned) or numbers (right-aligned), and
@@ -64,11 +65,21 @@ METRIC_COLUMNS = {
     "gap_ci_low",
     "gap_ci_high",
     "detectable_difference",
+    "asymptote_effect",
+    "asymptote_ci_low",
+    "asymptote_ci_high",
+    "final_effect",
+    "final_ci_low",
+    "final_ci_high",
 }
 SHARE_COLUMNS = {"share_positive", "discarded_share"}
-COUNT_COLUMNS = {"n", "step", "n_orderings", "paper", "runs_at_budget"}
+COUNT_COLUMNS = {"n", "step", "n_orderings", "paper", "runs_at_budget", "rank", "look", "runs"}
 TOKEN_COLUMNS = {"tokens_generated", "tokens_discarded", "budget_tokens"}
-P_VALUE_COLUMNS = {"p_value", "p_adjusted", "p_interaction", "p_flip_adjusted"}
+P_VALUE_COLUMNS = {"p_value", "p_adjusted", "p_interaction", "p_flip_adjusted", "asymptote_p_adjusted", "midpoint_p_adjusted"}
+RATIO_COLUMNS = {"tokens_vs_baseline", "midpoint_ratio", "midpoint_ratio_ci_low", "midpoint_ratio_ci_high"}
+PP = "pp"
+"""The unit of metric-valued columns on every page, figure and table a person reads, when the
+metric is a fraction; the CSVs keep fractions and say so in their ``unit`` column."""
 
 
 def _p_value(p: float) -> str:
@@ -102,7 +113,7 @@ def column_formatter(column: str, percent: bool, factors: set[str]) -> Callable[
         return _p_value
     if column in TOKEN_COLUMNS:
         return lambda value: f"{value / 1e6:.2f}M"
-    if column == "tokens_vs_baseline":
+    if column in RATIO_COLUMNS:
         return "{:.2f}x".format
     if column == "wall_s":
         return "{:.0f}".format
@@ -110,13 +121,48 @@ def column_formatter(column: str, percent: bool, factors: set[str]) -> Callable[
 
 
 def display_frame(table: pd.DataFrame, percent: bool, factors: list[str]) -> pd.DataFrame:
-    """All cells formatted as strings (see ``column_formatter``); missing values become ""."""
+    """All cells formatted as strings (see ``column_formatter``); missing values become "". The
+    headers of metric-valued columns name their unit ("mean (pp)") when ``percent``; the columns
+    stay in ``table``'s order (the writers align them by position)."""
     factor_set = set(factors)
     shown = {
         column: table[column].map(column_formatter(column, percent, factor_set), na_action="ignore")
         for column in table.columns
     }
-    return pd.DataFrame(shown, columns=table.columns).fillna("").astype(str).reset_index(drop=True)
+    frame = pd.DataFrame(shown, columns=table.columns).fillna("").astype(str).reset_index(drop=True)
+    return frame.set_axis([unit_header(column, percent) for column in table.columns], axis=1)
+
+
+def unit_header(column, percent: bool) -> str:
+    """``column``'s header on a page: "mean (pp)" for a metric-valued column of a fraction metric."""
+    return f"{column} ({PP})" if percent and (column in METRIC_COLUMNS or column == "paper") else str(column)
+
+
+def column_unit(column: str, percent: bool, factors: set[str]) -> str:
+    """How ``column``'s values are stored in a CSV (units.csv): metric values as fractions of 1
+    (x100 = pp) when ``percent``, shares as fractions, counts, tokens, p-values, seconds..."""
+    kinds = (
+        (METRIC_COLUMNS, "fraction (x100 = pp)" if percent else "metric units"),
+        (SHARE_COLUMNS, "fraction (x100 = %)"),
+        (COUNT_COLUMNS, "count"),
+        (TOKEN_COLUMNS, "tokens"),
+        (P_VALUE_COLUMNS, "p-value"),
+        (RATIO_COLUMNS, "ratio"),
+        (factors, "level (0 off, 1 on)"),
+        ({"df"}, "degrees of freedom"),
+        ({"wall_s", "setup_s", "initial_eval_s"}, "seconds"),
+    )
+    return next((unit for names, unit in kinds if column in names), "")
+
+
+def units_table(tables: dict[str, pd.DataFrame], percent: bool, factors: list[str]) -> pd.DataFrame:
+    """units.csv: one row per (file, column) of the report's CSVs with the column's unit (empty for
+    text and for numbers without one). The CSVs' column names are a contract, so the unit is said
+    here, not in the names."""
+    factor_set = set(factors)
+    rows = [{"file": file, "column": str(column), "unit": column_unit(str(column), percent, factor_set)}
+            for file, table in tables.items() for column in table.columns]  # fmt: skip
+    return pd.DataFrame(rows, columns=["file", "column", "unit"])
 
 
 def is_text_column(table: pd.DataFrame, column: str) -> bool:
@@ -155,7 +201,7 @@ def to_markdown(table: pd.DataFrame, shown: pd.DataFrame) -> str:
 
     ``disable_numparse``: the cells are already formatted ("36.0", "<0.001"); left to itself
     tabulate would parse and re-format them ("36.0" -> "36")."""
-    align = tuple("left" if is_text_column(table, c) else "right" for c in shown.columns)
+    align = tuple("left" if is_text_column(table, c) else "right" for c in table.columns)
     escaped = shown.map(markdown_text).rename(columns=markdown_text)
     return escaped.to_markdown(index=False, tablefmt="pipe", colalign=align, disable_numparse=True) + "\n"
 
@@ -187,7 +233,7 @@ def latex_escape(text) -> str:
 def to_latex(table: pd.DataFrame, shown: pd.DataFrame, caption: str, label: str | None = None) -> str:
     """A booktabs ``tabular`` (\\toprule, \\midrule, \\bottomrule) in a ``table`` float with the
     caption (and ``\\label{label}`` when given); text columns left, numbers right."""
-    spec = "".join("l" if is_text_column(table, c) else "r" for c in shown.columns)
+    spec = "".join("l" if is_text_column(table, c) else "r" for c in table.columns)
     styler = shown.style.hide(axis="index").format(latex_escape).format_index(latex_escape, axis=1)
     return styler.to_latex(
         column_format=spec,
@@ -237,7 +283,7 @@ def _table_id(shown: pd.DataFrame) -> str:
 
 def to_html(table: pd.DataFrame, shown: pd.DataFrame) -> str:
     """An escaped HTML table; numeric cells get class "num" (right-aligned by the report's CSS)."""
-    numeric = ["" if is_text_column(table, c) else "num" for c in shown.columns]
+    numeric = ["" if is_text_column(table, c) else "num" for c in table.columns]
     classes = pd.DataFrame([numeric] * len(shown), index=shown.index, columns=shown.columns)
     styler = (
         Styler(shown, uuid=_table_id(shown), cell_ids=False)

@@ -8,7 +8,7 @@ takes ``options=`` also takes any field by keyword (``analyze(results, factors, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -49,6 +49,11 @@ class ReportOptions:
     levels: tuple[FactorInfo, ...] = ()
     """Each factor's two levels (what 0 and 1 stand for: CH off / on, eps_high 0.2 / 0.28), from
     the experiment's spec; empty for a results CSV, whose columns code them 0/1 only."""
+    looks: tuple[Mapping[str, Any], ...] = field(default=(), compare=False)
+    """An adaptive experiment's looks as its ledger recorded them (``looks.looks_table``): the report
+    writes looks.csv / looks.md and shows them on its pages; empty for any other design."""
+    looks_alpha: float | None = None
+    """The family-wise alpha the looks spent (the adaptive spec's ``alpha``), for their summary."""
     echo: Callable[[str], None] | None = field(default=None, compare=False)
     """Receives the plain-language summary, one line per call (e.g. ``print``); None: silent."""
 

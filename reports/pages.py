@@ -15,7 +15,9 @@ from .analysis import Analysis
 from .export import markdown_text
 from .summary import EMPTY_SUPPORTED
 
-TABLES = ("cells", "cumulative", "orderings", "shapley", "effects", "leave_one_out", "compute", "compute_matched")
+TABLES = (
+    "cells", "cumulative", "orderings", "shapley", "effects", "leave_one_out", "compute", "compute_matched", "compute_curves",
+)  # fmt: skip
 """The tables every report writes (one file per format each), in file order."""
 
 
@@ -31,8 +33,14 @@ def table_captions(analysis: Analysis) -> dict[str, str]:
     return {
         "claims": "Claims (claims.csv): one row per sentence of \"Supported by the data\"; estimate and "
         f"{conf}{unit}, raw p-value and the family-adjusted p-value the claim rests on.",
-        "cells": f"Cells: runs, mean (for these seeds: seed-adjusted when a cell lacks a seed the others ran), sd over seeds, "
-        f"{conf} of {analysis.metric}{unit}.",
+        "cells": f"Cells ranked by mean (rank 1: the highest): runs, mean (for these seeds: seed-adjusted when a cell lacks a "
+        f"seed the others ran), sd over seeds, {conf} of {analysis.metric}{unit}; seed_ci: the {conf} over new seeds.",
+        "compute_curves": f"Compute curves: each technique's effect on the asymptote A of the fitted saturating curve "
+        f"(the ceiling){unit}, on the compute to reach half the gain (midpoint_ratio: with / without the technique, "
+        f"below 1 is faster) and on the final {analysis.metric}{unit}, with {conf}s and Holm-adjusted p-values over "
+        "both curve parameters; verdict: moves the ceiling, only the speed, both, neither, or not enough data.",
+        "looks": "Looks of the adaptive design: at each look, the runs so far, the alpha spent, and every term's estimate "
+        f"with its repeated {conf} (valid over all looks together){unit} and decision.",
         "cumulative": f"Cumulative tables: each step adds one factor to the row above; delta is the gain over it, with {conf}.{paper}",
         "orderings": "Order dependence: each factor's gain by the position at which an ordering adds it, and over all orderings (mean with "
         f"{conf}, min, max, share of orderings in which it helps). comparisons: the distinct cell pairs (with and without the "

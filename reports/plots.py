@@ -100,15 +100,64 @@ def position_plot(orderings: pd.DataFrame, metric: str, percent: bool) -> bytes 
 
 
 PAPER_COLOUR = "#9a9a9a"
+CURVES_PER_ROW = 4
+"""Panels per row of the learning-curves grid (readable when a page scales the figure down)."""
 OFF_COLOUR, ON_COLOUR = "#4c72b0", "#dd8452"  # technique off / on, in every figure
+
+
+def _fitted_limits(values: np.ndarray, share: float = 0.08) -> tuple[float, float] | None:
+    """y limits that fit ``values`` (means and interval ends) with a margin of ``share`` of their
+    range on each side; None when none is finite."""
+    finite = values[np.isfinite(values)]
+    if not len(finite):
+        return None
+    low, high = float(finite.min()), float(finite.max())
+    pad = share * (high - low) if high > low else max(abs(high) * 0.05, 0.5)
+    return low - pad, high + pad
+
+
+def cumulative_limits(cumulative: pd.DataFrame, scale: float) -> tuple[float, float] | None:
+    """The shared y axis of the cumulative figure: it fits every mean and interval shown (it does
+    not start at 0, so a few points' differences are not flattened), with room for the labels."""
+    values = cumulative[["mean", "ci_low", "ci_high"]].to_numpy(float).ravel() * scale
+    return _fitted_limits(values)
+
+
+def _cumulative_panel(axis, rows: pd.DataFrame, scale: float, percent: bool, paper_label: str) -> None:
+    """One ordering's path: the mean of each step with its CI, joined by a line, each value written
+    to the right of its point (clear of the interval's caps); the paper's numbers, where shown, on
+    their own right-hand axis (another model and budget: compare the shape, not the level)."""
+    x = np.arange(len(rows))
+    mean = rows["mean"].to_numpy(float) * scale
+    low, high = rows["ci_low"].to_numpy(float) * scale, rows["ci_high"].to_numpy(float) * scale
+    axis.errorbar(x, mean, yerr=_error_bars(mean, low, high), fmt="o-", color=ON_COLOUR, capsize=4, markersize=5,
+                  linewidth=1.2, label="this experiment")  # fmt: skip
+    for xi, value in zip(x, mean):
+        if np.isnan(value):  # a cell the design lacks (an incomplete design or a fraction)
+            axis.annotate("no cell", (xi, 0.02), xycoords=("data", "axes fraction"), ha="center", fontsize=7,
+                          color="#777777", rotation=90, va="bottom")  # fmt: skip
+            continue
+        axis.annotate(f"{value:.1f}" if percent else f"{value:.3g}", (xi, value), xytext=(7, 0),
+                      textcoords="offset points", ha="left", va="center", fontsize=7, zorder=5,
+                      bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85})  # fmt: skip
+    if "paper" in rows and rows["paper"].notna().any():
+        twin = axis.twinx()
+        twin.plot(x, rows["paper"].to_numpy(float), "D--", color=PAPER_COLOUR, markersize=4, linewidth=1,
+                  label=paper_label)  # fmt: skip
+        twin.set_ylabel("paper (pp)" if percent else "paper", fontsize=7, color=PAPER_COLOUR)
+        twin.tick_params(labelsize=7, colors=PAPER_COLOUR)
+        handles = axis.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+        axis.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    axis.set_xlim(-0.5, len(rows) - 0.3)  # room for the last value's label
 
 
 @literal_text
 def cumulative_plot(
     cumulative: pd.DataFrame, metric: str, percent: bool, confidence: float, baseline_label: str, paper_label: str
 ) -> bytes | None:
-    """The cumulative path of each ordering as bars (mean with CI per step, labelled ``+OF`` ...),
-    and beside the ``paper`` ordering's bars the paper's own numbers (column ``paper``).
+    """The cumulative path of each ordering (mean with CI per step, labelled ``+OF`` ...) on one
+    y axis fitted to the data, and beside the ``paper`` ordering the paper's own numbers (column
+    ``paper``) on a second axis.
 
     ``cumulative``: the report's cumulative table (already cut to the orderings it shows).
     """
@@ -118,38 +167,20 @@ def cumulative_plot(
     orderings = list(dict.fromkeys(cumulative["ordering"]))
     steps = cumulative.groupby("ordering", sort=False).size().max()
     figure, axes = plt.subplots(
-        1, len(orderings), figsize=(0.95 * steps * len(orderings) + 1.8, 3.9), sharey=True, squeeze=False
+        1, len(orderings), figsize=(1.05 * steps * len(orderings) + 2.2, 4.1), sharey=True, squeeze=False
     )
+    limits = cumulative_limits(cumulative, scale)
     for axis, name in zip(axes[0], orderings):
         rows = cumulative[cumulative["ordering"] == name]
-        with_paper = "paper" in rows and rows["paper"].notna().any()
-        width = 0.4 if with_paper else 0.7
-        x = np.arange(len(rows))
-        mean = rows["mean"].to_numpy(float) * scale
-        bars = _error_bars(mean, rows["ci_low"].to_numpy(float) * scale, rows["ci_high"].to_numpy(float) * scale)
-        shift = -width / 2 if with_paper else 0.0
-        axis.bar(x + shift, mean, width=width, yerr=bars, capsize=3, color=ON_COLOUR, label="this experiment")
-        tops = np.fmax(mean, rows["ci_high"].to_numpy(float) * scale)  # write each value above its interval
-        for xi, top, value in zip(x + shift, tops, mean):
-            if np.isnan(value):  # a cell the design lacks (an incomplete design or a fraction)
-                axis.annotate("no cell", (xi, 0), xytext=(0, 3), textcoords="offset points", ha="center",
-                              fontsize=7, color="#777777", rotation=90, va="bottom")  # fmt: skip
-                continue
-            axis.annotate(f"{value:.1f}" if percent else f"{value:.3g}", (xi, top), xytext=(0, 2),
-                          textcoords="offset points", ha="center", fontsize=7)  # fmt: skip
-        if with_paper:
-            paper = axis.bar(
-                x + width / 2, rows["paper"].to_numpy(float), width=width, color=PAPER_COLOUR, hatch="//",
-                edgecolor="white", label=paper_label,
-            )  # fmt: skip
-            axis.bar_label(paper, fmt="%.0f", fontsize=7, padding=2)
-            axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
+        _cumulative_panel(axis, rows, scale, percent, paper_label)
         labels = [baseline_label if row.step == 0 else f"+{factor_label(row.added)}" for row in rows.itertuples(index=False)]
-        axis.set_xticks(x, labels, fontsize=8)
+        axis.set_xticks(np.arange(len(rows)), labels, fontsize=8)
         axis.set_title(f"ordering {name}", fontsize=9)
-        axis.set_ylim(top=axis.get_ylim()[1] * 1.06)  # room for the values above the bars
+        axis.grid(axis="y", linewidth=0.4, alpha=0.5)
+        if limits is not None:
+            axis.set_ylim(*limits)
     axes[0][0].set_ylabel(f"{metric}{unit}")
-    figure.suptitle(f"Cumulative path: each bar adds one factor to the bar before ({confidence:.0%} CIs)", fontsize=10)
+    figure.suptitle(f"Cumulative path: each point adds one factor to the one before ({confidence:.0%} CIs)", fontsize=10)
     return figure_png(figure)
 
 
@@ -289,6 +320,19 @@ def signal_columns(signals: pd.DataFrame) -> list[str]:
     return [name for name in SIGNAL_LABELS if name in signals and signals[name].nunique(dropna=True) > 1]
 
 
+def signal_owner(signals: pd.DataFrame, name: str, factors: list[str]) -> str | None:
+    """The factor without which the signal cannot vary (constant in every run with it off, as
+    ``train/num_gen_batches`` is 1 without dynamic sampling), or None. In the other factors'
+    panels such a signal is compared over the runs with its owner on: averaging in the runs where
+    it cannot move would draw a flat line at a mixture level with a band that is only the owner's
+    effect."""
+    for factor in factors:
+        off, on = signals.loc[signals[factor] == 0, name].dropna(), signals.loc[signals[factor] == 1, name].dropna()
+        if len(off) and len(on) and off.nunique() == 1 and on.nunique() > 1:
+            return factor
+    return None
+
+
 def _band(values: pd.Series) -> tuple[float, float, float]:
     """Mean and 95% t interval of the mean over runs (the interval is NaN for one run)."""
     n, mean = values.count(), values.mean()
@@ -315,10 +359,15 @@ def signals_plot(signals: pd.DataFrame, factors: list[str]) -> bytes | None:
         sharex=True, sharey="row", squeeze=False,
     )  # fmt: skip
     for i, name in enumerate(names):
+        owner = signal_owner(signals, name, factors)
         for j, factor in enumerate(factors):
             axis = axes[i, j]
+            runs = signals if owner in (None, factor) else signals[signals[owner] == 1]
+            if owner not in (None, factor):
+                axis.text(0.98, 0.96, f"runs with {factor_label(owner)} on", transform=axis.transAxes, ha="right",
+                          va="top", fontsize=6, color="#555555")  # fmt: skip
             for level, colour in ((0, OFF_COLOUR), (1, ON_COLOUR)):
-                rows = signals[signals[factor] == level]
+                rows = runs[runs[factor] == level]
                 summary = rows.groupby("step")[name].apply(lambda v: pd.Series(_band(v), index=["mean", "low", "high"]))
                 summary = summary.unstack()
                 axis.plot(summary.index, summary["mean"], color=colour, linewidth=1.2, label="on" if level else "off")
@@ -331,8 +380,8 @@ def signals_plot(signals: pd.DataFrame, factors: list[str]) -> bytes | None:
     for axis in axes[-1]:
         axis.set_xlabel("training step", fontsize=8)
     axes[0, -1].legend(fontsize=7, title="factor", title_fontsize=7)
-    figure.suptitle("Training signals by technique: mean over runs with the factor off / on, 95% band", fontsize=10)
-    return figure_png(figure, rect=(0, 0, 1, 0.98))
+    figure.suptitle("Training signals by technique\n(mean over runs with the factor off / on, 95% band)", fontsize=10)
+    return figure_png(figure, rect=(0, 0, 1, 0.97))
 
 
 @literal_text
@@ -349,10 +398,10 @@ def curves_plot(curves: pd.DataFrame, factors: list[str], metric: str, percent: 
     masks = sorted(table["_mask"].unique(), key=lambda m: (bin(int(m)).count("1"), int(m)))
     mean = table.groupby(["_mask", "step"])[metric].mean()
     baseline = mean.loc[0] if 0 in mean.index.get_level_values(0) else None
-    columns = min(len(masks), 8)
+    columns = min(len(masks), CURVES_PER_ROW)
     rows_n = -(-len(masks) // columns)
     figure, axes = plt.subplots(
-        rows_n, columns, figsize=(1.75 * columns + 0.6, 1.45 * rows_n + 0.9), sharex=True, sharey=True, squeeze=False
+        rows_n, columns, figsize=(2.6 * columns + 0.8, 2.0 * rows_n + 1.0), sharex=True, sharey=True, squeeze=False
     )
     for axis in axes.ravel()[len(masks):]:
         axis.set_visible(False)
@@ -365,14 +414,45 @@ def curves_plot(curves: pd.DataFrame, factors: list[str], metric: str, percent: 
         axis.plot(cell.index, cell.to_numpy() * scale, color="#c44e52", linewidth=1.6)
         axis.set_title(f"{cell_label(int(mask), factors)}: {cell.iloc[-1] * scale:.1f}" if percent
                        else f"{cell_label(int(mask), factors)}: {cell.iloc[-1]:.3g}", fontsize=7)  # fmt: skip
-        axis.tick_params(labelsize=6)
-    for axis in axes[-1]:
-        axis.set_xlabel("step", fontsize=7)
+        axis.tick_params(labelsize=7)
+    for row, column in np.ndindex(axes.shape):
+        below = axes[row + 1, column] if row + 1 < axes.shape[0] else None
+        if axes[row, column].get_visible() and (below is None or not below.get_visible()):
+            axes[row, column].set_xlabel("step", fontsize=7)  # the lowest panel of each column (a short last row)
+            axes[row, column].tick_params(labelbottom=True)
     for axis in axes[:, 0]:
         axis.set_ylabel(f"{metric}{unit}", fontsize=7)
     figure.suptitle(
         "Learning curves per cell (thin: seeds; thick: their mean; dashed: the baseline cell's mean)", fontsize=9
     )
+    return figure_png(figure)
+
+
+@literal_text
+def curves_overlay_plot(curves: pd.DataFrame, factors: list[str], metric: str, percent: bool) -> bytes | None:
+    """Every cell's mean learning curve on one axis (colour and line style by cell, the baseline
+    black dashed, the full cell thick), with a legend of the cells and their final means, highest
+    first: which cells separate, and when."""
+    scale, unit = _scale(percent)
+    table = curves.assign(_mask=cell_masks(curves, factors))
+    mean = table.groupby(["_mask", "step"])[metric].mean().mul(scale)
+    finals = mean.groupby(level=0).last().sort_values(ascending=False)
+    full = 2 ** len(factors) - 1
+    figure, axis = plt.subplots(figsize=(8.5, 4.8))
+    colours = plt.get_cmap("tab20" if len(finals) > 10 else "tab10")
+    for i, (mask, final) in enumerate(finals.items()):
+        cell = mean.loc[mask]
+        style = {"color": "black", "linestyle": "--", "linewidth": 1.4} if mask == 0 else {
+            "color": colours(i % colours.N), "linestyle": ("-", "--", ":", "-.")[(i // colours.N) % 4],
+            "linewidth": 2.2 if mask == full else 1.1}  # fmt: skip
+        label = f"{cell_label(int(mask), factors)}: {final:.1f}" if percent else f"{cell_label(int(mask), factors)}: {final:.3g}"
+        axis.plot(cell.index, cell.to_numpy(), label=label, **style)
+    axis.set_xlabel("step")
+    axis.set_ylabel(f"{metric}{unit}")
+    axis.grid(linewidth=0.4, alpha=0.5)
+    axis.legend(fontsize=7, ncol=1 if len(finals) <= 16 else 2, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                title="cell: final mean", title_fontsize=7, frameon=False)  # fmt: skip
+    axis.set_title("Learning curves of all cells (mean over seeds), legend by final mean", fontsize=9)
     return figure_png(figure)
 
 

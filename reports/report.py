@@ -17,7 +17,10 @@ from dapo_ablate.core.contracts import SETTING_COLUMN
 from . import plots
 from .analysis import Analysis, analyze
 from .claims import CLAIM_COLUMNS
-from .export import TableFiles, display_frame, to_html, to_markdown, write_csv, write_table
+from .compute_curves import COMPUTE_COLUMNS_CURVES, CURVE_EFFECT_COLUMNS, CurveAnalysis, analyze_curves
+from .curve_plots import curve_png
+from .export import TableFiles, display_frame, to_html, to_markdown, units_table, write_csv, write_table
+from .looks import look_sentences, looks_table, write_looks
 from .headline import cell_values
 from .inference import estimate
 from .options import ReportOptions, report_options
@@ -58,10 +61,16 @@ def _figure_captions(analysis: Analysis) -> dict[str, str]:
         "+ (off, off)) / 2, with its CI; \"supported\" marks one that passes the adjusted test.",
         "learning_curves.png": f"Learning curves, one panel per cell (title: the cell and its final mean {metric}): thin "
         "lines are seeds, the thick line their mean, the dashed grey line the baseline cell's mean for reference.",
+        "learning_curves_overlay.png": f"Learning curves of all cells on one axis (mean over seeds; the baseline black "
+        f"dashed, the full cell thick), the legend ordered by final mean {metric}.",
+        "compute_curves.png": f"Compute curves: each cell's {metric} against cumulative generated tokens (log axis; points: "
+        "its runs' evaluations), with the saturating curve fitted to them (legend: the cell and its asymptote A); dotted "
+        "lines mark the lowest and highest asymptotes.",
         "signals.png": "Training signals by technique: for each signal (rows, verl's metric names) and technique "
         "(columns), the per-step mean over all runs with the technique off (blue) and on (orange); the band is the "
         "95% t interval of that mean over the runs. Runs at one level differ in the other techniques, so the band "
-        "includes their effects.",
+        "includes their effects. A signal only one technique moves (train/num_gen_batches: dynamic sampling) is "
+        "compared, in the other techniques' panels, over the runs with that technique on.",
     }
 
 
@@ -106,8 +115,11 @@ def signals_table(signals: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
     return signals
 
 
-def _figures(analysis: Analysis, curves: pd.DataFrame | None, signals: pd.DataFrame | None) -> dict[str, bytes]:
-    """PNG bytes by file name, for the figures the data support, in report order."""
+def _figures(
+    analysis: Analysis, curves: pd.DataFrame | None, signals: pd.DataFrame | None, fitted: CurveAnalysis | None
+) -> dict[str, bytes]:
+    """PNG bytes by file name, for the figures the data support, in report order (``fitted``: the
+    compute curves of ``curves``, when they could be fitted)."""
     metric, percent, confidence = analysis.metric, analysis.percent, analysis.confidence
     made = {
         "cumulative.png": plots.cumulative_plot(
@@ -121,7 +133,11 @@ def _figures(analysis: Analysis, curves: pd.DataFrame | None, signals: pd.DataFr
         ),
         "interactions.png": plots.interaction_plots(interaction_means(analysis), metric, percent, confidence),
         "learning_curves.png": None if curves is None else plots.curves_plot(curves, analysis.factors, metric, percent),
+        "learning_curves_overlay.png": None if curves is None else plots.curves_overlay_plot(
+            curves, analysis.factors, metric, percent
+        ),  # fmt: skip
         "signals.png": None if signals is None else plots.signals_plot(signals, analysis.factors),
+        "compute_curves.png": None if fitted is None else curve_png(fitted, curves, analysis.factors, metric, percent),
     }
     return {name: png for name, png in made.items() if png is not None}
 
@@ -140,9 +156,30 @@ def _orderings_display(analysis: Analysis) -> pd.DataFrame:
     return shown
 
 
+def ranked_cells(analysis: Analysis) -> pd.DataFrame:
+    """The cells table as the pages show it: ranked by mean (rank 1 the highest; cells the design
+    lacks have no rank), the factor columns left to the cell label."""
+    return analysis.cells.sort_values(["rank", "cell"], na_position="last").drop(columns=analysis.factors)
+
+
+def compute_curves_display(table: pd.DataFrame) -> pd.DataFrame:
+    """The compute-curve effects as the pages show them: the effect on the midpoint as the ratio of
+    the compute to half the gain (exp of the effect on log C_mid, with its interval), not the log."""
+    if table.empty:
+        return table
+    shown = table.drop(columns=["midpoint_log_effect", "midpoint_ci_low", "midpoint_ci_high"])
+    at = shown.columns.get_loc("midpoint_ratio") + 1
+    shown.insert(at, "midpoint_ratio_ci_low", np.exp(table["midpoint_ci_low"].to_numpy(float)))
+    shown.insert(at + 1, "midpoint_ratio_ci_high", np.exp(table["midpoint_ci_high"].to_numpy(float)))
+    return shown
+
+
 def _report_tables(analysis: Analysis) -> list[tuple[str, str, pd.DataFrame]]:
-    """(section title, table name, display table) in report order."""
+    """(section title, table name, display table) in report order; the looks only for an adaptive
+    design."""
+    looks = [("Looks of the adaptive design", "looks", analysis.looks.drop(columns="unit"))] if len(analysis.looks) else []
     return [
+        *looks,
         ("Claims", "claims", analysis.claims),
         ("Cumulative tables", "cumulative", cumulative_display(analysis, REPORT_ORDERINGS_SHOWN)),
         ("Shapley and Banzhaf values", "shapley", analysis.shapley),
@@ -151,7 +188,8 @@ def _report_tables(analysis: Analysis) -> list[tuple[str, str, pd.DataFrame]]:
         ("Leave-one-out and add-one", "leave_one_out", analysis.leave_one_out),
         ("Compute", "compute", analysis.compute.drop(columns=analysis.factors)),  # the cell label says it
         ("Equal compute", "compute_matched", analysis.compute_matched),
-        ("Cells", "cells", analysis.cells.drop(columns=analysis.factors)),
+        ("Compute curves", "compute_curves", compute_curves_display(analysis.compute_curves)),
+        ("Cells ranked by mean", "cells", ranked_cells(analysis)),
     ]
 
 
@@ -160,7 +198,8 @@ FIGURE_AFTER = {
     "shapley": ["shapley.png"],
     "orderings": ["gain_by_position.png"],
     "effects": ["effects.png", "interactions.png"],
-    "cells": ["learning_curves.png", "signals.png"],
+    "compute_curves": ["compute_curves.png"],
+    "cells": ["learning_curves.png", "learning_curves_overlay.png", "signals.png"],
 }
 
 
@@ -189,9 +228,7 @@ def _blocks(analysis: Analysis, figures: dict[str, bytes] | list[str], html_page
     for title, name, table in _report_tables(analysis):
         shown = display_frame(table, analysis.percent, analysis.factors)
         rendered = markupsafe.Markup(to_html(table, shown)) if html_page else to_markdown(table, shown).rstrip("\n")
-        note = ""
-        if name == "cumulative" and table["ordering"].nunique() < analysis.cumulative["ordering"].nunique():
-            note = "Only the first orderings are shown; cumulative.csv has all of them."
+        note = _note(analysis, name, table)
         shown_figures = [
             FigureView(
                 figure, figure_captions[figure], base64.b64encode(figures[figure]).decode("ascii") if html_page else ""
@@ -201,6 +238,13 @@ def _blocks(analysis: Analysis, figures: dict[str, bytes] | list[str], html_page
         ]
         blocks.append(TableBlock(title, captions[name], rendered if len(table) else "", _empty(name), note, shown_figures))
     return blocks
+
+
+def _note(analysis: Analysis, name: str, table: pd.DataFrame) -> str:
+    """The line under a table: what it leaves out, how it was made."""
+    if name == "cumulative" and table["ordering"].nunique() < analysis.cumulative["ordering"].nunique():
+        return "Only the first orderings are shown; cumulative.csv has all of them."
+    return analysis.table_notes.get(name, "")
 
 
 def report_markdown(analysis: Analysis, figures: list[str]) -> str:
@@ -259,18 +303,64 @@ def write_report(
         curves = validate_curves(curves, factors, options.metric)
     if signals is not None:
         signals = signals_table(signals, factors)
-    analysis = analyze(results, factors, options=options, curves=curves)
-    analysis.levels = tuple(info for info in options.levels if info.name in factors)
+    analysis, fitted = report_analysis(results, factors, options, curves)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {"claims.csv": out / "claims.csv"}
     write_csv(analysis.claims[CLAIM_COLUMNS], written["claims.csv"])
     written |= _write_tables(analysis, TableFiles(out, frozenset(chosen), analysis.percent, tuple(factors)))
-    figures = _figures(analysis, curves, signals) if chosen & {"png", "html"} else {}
+    written |= write_looks(options.looks, out, options.looks_alpha)
+    written["units.csv"] = out / "units.csv"
+    write_csv(units_table(_csv_tables(analysis, written), analysis.percent, factors), written["units.csv"])
+    figures = _figures(analysis, curves, signals, fitted) if chosen & {"png", "html"} else {}
     written |= _write_pages(analysis, out, chosen, figures)
     if options.echo is not None:
         echo_summary(analysis, options.echo)
     return written
+
+
+def report_analysis(
+    results: pd.DataFrame, factors: list[str], options: ReportOptions, curves: pd.DataFrame | None
+) -> tuple[Analysis, CurveAnalysis | None]:
+    """``analyze`` with what the report adds to it: the factors' levels, an adaptive design's looks,
+    and the compute curves of ``curves`` (checked by ``validate_curves``) with their effects, or
+    the sentence saying why there are none; returns the curve fits too (for the figure)."""
+    analysis = analyze(results, factors, options=options, curves=curves)
+    analysis.levels = tuple(info for info in options.levels if info.name in factors)
+    if options.looks:
+        analysis.looks = looks_table(options.looks)
+        analysis.table_notes["looks"] = " ".join(look_sentences(options.looks, options.looks_alpha)[-1:])
+    analysis.compute_curves = pd.DataFrame(columns=CURVE_EFFECT_COLUMNS)
+    if curves is None:
+        analysis.table_notes["compute_curves"] = "Not computed: the runs logged no evaluation curve (a results CSV has final values only)."
+        return analysis, None
+    compute = next((c for c in COMPUTE_COLUMNS_CURVES if c in curves and curves[c].notna().any()), None)
+    if compute is None:
+        analysis.table_notes["compute_curves"] = "Not computed: the evaluation curves carry no cumulative token counts."
+        return analysis, None
+    try:
+        fitted = analyze_curves(curves, analysis.factors, analysis.metric, compute, alpha=1 - analysis.confidence)
+    except ReportInputError as error:
+        analysis.table_notes["compute_curves"] = f"Not computed: {error}."
+        return analysis, None
+    analysis.compute_curves, analysis.table_notes["compute_curves"] = fitted.effects, " ".join(fitted.notes)
+    return analysis, fitted
+
+
+def _csv_tables(analysis: Analysis, written: dict[str, Path]) -> dict[str, pd.DataFrame]:
+    """The frames behind the CSV files written so far, by file name (for units.csv)."""
+    frames = {"claims.csv": analysis.claims[CLAIM_COLUMNS], "intervals.csv": analysis.intervals,
+              "looks.csv": analysis.looks, **{f"{name}.csv": getattr(analysis, name) for name in TABLES}}  # fmt: skip
+    return {name: frames[name] for name in written if name in frames}
+
+
+TABLE_DISPLAYS = {
+    "cumulative": cumulative_display,
+    "orderings": lambda analysis: _orderings_display(analysis),
+    "compute_curves": lambda analysis: compute_curves_display(analysis.compute_curves),
+    "cells": lambda analysis: ranked_cells(analysis),
+}
+"""How a table's .md / .tex show it, where that differs from its .csv."""
 
 
 def _write_tables(analysis: Analysis, files: TableFiles) -> dict[str, Path]:
@@ -278,7 +368,7 @@ def _write_tables(analysis: Analysis, files: TableFiles) -> dict[str, Path]:
     written: dict[str, Path] = {}
     captions = table_captions(analysis)
     for name in TABLES:
-        display = {"cumulative": cumulative_display, "orderings": _orderings_display}.get(name, lambda a: None)(analysis)
+        display = TABLE_DISPLAYS[name](analysis) if name in TABLE_DISPLAYS else None
         written |= write_table(name, getattr(analysis, name), files, captions[name], display)
     if "csv" in files.formats:
         written["intervals.csv"] = files.out_dir / "intervals.csv"

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 from dapo_ablate.ablation.runtime.reaper import kill_session
@@ -37,8 +38,12 @@ def planted_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:
     key = f"{sorted(techniques.items())}-{seed}"
     noise = np.random.default_rng(int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)).normal(0, 0.02)
     accuracy = 0.40 + 0.08 * techniques["clip_higher"] + noise
-    return {"metrics": {"avg@32": float(accuracy)}, "eval_curve": [{"step": 0, "avg@32": 0.4}], "signals": [],
-            "tokens_generated": 1000, "tokens_discarded": 0, "wall_s": 0.1}
+    # a saturating eval curve over 5 evaluations (steps 0, 2, ..., 8; 1000 tokens per step) that ends at `accuracy`
+    share = lambda step: (step / 3) ** 1.5 / (1 + (step / 3) ** 1.5) / ((8 / 3) ** 1.5 / (1 + (8 / 3) ** 1.5))  # noqa: E731
+    curve = [{"step": step, "avg@32": 0.30 + (accuracy - 0.30) * share(step)} for step in range(0, 9, 2)]
+    return {"metrics": {"avg@32": float(accuracy)}, "eval_curve": curve,
+            "signals": [{"step": step, "tokens_generated": 1000} for step in range(1, 9)],
+            "tokens_generated": 8000, "tokens_discarded": 0, "wall_s": 0.1}
 
 
 def write_spec(tmp_path: Path) -> Path:
@@ -127,6 +132,14 @@ def test_an_adaptive_experiment_looks_grows_stops_and_resumes_after_a_kill(tmp_p
     shown = (tmp_path / "report" / "looks.md").read_text()
     assert "Look 1: 16 runs; " in shown and f"Look {len(found)}: {found[-1]['runs']} runs; " in shown
     assert "clip_higher: +" in shown and "(repeated CI over all looks), supported." in shown and "Runs: " in shown
+    page = (tmp_path / "report" / "report.md").read_text()  # the looks and the compute curves are on the page too
+    looks_section = page[page.index("## Looks of the adaptive design"):page.index("## Claims")]
+    assert "Runs: " in looks_section and "fixed full factorial with the same power" in looks_section  # runs saved
+    assert looks_section.count("| clip_higher ") == len(found)  # one row per look
+    curves = pd.read_csv(tmp_path / "report" / "compute_curves.csv")
+    assert list(curves["term"]) == ["overlong_filter", "clip_higher", "dynamic_sampling"]
+    assert curves["final_ci_low"].notna().all() and (tmp_path / "report" / "compute_curves.png").exists()
+    assert "## Compute curves" in page and "![compute_curves.png](compute_curves.png)" in page
     table = (tmp_path / "report" / "looks.csv").read_text().splitlines()
     assert table[0] == "look,runs,alpha_spent,term,estimate,ci_low,ci_high,decision,unit"
     assert len(table) == 1 + 6 * len(found)  # 3 main effects and 3 interactions at each look

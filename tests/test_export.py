@@ -52,10 +52,10 @@ def test_effects_markdown():
     # metrics in pp with one decimal (0.0631 -> 6.3); p < 0.001 -> "<0.001"; df 62 whole, 7.5 kept;
     # a missing p_adjusted is an empty cell
     expected = textwrap.dedent("""\
-        | term                         |   effect |   se |   ci_low |   ci_high |   p_value |   df |   p_adjusted |
-        |:-----------------------------|---------:|-----:|---------:|----------:|----------:|-----:|-------------:|
-        | overlong_filter              |      6.3 |  0.2 |      5.9 |       6.7 |    <0.001 |   62 |       <0.001 |
-        | clip_higher:dynamic_sampling |     -0.7 |  0.4 |     -1.6 |       0.1 |     0.097 |  7.5 |              |
+        | term                         |   effect (pp) |   se (pp) |   ci_low (pp) |   ci_high (pp) |   p_value |   df |   p_adjusted |
+        |:-----------------------------|--------------:|----------:|--------------:|---------------:|----------:|-----:|-------------:|
+        | overlong_filter              |           6.3 |       0.2 |           5.9 |            6.7 |    <0.001 |   62 |       <0.001 |
+        | clip_higher:dynamic_sampling |          -0.7 |       0.4 |          -1.6 |            0.1 |     0.097 |  7.5 |              |
         """)
     assert render_markdown(effects_table()) == expected
 
@@ -69,7 +69,7 @@ def test_effects_latex_is_a_booktabs_float_with_caption_and_label():
         \label{tab:effects}
         \begin{tabular}{lrrrrrrr}
         \toprule
-        term & effect & se & ci\_low & ci\_high & p\_value & df & p\_adjusted \\
+        term & effect (pp) & se (pp) & ci\_low (pp) & ci\_high (pp) & p\_value & df & p\_adjusted \\
         \midrule
         overlong\_filter & 6.3 & 0.2 & 5.9 & 6.7 & \textless{}0.001 & 62 & \textless{}0.001 \\
         clip\_higher:dynamic\_sampling & -0.7 & 0.4 & -1.6 & 0.1 & 0.097 & 7.5 &  \\
@@ -92,7 +92,7 @@ def test_effects_html_escapes_and_marks_numbers():
           <thead>
             <tr>
               <th class="col_heading level0 col0" >term</th>
-              <th class="col_heading level0 col1" >effect</th>
+              <th class="col_heading level0 col1" >effect (pp)</th>
               <th class="col_heading level0 col2" >p_value</th>
             </tr>
           </thead>
@@ -141,10 +141,10 @@ def test_cumulative_with_the_papers_numbers():
         }
     )
     expected = textwrap.dedent("""\
-        | ordering   |   step | added           |   mean |   paper |   delta |
-        |:-----------|-------:|:----------------|-------:|--------:|--------:|
-        | paper      |      0 | baseline        |   30.0 |      30 |         |
-        | paper      |      1 | overlong_filter |   36.5 |      36 |     6.5 |
+        | ordering   |   step | added           |   mean (pp) |   paper (pp) |   delta (pp) |
+        |:-----------|-------:|:----------------|------------:|-------------:|-------------:|
+        | paper      |      0 | baseline        |        30.0 |           30 |              |
+        | paper      |      1 | overlong_filter |        36.5 |           36 |          6.5 |
         """)
     assert render_markdown(cumulative) == expected
 
@@ -161,10 +161,10 @@ def test_orderings_positions_and_shares():
         }
     )
     expected = textwrap.dedent("""\
-        | factor      |   position |   n_orderings |   mean |   share_positive |
-        |:------------|-----------:|--------------:|-------:|-----------------:|
-        | clip_higher |          1 |            24 |   -0.6 |              12% |
-        | clip_higher |        2-4 |            72 |    0.3 |              67% |
+        | factor      |   position |   n_orderings |   mean (pp) |   share_positive |
+        |:------------|-----------:|--------------:|------------:|-----------------:|
+        | clip_higher |          1 |            24 |        -0.6 |              12% |
+        | clip_higher |        2-4 |            72 |         0.3 |              67% |
         """)
     assert render_markdown(orderings) == expected
 
@@ -183,10 +183,10 @@ def test_compute_tokens_ratios_and_seconds():
         }
     )
     expected = textwrap.dedent("""\
-        | cell   |   overlong_filter |   n |   tokens_generated |   discarded_share |   wall_s |   tokens_vs_baseline |   gain_per_added_mtok |
-        |:-------|------------------:|----:|-------------------:|------------------:|---------:|---------------------:|----------------------:|
-        | GRPO   |                 0 |   3 |             10.00M |                0% |      500 |                1.00x |                       |
-        | OF+DS  |                 1 |   3 |             12.35M |               10% |      613 |                1.23x |                   5.9 |
+        | cell   |   overlong_filter |   n |   tokens_generated |   discarded_share |   wall_s |   tokens_vs_baseline |   gain_per_added_mtok (pp) |
+        |:-------|------------------:|----:|-------------------:|------------------:|---------:|---------------------:|---------------------------:|
+        | GRPO   |                 0 |   3 |             10.00M |                0% |      500 |                1.00x |                            |
+        | OF+DS  |                 1 |   3 |             12.35M |               10% |      613 |                1.23x |                        5.9 |
         """)
     assert render_markdown(compute, factors=["overlong_filter"]) == expected
 
@@ -216,9 +216,9 @@ def test_transfer_table_unknown_columns_fall_back_to_four_digits():
         }
     )
     expected = textwrap.dedent("""\
-        | term            | setting   |   estimate |   p_interaction |   i2 | verdict   |
-        |:----------------|:----------|-----------:|----------------:|-----:|:----------|
-        | overlong_filter | qwen-7b   |        6.4 |           0.904 |    0 | transfers |
+        | term            | setting   |   estimate (pp) |   p_interaction |   i2 | verdict   |
+        |:----------------|:----------|----------------:|----------------:|-----:|:----------|
+        | overlong_filter | qwen-7b   |             6.4 |           0.904 |    0 | transfers |
         """)
     assert render_markdown(transfer) == expected
 
@@ -229,7 +229,7 @@ def test_transfer_table_unknown_columns_fall_back_to_four_digits():
 def test_markdown_keeps_formatted_numbers_and_escapes_pipes():
     # tabulate would re-parse "36.0" as 36 and "1.0e-05"-like text as numbers; cells are final
     table = pd.DataFrame({"cell": ["a|b"], "mean": [0.36]})
-    assert render_markdown(table).splitlines()[2] == r"| a\|b   |   36.0 |"
+    assert render_markdown(table).splitlines()[2] == r"| a\|b   |        36.0 |"
 
 
 def test_latex_escapes_specials_in_names_headers_and_caption():
@@ -275,14 +275,14 @@ def test_write_table_display_adds_columns_to_md_only(tmp_path):
     display = table.assign(paper=[30])
     written = write_table("cumulative", table, TableFiles(tmp_path, frozenset({"csv", "md"}), True, ()), "c", display)
     assert list(pd.read_csv(written["cumulative.csv"]).columns) == ["step", "mean"]
-    assert "|   paper |" in written["cumulative.md"].read_text()
+    assert "|   paper (pp) |" in written["cumulative.md"].read_text()
 
 
 @pytest.mark.parametrize("writer", ["md", "tex", "html"])
 def test_an_empty_table_keeps_its_header(writer):
     table = pd.DataFrame({"term": pd.Series([], dtype=object), "effect": pd.Series([], dtype=float)})
     shown = display_frame(table, True, [])
-    assert list(shown.columns) == ["term", "effect"]
+    assert list(shown.columns) == ["term", "effect (pp)"]  # the unit in the header
     writers = {
         "md": lambda: to_markdown(table, shown),
         "tex": lambda: to_latex(table, shown, "c"),

@@ -103,7 +103,7 @@ def _signals(results: pd.DataFrame) -> pd.DataFrame:
 
 FIGURES = [
     "cumulative.png", "shapley.png", "gain_by_position.png", "effects.png", "interactions.png",
-    "learning_curves.png", "signals.png",
+    "learning_curves.png", "learning_curves_overlay.png", "signals.png", "compute_curves.png",
 ]  # fmt: skip
 
 
@@ -155,21 +155,55 @@ def test_order_table_shows_distinct_comparisons(results, report_dir):
     assert "n_orderings" in pd.read_csv(report_dir / "orderings.csv").columns  # the CSV keeps its contract
 
 
-def _titles(monkeypatch, draw) -> list[str]:
-    """The axes titles of the figure ``draw()`` builds (captured before it is rendered)."""
+def _figure(monkeypatch, draw):
+    """The matplotlib figure ``draw()`` builds (captured before it is rendered, left open)."""
     from dapo_ablate.reports import plots
 
     captured = []
     monkeypatch.setattr(plots, "figure_png", lambda figure, rect=None: captured.append(figure) or b"")
     draw()
-    return [axis.get_title() for axis in captured[0].axes if axis.get_visible()]
+    return captured[0]
 
 
-def test_learning_curves_are_small_multiples_labelled_by_cell(monkeypatch, results):
+def _titles(monkeypatch, draw) -> list[str]:
+    """The titles of the figure's titled, visible axes (a twin axis has none)."""
+    figure = _figure(monkeypatch, draw)
+    return [axis.get_title() for axis in figure.axes if axis.get_visible() and axis.get_title()]
+
+
+def test_learning_curves_are_a_grid_of_at_most_four_per_row(monkeypatch, results):
     from dapo_ablate.reports import plots
 
-    titles = _titles(monkeypatch, lambda: plots.curves_plot(_curves(results), FACTORS, "avg@32", True))
-    assert len(titles) == 32 and titles[0].startswith("GRPO: ") and titles[-1].startswith("OF+CH+SP+TL+DS: ")
+    figure = _figure(monkeypatch, lambda: plots.curves_plot(_curves(results), FACTORS, "avg@32", True))
+    shown = [axis for axis in figure.axes if axis.get_visible()]
+    grid = shown[0].get_subplotspec().get_gridspec()
+    assert (grid.nrows, grid.ncols) == (8, 4) and len(shown) == 32
+    titles = [axis.get_title() for axis in shown]
+    assert titles[0].startswith("GRPO: ") and titles[-1].startswith("OF+CH+SP+TL+DS: ")
+    assert all(axis.get_ylabel() == "avg@32 (pp)" for axis in shown if axis.get_subplotspec().is_first_col())
+    # five cells: a short last row; the panel above each empty slot carries its own step axis
+    few = _figure(monkeypatch, lambda: plots.curves_plot(_cells(_curves(results), [0, 1, 2, 4, 8]), FACTORS, "avg@32", True))
+    visible = [axis for axis in few.axes if axis.get_visible()]
+    assert len(visible) == 5 and sum(axis.get_xlabel() == "step" for axis in visible) == 4
+
+
+def _cells(table: pd.DataFrame, masks: list[int]) -> pd.DataFrame:
+    """The rows of ``table`` whose cell (bit i: FACTORS[i] on) is in ``masks``."""
+    mask = sum(table[f].astype(int) * 2**i for i, f in enumerate(FACTORS))
+    return table[mask.isin(masks)]
+
+
+def test_learning_curves_overlay_draws_every_cell_on_one_axis(monkeypatch, results):
+    from dapo_ablate.reports import plots
+
+    figure = _figure(monkeypatch, lambda: plots.curves_overlay_plot(_curves(results), FACTORS, "avg@32", True))
+    (axis,) = figure.axes
+    assert len(axis.get_lines()) == 32 and axis.get_ylabel() == "avg@32 (pp)"
+    labels = [text.get_text() for text in axis.get_legend().get_texts()]
+    finals = [float(label.rsplit(": ", 1)[1]) for label in labels]
+    assert len(labels) == 32 and finals == sorted(finals, reverse=True)  # legend by final mean
+    baseline = next(line for line in axis.get_lines() if line.get_label().startswith("GRPO: "))
+    assert baseline.get_linestyle() == "--" and baseline.get_color() == "black"
 
 
 def test_signals_by_technique_one_panel_per_signal_and_factor(monkeypatch, results):
@@ -180,7 +214,30 @@ def test_signals_by_technique_one_panel_per_signal_and_factor(monkeypatch, resul
     assert (signals["pg_clipfrac"] == signals["clipfrac_low"] + signals["clipfrac_high"]).all()
     assert plots.signal_columns(signals) == ["entropy", "pg_clipfrac"]  # clipfrac_low is constant: left out
     titles = _titles(monkeypatch, lambda: plots.signals_plot(signals, FACTORS))
-    assert len(titles) == 2 * 5 and titles[:5] == ["OF", "CH", "SP", "TL", "DS"]
+    assert len(titles) == 5 and titles == ["OF", "CH", "SP", "TL", "DS"]  # the titled top row
+    figure = _figure(monkeypatch, lambda: plots.signals_plot(signals, FACTORS))
+    assert len(figure.axes) == 2 * 5
+
+
+def test_a_signal_only_one_technique_moves_is_compared_over_its_runs(monkeypatch, results):
+    """train/num_gen_batches is 1 without dynamic sampling: in the other columns it is drawn over
+    the runs with DS on (no flat 1.5 line with a 0.5-2.5 band made of DS's own effect)."""
+    from dapo_ablate.reports import plots
+    from dapo_ablate.reports.report import signals_table
+
+    signals = _signals(results)
+    signals["gen_rounds"] = 1 + signals["dynamic_sampling"] * (1 + (signals["step"] + signals["seed"]) % 2)
+    signals = signals_table(signals, FACTORS)
+    assert plots.signal_owner(signals, "gen_rounds", FACTORS) == "dynamic_sampling"
+    assert plots.signal_owner(signals, "entropy", FACTORS) is None
+    figure = _figure(monkeypatch, lambda: plots.signals_plot(signals, FACTORS))
+    axes = figure.axes[2 * 5: 3 * 5]  # the third signal row (entropy, pg_clipfrac, gen_rounds)
+    assert axes[0].get_ylabel() == "train/num_gen_batches"
+    notes = [[text.get_text() for text in axis.texts] for axis in axes]
+    assert notes[:4] == [["runs with DS on"]] * 4 and notes[4] == []
+    for axis in axes[:4]:  # over DS-on runs only: both levels' means are 2 to 3, never the 1.5 mixture
+        for line in axis.get_lines():
+            assert (line.get_ydata() >= 2).all()
 
 
 def test_signals_without_a_step_column_are_refused(results, tmp_path):
@@ -198,5 +255,17 @@ def test_cumulative_figure_has_one_panel_per_ordering_shown(monkeypatch, results
     analysis = analyze(results, FACTORS, orderings=[list(PAPER_FACTORS), list(reversed(PAPER_FACTORS))])
     shown = cumulative_display(analysis, REPORT_ORDERINGS_SHOWN)
     assert shown.loc[shown["ordering"] == "paper", "paper"].tolist() == [30, 36, 38, 41, 42, 50]
-    titles = _titles(monkeypatch, lambda: plots.cumulative_plot(shown, "avg@32", True, 0.95, "GRPO", "paper"))
-    assert titles == ["ordering paper", "ordering DS>TL>SP>CH>OF"]
+    figure = _figure(monkeypatch, lambda: plots.cumulative_plot(shown, "avg@32", True, 0.95, "GRPO", "paper"))
+    titled = [axis for axis in figure.axes if axis.get_title()]
+    assert [axis.get_title() for axis in titled] == ["ordering paper", "ordering DS>TL>SP>CH>OF"]
+    # the axis fits the data (not from 0): every mean and interval inside, with little to spare
+    low, high = titled[0].get_ylim()
+    values = 100 * shown[["mean", "ci_low", "ci_high"]].to_numpy(float)
+    assert low > 0 and low <= values.min() and high >= values.max()
+    assert (high - low) < 1.3 * (values.max() - values.min())
+    # each value is written to the right of its point, clear of the interval's caps
+    labels = [text for text in titled[0].texts if text.get_text() != "no cell"]
+    assert len(labels) == 6 and all(text.xyann[0] > 0 and text.get_ha() == "left" for text in labels)
+    # the paper's numbers on their own axis, beside the paper ordering only
+    twins = [axis for axis in figure.axes if not axis.get_title()]
+    assert len(twins) == 1 and [round(y) for y in twins[0].get_lines()[0].get_ydata()] == [30, 36, 38, 41, 42, 50]

@@ -48,7 +48,7 @@ def test_report_from_a_results_csv(app, results_csv, tmp_path):
         app, "--results", str(results_csv), "--out", str(out), "--format", "csv,md", "--seed", "3"
     )
     assert result.exit_code == 0, result.output
-    assert "check passed" in result.output and "wrote 19 files" in result.output
+    assert "check passed" in result.output and "wrote 22 files" in result.output
     assert (
         (out / "shapley.csv").exists() and (out / "report.md").exists() and not (out / "report.html").exists()
     )

@@ -20,10 +20,13 @@ PLANTED = {
     ("clip_higher", "dynamic_sampling"): 0.03,
     ("overlong_filter", "clip_higher", "dynamic_sampling"): 0.04,
 }
-TABLES = ["cells", "cumulative", "orderings", "shapley", "effects", "leave_one_out", "compute", "compute_matched"]
-ALWAYS = {"claims.csv"}
+TABLES = [
+    "cells", "cumulative", "orderings", "shapley", "effects", "leave_one_out", "compute", "compute_matched", "compute_curves",
+]  # fmt: skip
+ALWAYS = {"claims.csv", "units.csv"}
 FIGURES = [
     "cumulative.png", "shapley.png", "gain_by_position.png", "effects.png", "interactions.png", "learning_curves.png",
+    "learning_curves_overlay.png", "compute_curves.png",
 ]  # signals.png needs training signals: tests/test_report_figures.py
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -46,6 +49,7 @@ def report_dir(tmp_path_factory) -> Path:
         "report.md",
         "report.html",
         "claims.csv",
+        "units.csv",
         "intervals.csv",
     }
     return out
@@ -103,9 +107,44 @@ def test_markdown_shows_percentage_points_and_the_paper(report_dir):
     text = (report_dir / "cumulative.md").read_text()
     rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in text.splitlines() if line.startswith("|")]
     header = rows[0]
-    assert header[0] == "ordering" and header[header.index("mean") + 1] == "paper"
+    assert header[0] == "ordering" and header[header.index("mean (pp)") + 1] == "paper (pp)"  # the unit in the header
     first_row = next(row for row in rows if row[:2] == ["paper", "0"])
     assert first_row[2] == "baseline" and re.fullmatch(r"3\d\.\d", first_row[3]) and first_row[4] == "30"
+
+
+def test_units_csv_names_every_csv_columns_unit(report_dir):
+    units = pd.read_csv(report_dir / "units.csv", keep_default_na=False)
+    unit = {(row.file, row.column): row.unit for row in units.itertuples(index=False)}
+    assert unit["cells.csv", "mean"] == unit["claims.csv", "estimate"] == unit["effects.csv", "ci_low"] == "fraction (x100 = pp)"
+    assert unit["cells.csv", "n"] == "count" and unit["cells.csv", "overlong_filter"] == "level (0 off, 1 on)"
+    assert unit["effects.csv", "p_adjusted"] == "p-value" and unit["compute.csv", "tokens_generated"] == "tokens"
+    assert unit["cells.csv", "cell"] == ""  # text
+    for name in {row.file for row in units.itertuples(index=False)}:  # every column of every CSV, in order
+        assert list(pd.read_csv(report_dir / name).columns) == list(units.loc[units["file"] == name, "column"])
+
+
+def test_cells_are_ranked_by_mean_with_their_intervals(report_dir):
+    cells = pd.read_csv(report_dir / "cells.csv")
+    assert sorted(cells["rank"]) == list(range(1, 33)) and cells.loc[cells["mean"].idxmax(), "rank"] == 1
+    text = (report_dir / "cells.md").read_text()
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in text.splitlines() if line.startswith("|")]
+    header, body = rows[0], rows[2:]
+    assert {"mean (pp)", "ci_low (pp)", "ci_high (pp)", "rank"} <= set(header)
+    means = [float(row[header.index("mean (pp)")]) for row in body]
+    assert means == sorted(means, reverse=True) and [row[header.index("rank")] for row in body[:2]] == ["1", "2"]
+    assert "## Cells ranked by mean" in (report_dir / "report.md").read_text()
+
+
+def test_compute_curves_table_and_section(report_dir):
+    from dapo_ablate.reports.compute_curves import CURVE_EFFECT_COLUMNS
+
+    table = pd.read_csv(report_dir / "compute_curves.csv")
+    assert list(table.columns) == CURVE_EFFECT_COLUMNS and list(table["term"]) == FACTORS
+    assert table["asymptote_ci_low"].notna().all()  # 5 evaluations per run: every run fitted
+    md = (report_dir / "report.md").read_text()
+    section = md[md.index("## Compute curves"):md.index("## Cells ranked by mean")]
+    assert "midpoint_ratio" in section and "asymptote_effect (pp)" in section and "![compute_curves.png]" in section
+    assert "one steepness for all runs" in section  # how they were fitted, under the table
 
 
 def test_latex_tables_use_booktabs_and_escape(report_dir):

@@ -34,7 +34,6 @@ from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
 from dapo_ablate.core.contracts import DEFAULT_METRIC, FactorInfo
 from dapo_ablate.reports import ReportInputError, ReportOptions, load_results_csv, write_report
 from dapo_ablate.reports.headline import headline_lines, log_parent_headline
-from dapo_ablate.reports.looks import write_looks
 
 ERRORS = (ReportInputError, ResultsError, LedgerError, *SPEC_ERRORS)
 STORE_RUN_HINT = "run `dapo-ablate run` on the spec of {name!r} first"
@@ -71,18 +70,16 @@ def report(request: ReportRequest) -> ReportOutcome:
             metric = request.metric or DEFAULT_METRIC
             table, factors = load_results_csv(request.results, request.factors, metric)
             options, logger, extra, name = replace(request.options, metric=metric), None, {}, ""
-            looks, alpha = [], None
         else:
             experiment = load_experiment(request.spec, request.overrides)
             spec, plan = experiment.spec, experiment.plan
             table, factors, curves, design, logger = experiment_results(experiment)
             levels = tuple(FactorInfo(f.name, f.low, f.high) for f in plan.factors)  # what 0 / 1 stand for
             options = replace(request.options, metric=request.metric or spec.metric, design=request.options.design or design,
-                              levels=levels)
+                              levels=levels, looks=tuple(adaptive_looks(spec)),
+                              looks_alpha=spec.adaptive.alpha if spec.adaptive else None)
             factors, extra, name = request.factors or factors, {"curves": curves, "signals": load_signals(spec, plan)}, spec.name
-            looks, alpha = adaptive_looks(spec), spec.adaptive.alpha if spec.adaptive else None
-        written = write_staged(request.out, lambda folder: {**write_report(table, factors, folder, options=options, **extra),
-                                                            **write_looks(looks, folder, alpha)})
+        written = write_staged(request.out, lambda folder: write_report(table, factors, folder, options=options, **extra))
         if logger is not None:
             log_headline(logger, name, table, factors, options.metric, options.confidence)
     if logger is not None:
