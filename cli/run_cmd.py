@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from dapo_ablate.ablation.app import texts
-from dapo_ablate.ablation.app.errors import Interrupted
+from dapo_ablate.ablation.app.errors import Interrupted, UserError
 
 from .common import user_facing
 
@@ -119,22 +120,48 @@ def ui(
     overrides: Optional[list[str]] = OVERRIDES_ARG,
     port: int = typer.Option(5000, "--port", help="Port of the MLflow UI on 127.0.0.1."),
 ) -> None:
-    """Serve the MLflow UI of the experiment's tracking store on 127.0.0.1.
+    """Serve the MLflow UI of the experiment's tracking store on 127.0.0.1 and, once it answers,
+    print the link to the experiment's runs: ranked by the spec's metric, with each factor's level
+    and the headline as columns.
 
     A copied or moved store (a `dapo-runs/` copied elsewhere) has its artifact locations moved to
     its own folder first, so the UI shows the copy's artifacts, not the original's."""
     from dapo_ablate.ablation.app import experiment as app
 
     experiment = app.load_experiment(spec_path, overrides)
-    command = app.ui_command(experiment, port)
-    typer.echo(f"MLflow UI for {experiment.spec.name}: http://127.0.0.1:{port}  (Ctrl-C stops it)")
-    raise typer.Exit(serve(command))
+    server = app.ui_server(experiment, port)
+    if server.note:
+        typer.echo(f"note: {server.note}")
+    typer.echo(f"Starting the MLflow UI of {experiment.spec.name}: waiting until it answers on "
+               f"{app.UI_HOST}:{port} (a first start takes up to a minute) ...")
+    answered, stopped = threading.Event(), threading.Event()
+    watcher = threading.Thread(target=_announce, args=(app, server, answered, stopped), daemon=True)
+    watcher.start()
+    status = serve(server.command)
+    stopped.set()
+    watcher.join()
+    if status != 0 and not answered.is_set():
+        raise UserError(f"the MLflow server stopped with exit status {status} before it answered on "
+                        f"{app.UI_HOST}:{port}; its own messages above say why")
+    raise typer.Exit(status)
+
+
+def _announce(app: Any, server: Any, answered: threading.Event, stopped: threading.Event) -> None:
+    """Print the link once the server answers (unless it stopped first)."""
+    if app.wait_for_ui(server, stopped):
+        answered.set()
+        typer.echo(f"MLflow UI of {server.opens} (Ctrl-C stops it):\n{server.link}")
+
+
+SERVER_ENV = {"UVICORN_ACCESS_LOG": "false"}
+"""MLflow's uvicorn logs no line per request, so the link `ui` prints stays in view."""
 
 
 def serve(command: list[str]) -> int:
     """Run the UI server until it stops or this command is interrupted (Ctrl-C, SIGTERM); then
     stop the server and every process it started (uvicorn and job workers); its exit status."""
-    server = subprocess.Popen(command, start_new_session=True)  # its own group, stopped as one
+    # its own process group, stopped as one
+    server = subprocess.Popen(command, start_new_session=True, env={**os.environ, **SERVER_ENV})
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         return server.wait()

@@ -1,9 +1,10 @@
 """``run | validate | status | ui`` of an experiment spec: load it with its command-line
-overrides, check and plan it, run it on Ray, read where its runs stand, and the MLflow UI command.
+overrides, check and plan it, run it on Ray, read where its runs stand, and serve the MLflow UI on its runs.
 Every user's mistake is a `UserError` (one sentence); nothing is written before the checks pass."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -22,7 +23,17 @@ from dapo_ablate.ablation.runtime.preflight import check_contexts, preflight
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.store.results import NEW, ResultsError, run_time_calibration, status_rows
-from dapo_ablate.ablation.store.tracking import mlflow_ui_command, rebase_artifacts, sqlite_path
+from dapo_ablate.ablation.store.metric_names import eval_source, headline_name
+from dapo_ablate.ablation.store.tracking import (
+    RunsView,
+    metric_column,
+    mlflow_ui_command,
+    param_column,
+    rebase_artifacts,
+    runs_page_link,
+    save_runs_view,
+    sqlite_path,
+)
 from dapo_ablate.core.config import ConfigError
 
 ERRORS = (SpecError, ConfigError, LedgerError, ExecutorError, ResultsError, DesignError, OverrideError,
@@ -146,13 +157,95 @@ def status(experiment: Experiment) -> Status:
     return Status(rows, counts, f"none of these runs is in the ledger: {hint}" if hint else None, looks)
 
 
-def ui_command(experiment: Experiment, port: int) -> list[str]:
-    """The command serving the MLflow UI of the experiment's store on 127.0.0.1:`port`. A copied
-    or moved store (a `dapo-runs/` copied elsewhere) has its artifact locations moved to its own
-    folder first, so the UI shows the copy's artifacts, not the original's."""
-    uri = experiment.spec.tracking.uri
+UI_HOST = "127.0.0.1"
+HEADLINE_METRICS = ("full_vs_baseline", "ci_low", "ci_high")
+"""The parent run's headline shown in the runs table (``reports.headline.headline_metrics``: under
+``headline/``, in a transfer study under ``headline/<setting>/``)."""
+
+
+@dataclass(frozen=True)
+class UiServer:
+    """The MLflow UI `ui` serves: its command, and the link that opens the experiment's runs."""
+
+    command: list[str]
+    port: int
+    link: str
+    """The runs table of the experiment (training workflow, view `store.tracking.RUNS_VIEW_KEY`),
+    or the experiments list when the store holds no experiment of this name yet."""
+    opens: str
+    """What the link opens, in words."""
+    note: str | None = None
+
+    @property
+    def health_url(self) -> str:
+        """What `wait_for_ui` polls: MLflow's health check, "OK" once the server answers."""
+        return f"http://{UI_HOST}:{self.port}/health"
+
+
+def ui_server(experiment: Experiment, port: int) -> UiServer:
+    """The MLflow UI of the experiment's store on 127.0.0.1:`port`, once the checks pass: the store
+    exists and the port is free. Then a copied or moved store (a `dapo-runs/` copied elsewhere)
+    has its artifact locations moved to its own folder, so the UI shows the copy's artifacts, and
+    the experiment gets its runs view (`runs_view`) and its training kind tag."""
+    spec = experiment.spec
+    uri = spec.tracking.uri
     store = sqlite_path(uri)
     if store is not None and not store.is_file():
         raise UserError(f"no MLflow store at {uri} yet; run `{experiment.command('run')}` first")
+    check_port_free(port)
     rebase_artifacts(uri)
-    return mlflow_ui_command(uri, port)
+    with user_errors(*ERRORS):
+        experiment_id = save_runs_view(uri, spec.name, runs_view(experiment))
+    link = runs_page_link(f"http://{UI_HOST}:{port}", experiment_id)
+    if experiment_id is None:
+        note = (f"the MLflow store at {uri} holds no experiment {spec.name!r} yet "
+                f"(`{experiment.command('run')}` makes it); the link opens its list of experiments")
+        return UiServer(mlflow_ui_command(uri, port), port, link, f"the store at {uri}", note)
+    opens = f"{spec.name}: its runs by {spec.metric}, with each factor's level and the headline"
+    return UiServer(mlflow_ui_command(uri, port), port, link, opens)
+
+
+def runs_view(experiment: Experiment) -> RunsView:
+    """The runs table a researcher reads first: the runs ranked by the spec's metric (its verl
+    name on the children; one column per evaluation set), each factor's level (params
+    ``factor.<name>``, and ``setting`` in a transfer study), and the parent's headline: the full
+    recipe's gain over the baseline with its interval."""
+    spec, plan = experiment.spec, experiment.plan
+    configs = [run.config for run in plan.runs] or [spec.trainer]
+    metrics = list(dict.fromkeys(headline_name(spec.metric, eval_source(config.to_dict())) for config in configs))
+    settings = list(dict.fromkeys(run.setting for run in plan.runs if run.setting))
+    prefixes = [f"headline/{setting}/" for setting in settings] or ["headline/"]
+    params = [f"factor.{factor.name}" for factor in plan.factors] + (["setting"] if settings else [])
+    columns = ([metric_column(name) for name in metrics] + [param_column(name) for name in params]
+               + [metric_column(prefix + name) for prefix in prefixes for name in HEADLINE_METRICS])
+    widths = {metric_column(name): 40 + 6 * len(name) for name in metrics}  # the whole verl name in view
+    return RunsView(f"dapo-ablate: runs by {spec.metric}", metrics[0], tuple(columns), widths)
+
+
+def check_port_free(port: int) -> None:
+    """Refuse a port something already listens on: the health check would answer for it."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is no conflict
+        try:
+            probe.bind((UI_HOST, port))
+        except OSError as err:
+            raise UserError(f"port {port} on {UI_HOST} is not free ({err.strerror}); choose another with --port") from None
+
+
+def wait_for_ui(server: UiServer, stopped: threading.Event, poll_s: float = 0.25) -> bool:
+    """Poll the server's health check until it answers (True) or `stopped` is set (False)."""
+    import http.client
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1 is never behind a proxy
+    while not stopped.is_set():
+        try:
+            with opener.open(server.health_url, timeout=5) as reply:
+                if reply.status == 200:
+                    return True
+        except (OSError, http.client.HTTPException):  # not listening yet, or not ready to answer
+            pass
+        stopped.wait(poll_s)
+    return False
