@@ -49,6 +49,8 @@ def test_report_from_a_results_csv(app, results_csv, tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "check passed" in result.output and "wrote 22 files" in result.output
+    claims = len(pd.read_csv(out / "claims.csv"))
+    assert f"claims.csv: {claims} claims that pass their family's adjusted test" in result.output
     assert (
         (out / "shapley.csv").exists() and (out / "report.md").exists() and not (out / "report.html").exists()
     )
@@ -249,3 +251,11 @@ def test_an_out_that_cannot_be_a_folder_is_one_sentence(app, results_csv, tmp_pa
     result = invoke(app, "--results", str(results_csv), "--out", str(out))
     assert result.exit_code == 2 and result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
     assert "--out" in result.stderr
+
+
+def test_a_header_only_claims_csv_is_said_to_hold_no_claims(app, tmp_path):
+    table = simulate_results(FACTORS[:3], 0.30, {}, seeds=2, noise_sd=0.01, rng=5)  # nothing planted
+    result = invoke(app, "--results", _write(tmp_path, table), "--out", str(tmp_path / "out"), "--format", "csv")
+    assert result.exit_code == 0, result.output
+    assert len(pd.read_csv(tmp_path / "out" / "claims.csv")) == 0
+    assert "claims.csv: header only: no statistic passes its family's adjusted test" in result.output

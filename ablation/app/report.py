@@ -61,6 +61,17 @@ class ReportOutcome:
     written: dict[str, Path]
     out: Path
 
+    def claims_line(self) -> str:
+        """What claims.csv holds, for the console (a header-only file reads as "no claims", not as empty)."""
+        path = self.written.get("claims.csv")
+        if path is None or not path.exists():
+            return ""
+        rows = len(pd.read_csv(path))
+        if not rows:
+            return "claims.csv: header only: no statistic passes its family's adjusted test"
+        return (f"claims.csv: {rows} claim{'s' if rows > 1 else ''} that pass their family's adjusted test "
+                "(the summary's \"Supported by the data\"; values as fractions, units.csv)")
+
 
 def report(request: ReportRequest) -> ReportOutcome:
     """Write the report's files; with a spec, attach them and the headline to the experiment's
