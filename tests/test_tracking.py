@@ -13,13 +13,20 @@ from dapo_ablate.ablation.store.tracking import (
     GIT_COMMIT_TAG,
     PARENT_TAG,
     RUN_ID_TAG,
+    RUNS_VIEW_KEY,
+    SHARED_VIEW_PREFIX,
     TRAINING_KIND,
     VERSION_TAG,
     ChildRun,
+    RunsView,
     Tracker,
     default_artifact_location,
     flatten,
+    metric_column,
     metric_name,
+    param_column,
+    runs_page_link,
+    save_runs_view,
 )
 
 RESULT = {
@@ -211,3 +218,49 @@ def test_report_on_a_copied_store_logs_into_the_copy(tmp_path: Path):
     (report / "summary.md").write_text("# report\n")
     ParentRunLogger(f"sqlite:///{copy}/mlflow.db", parent).log_artifacts(str(report), "report")
     assert list((copy / "mlartifacts").rglob("summary.md")) and not list(original.rglob("summary.md"))
+
+
+def test_an_experiment_made_without_the_kind_tag_gets_it_when_opened(mlflow_uri: str):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(mlflow_uri)
+    experiment_id = client.create_experiment("older")  # as an earlier version, or another tool, made it
+    assert EXPERIMENT_KIND_TAG not in client.get_experiment(experiment_id).tags
+    assert Tracker(mlflow_uri, None, "older").experiment_id == experiment_id
+    assert client.get_experiment(experiment_id).tags[EXPERIMENT_KIND_TAG] == TRAINING_KIND
+
+
+def test_the_runs_view_is_saved_as_the_uis_shared_view(mlflow_uri: str):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(mlflow_uri)
+    experiment_id = client.create_experiment("older")
+    metric = "val-core/builtin/acc/mean_at_32"
+    columns = (metric_column(metric), param_column("factor.clip_higher"), metric_column("headline/full_vs_baseline"))
+    view = RunsView("dapo-ablate: runs by avg@32", metric, columns, {metric_column(metric): 220})
+    assert save_runs_view(mlflow_uri, "older", view) == experiment_id
+    tags = client.get_experiment(experiment_id).tags
+    assert tags[EXPERIMENT_KIND_TAG] == TRAINING_KIND  # an experiment without the tag gets it here too
+    # the envelope MLflow's UI reads a saved view from: name, createdAt (ms), state as a JSON string
+    envelope = json.loads(tags[SHARED_VIEW_PREFIX + RUNS_VIEW_KEY])
+    assert envelope["name"] == "dapo-ablate: runs by avg@32" and isinstance(envelope["createdAt"], int)
+    state = json.loads(envelope["state"])
+    assert state["orderByKey"] == "metrics.`val-core/builtin/acc/mean_at_32`" and state["orderByAsc"] is False
+    assert state["selectedColumns"] == state["columnOrder"] == [
+        "metrics.`val-core/builtin/acc/mean_at_32`", "params.`factor.clip_higher`", "metrics.`headline/full_vs_baseline`"]
+    assert state["columnWidths"] == {"metrics.`val-core/builtin/acc/mean_at_32`": 220}
+    # saved again (each `ui`): the same view, its first save time kept
+    again = RunsView("dapo-ablate: runs by avg@32", metric, columns[:2])
+    assert save_runs_view(mlflow_uri, "older", again) == experiment_id
+    second = json.loads(client.get_experiment(experiment_id).tags[SHARED_VIEW_PREFIX + RUNS_VIEW_KEY])
+    assert second["createdAt"] == envelope["createdAt"] and second["updatedAt"] >= envelope["updatedAt"]
+    assert json.loads(second["state"])["selectedColumns"] == list(columns[:2])
+    # no experiment of that name: nothing is written, nothing created
+    assert save_runs_view(mlflow_uri, "nobody", view) is None
+    assert client.get_experiment_by_name("nobody") is None
+
+
+def test_the_runs_page_link_opens_the_training_workflow_with_the_view():
+    assert runs_page_link("http://127.0.0.1:5000", "7") == (
+        "http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=dapo-ablate")
+    assert runs_page_link("http://127.0.0.1:5000", None) == "http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"
