@@ -1,28 +1,32 @@
 """`dapo-ablate ui` on a copied `dapo-runs/`: it serves the copy (its artifacts, not the
-original's), and MLflow's UI, loaded in headless Chromium, opens on the training-runs view with
-every child run of the experiment.
+original's), waits until MLflow answers and prints one link; MLflow's UI, loaded from that link in
+headless Chromium, shows the experiment's runs table in the Model training pages (not GenAI's),
+every run a row ranked by the spec's metric, with the metric, factor-level and headline columns.
 
 The finished experiment is made once per module by the real `dapo-ablate run`, with a cell
 function chosen through ``DAPO_ABLATE_CELL_FN=test_ui:finished_cell`` (no training).
 
-MLflow 3's UI is a React app that nests child runs under a collapsed parent row, so a plain
-``--dump-dom`` shows only the parent. The browser test drives Chromium over the DevTools
-protocol on a pipe (``--remote-debugging-pipe``: no websocket library): it opens the runs page,
-waits for the parent's row, expands it as a user would, and reads the page's text.
+MLflow 3's UI is a React app, so a plain ``--dump-dom`` shows an empty page. The browser test
+drives Chromium over the DevTools protocol on a pipe (``--remote-debugging-pipe``: no websocket
+library): it opens the printed link, waits for every run's row and the view's columns, reads the
+table's cells by row and column id, and saves a screenshot (``runs-table.png`` in its tmp folder).
 """
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import json
 import os
+import queue
 import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
-import time
+import threading
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -33,6 +37,7 @@ from typer.testing import CliRunner
 
 from dapo_ablate.ablation.runtime.task import CELL_FN_ENV
 from dapo_ablate.ablation.runtime.reaper import descendants, kill_session
+from dapo_ablate.ablation.store.tracking import RUNS_VIEW_KEY, SHARED_VIEW_PREFIX
 from dapo_ablate.cli import run_cmd
 from dapo_ablate.cli.main import app
 
@@ -102,6 +107,15 @@ def test_ui_on_a_copy_points_the_copys_store_at_its_own_artifacts(original: Path
     assert len(after) == 1 + 1 + len(CHILDREN)  # experiment, parent, children
     assert all(location.startswith((copy / "dapo-runs" / "mlartifacts").as_uri()) for location in after)
     assert artifact_locations(original) == before  # the original is not touched
+    assert view_tags(copy) == [f"{SHARED_VIEW_PREFIX}{RUNS_VIEW_KEY}"] and view_tags(original) == []
+
+
+def view_tags(folder: Path) -> list[str]:
+    """The shared views of the experiment in folder's MLflow store."""
+    with sqlite3.connect(f"file:{folder / 'dapo-runs' / 'mlflow.db'}?mode=ro", uri=True) as db:
+        return [row[0] for row in db.execute(
+            "SELECT key FROM experiment_tags JOIN experiments USING (experiment_id) WHERE name = 'ui-exp' AND key LIKE ?",
+            (SHARED_VIEW_PREFIX + "%",))]
 
 
 # -- the real server in a real browser ------------------------------------------------------------
@@ -109,20 +123,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def wait_for_port(port: int, server: subprocess.Popen, timeout: float = 180) -> None:
-    """Until the server accepts connections (polled), failing at once if it exits."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        if server.poll() is not None:
-            raise AssertionError(f"`dapo-ablate ui` exited with {server.returncode}: {server.communicate()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"nothing listens on port {port} after {timeout} s")
-        time.sleep(0.2)
 
 
 def stop(server: subprocess.Popen) -> None:
@@ -176,13 +176,17 @@ class Chromium:
                 assert "error" not in reply, (method, reply["error"])
                 return reply["result"]
 
-    def evaluate_on(self, url: str, script: str) -> Any:
-        """Open `url` in a new tab and return the value of `script` (a promise is awaited)."""
+    def evaluate_on(self, url: str, script: str, screenshot: Path | None = None) -> Any:
+        """Open `url` in a new tab of a 1600 x 1000 window and return the value of `script` (a
+        promise is awaited); with `screenshot`, save what the tab shows then as a PNG there."""
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
         session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.call("Emulation.setDeviceMetricsOverride", session, width=1600, height=1000, deviceScaleFactor=1, mobile=False)
         self.call("Page.navigate", session, url=url)  # returns once the new document is committed
         result = self.call("Runtime.evaluate", session, expression=script, awaitPromise=True, returnByValue=True)
         assert "exceptionDetails" not in result, result["exceptionDetails"]
+        if screenshot is not None:
+            screenshot.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", session, format="png")["data"]))
         return result["result"].get("value")
 
     def close(self) -> None:
@@ -205,20 +209,68 @@ def _high_fd(fd: int) -> int:
     return moved
 
 
-# Waits for the parent's row, expands it (its first button), waits for the children's names and
-# returns the page's text; the waits poll the page (the 60 s limits only bound a broken page).
-EXPAND_AND_READ = """(async () => {
+
+
+class Output:
+    """What a process writes to its stdout and stderr, read by a thread per pipe as it comes (an
+    unread pipe would fill and stall the MLflow server that shares it)."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process, self.lines, self.errors = process, queue.Queue(), []
+        threading.Thread(target=self._read, args=(process.stdout, self.lines.put), daemon=True).start()
+        threading.Thread(target=self._read, args=(process.stderr, self.errors.append), daemon=True).start()
+        self.printed: list[str] = []
+
+    @staticmethod
+    def _read(stream: Any, keep: Any) -> None:
+        for line in stream:
+            keep(line.rstrip("\n"))
+        keep(None)
+
+    def until(self, test: Any, limit_s: float = 300) -> list[str]:
+        """stdout's lines up to the first that passes `test`; fails if stdout ends first (the
+        process exited). `limit_s` only bounds a server that hangs."""
+        while True:
+            try:
+                line = self.lines.get(timeout=limit_s)
+            except queue.Empty:
+                raise AssertionError(f"no such line in {limit_s} s; printed: {self.printed}") from None
+            if line is None:
+                raise AssertionError(f"`dapo-ablate ui` exited ({self.process.wait()}): {self.printed} {self.errors[-20:]}")
+            self.printed.append(line)
+            if test(line):
+                return self.printed
+
+    def rest(self) -> list[str]:
+        """All of stdout, once the process has ended."""
+        while (line := self.lines.get(timeout=60)) is not None:
+            self.printed.append(line)
+        return self.printed
+
+
+# Waits until the runs table shows every run's row and the view's columns (the waits poll the page;
+# the 60 s limit only bounds a broken page) and returns the page's address, text, column ids, and
+# each row's cells by column id and its place among the rows (the columns in the order shown).
+READ_RUNS_TABLE = """(async () => {
   const until = async (test, ms) => {
     for (const end = Date.now() + ms; Date.now() < end; await new Promise(r => setTimeout(r, 100))) {
-      const value = test(); if (value) return value;
+      const value = document.body && test(); if (value) return value;
     }
     return null;
   };
-  const expander = await until(() => document.querySelector('[row-id="%(parent)s"] button'), 60000);
-  if (!expander) return "no row for the parent run; the page says: " + document.body.innerText;
-  expander.click();
-  await until(() => %(children)s.every(name => document.body.innerText.includes(name)), 60000);
-  return document.body.innerText;
+  const rowIds = () => [...new Set([...document.querySelectorAll('.ag-row[row-id]')].map(row => row.getAttribute('row-id')))];
+  const columnIds = () => [...new Set([...document.querySelectorAll('.ag-header-cell[col-id]')]  // left to right as shown
+    .sort((a, b) => a.getBoundingClientRect().left - b.getBoundingClientRect().left).map(cell => cell.getAttribute('col-id')))];
+  await until(() => %(runs)s.every(id => rowIds().includes(id)) && %(columns)s.every(id => columnIds().includes(id)), 60000);
+  await until(() => !document.querySelector('.ag-overlay-loading-wrapper'), 10000);
+  const rows = {};
+  for (const cell of document.querySelectorAll('.ag-row[row-id] .ag-cell[col-id]')) {
+    const row = cell.closest('.ag-row');
+    const id = row.getAttribute('row-id');
+    rows[id] = rows[id] || {index: Number(row.getAttribute('row-index')), cells: {}};
+    rows[id].cells[cell.getAttribute('col-id')] = cell.innerText.trim();
+  }
+  return {href: location.href, text: document.body.innerText, columns: columnIds(), rows: rows};
 })()"""
 
 
@@ -226,38 +278,65 @@ EXPAND_AND_READ = """(async () => {
     not CHROMIUM.exists() and os.environ.get("CI") != "true",
     reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium; .ci/run installs it under CI=true)",
 )
-def test_mlflow_ui_in_headless_chromium_shows_the_training_runs_of_the_copy(original: Path, tmp_path: Path):
+def test_ui_prints_one_link_that_opens_the_training_runs_table_of_the_copy(original: Path, tmp_path: Path):
     copy = copy_of(original, tmp_path / "copy")
     shutil.rmtree(original / "dapo-runs" / "mlartifacts")  # the copy must stand on its own artifacts
     port = free_port()
     server = subprocess.Popen([COMMAND, "ui", "spec.yaml", "--port", str(port)], cwd=copy,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    output = Output(server)
     try:
-        wait_for_port(port, server)
+        printed = output.until(lambda line: "://" in line)
+        assert any(line.startswith("Starting the MLflow UI of ui-exp: waiting until it answers on") for line in printed)
+        link = printed[-1]
         from mlflow import MlflowClient
 
         client = MlflowClient(f"sqlite:///{copy / 'dapo-runs' / 'mlflow.db'}")
         experiment = client.get_experiment_by_name("ui-exp")
-        runs = {run.info.run_name: run.info.run_id for run in client.search_runs([experiment.experiment_id])}
+        runs = {run.info.run_name: run for run in client.search_runs([experiment.experiment_id])}
         assert set(runs) == {"ui-exp", *CHILDREN}
+        assert link == (f"http://127.0.0.1:{port}/#/experiments/{experiment.experiment_id}/runs"
+                        "?workflowType=machine_learning&viewStateShareKey=dapo-ablate")
 
-        # the served artifacts are the copy's (the original's are gone)
-        query = f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/artifacts/list?run_id={runs['CH s0']}"
+        # it answers once the link is printed; the served artifacts are the copy's (the original's are gone)
+        query = f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/artifacts/list?run_id={runs['CH s0'].info.run_id}"
         listing = json.loads(urllib.request.urlopen(query, timeout=60).read())
         assert listing["root_uri"].startswith((copy / "dapo-runs").as_uri())
         assert [entry["path"] for entry in listing["files"]] == ["config.json"]
 
+        metric, factors = "metrics.`val-core/builtin/acc/mean_at_4`", ["params.`factor.overlong_filter`", "params.`factor.clip_higher`"]
+        headline = "metrics.`headline/full_vs_baseline`"
         browser = Chromium(tmp_path / "profile")
         try:
-            text = browser.evaluate_on(
-                f"http://127.0.0.1:{port}/#/experiments/{experiment.experiment_id}/runs",
-                EXPAND_AND_READ % {"parent": runs["ui-exp"], "children": json.dumps(CHILDREN)},
-            )
+            page = browser.evaluate_on(link, READ_RUNS_TABLE % {
+                "runs": json.dumps([run.info.run_id for run in runs.values()]),
+                "columns": json.dumps([metric, *factors, headline]),
+            }, screenshot=tmp_path / "runs-table.png")
         finally:
             browser.close()
     finally:
         stop(server)
-    lines = text.splitlines()
-    assert "Training runs" in lines, text  # the experiment-kind tag opens it on training, not GenAI
-    assert "ui-exp" in lines and all(name in lines for name in CHILDREN), text
-    assert f"{1 + len(CHILDREN)} matching runs" in text
+    print(f"screenshot: {tmp_path / 'runs-table.png'}")
+    assert [line for line in output.rest() if "://" in line] == [link]  # one link, and no access log
+
+    # the Model training pages, not the GenAI ones
+    lines = page["text"].splitlines()
+    assert "Runs" in lines and "Model registry" in lines, page["text"]
+    assert not {"Training runs", "Evaluation runs", "Sessions", "Judges", "Detect issues"} & set(lines), page["text"]
+    facets = urllib.parse.parse_qs(urllib.parse.urlsplit(page["href"].split("#", 1)[1]).query)
+    assert facets["workflowType"] == ["machine_learning"] and facets["orderByKey"] == [metric], page["href"]
+
+    # every run a row of its own, ranked by the metric; its metric and factor levels in the view's columns
+    assert [metric, *factors, headline] == [column for column in page["columns"] if column in (metric, *factors, headline)]
+    rows = {name: page["rows"].get(run.info.run_id) for name, run in runs.items()}
+    assert all(rows.values()), (page["rows"], page["text"])
+    for name in CHILDREN:
+        params = runs[name].data.params
+        shown = rows[name]["cells"]
+        assert shown[metric] == f"{runs[name].data.metrics['val-core/builtin/acc/mean_at_4']:g}", (name, shown)
+        assert [shown[column] for column in factors] == [params["factor.overlong_filter"], params["factor.clip_higher"]]
+    ranked = sorted(CHILDREN, key=lambda name: rows[name]["index"])
+    assert {*ranked[:2]} == {"CH s0", "OF+CH s0"}  # 0.75 before 0.25
+    gain = runs["ui-exp"].data.metrics["headline/full_vs_baseline"]
+    assert rows["ui-exp"]["cells"][headline] == f"{gain:g}" and rows["ui-exp"]["index"] == len(CHILDREN)  # the parent, last
+    assert f"{1 + len(CHILDREN)} matching runs" in page["text"]
