@@ -495,7 +495,7 @@ def format_validation_error(err: ValidationError, source: str, model: type[BaseM
     """The first pydantic error as one sentence naming the field and the fix; for an unknown key
     of `model` (or of a section inside it), the closest documented key ("did you mean")."""
     first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"])
+    loc = ".".join(_shown_key(part) for part in first["loc"])
     kind, msg = first["type"], first["msg"]
     if kind == "extra_forbidden":
         close = _closest_key(model, first["loc"]) if model is not None else None
@@ -513,15 +513,18 @@ def format_validation_error(err: ValidationError, source: str, model: type[BaseM
     return f"{source}: {where}{msg}{got}; fix this value"
 
 
+def _shown_key(part: Any) -> str:
+    """One step of a field's path in a sentence: a key as written, or (a key holding a newline or
+    another invisible character, or a very long one) as its quoted, escaped, shortened repr."""
+    text = str(part)
+    return text if text.isprintable() and len(text) <= 60 else shown_value(part)
+
+
 def shown_value(value: Any, limit: int = 60) -> str:
     """A value the user gave, as an error sentence echoes it: its repr on one line (a string quoted,
-    control and invisible characters escaped; a date as YAML writes it), cut at `limit` characters."""
-    import datetime
-
-    if isinstance(value, (datetime.date, datetime.time)):
-        text = value.isoformat()
-    elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
-        text = f"an integer of {value.bit_length()} bits"  # repr refuses ints past 4,300 digits
+    control and invisible characters escaped), cut at `limit` characters."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
+        text = f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"  # repr refuses past 4,300 digits
     else:
         try:
             text = repr(value)

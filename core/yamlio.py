@@ -21,32 +21,61 @@ import yaml
 
 MAX_FILE_BYTES = 2**20  # a config or spec is a few KB; parsing 1 MiB already takes seconds
 MAX_EXPANDED_NODES = 200_000  # a real config has a few hundred; a 2^10-cell spec a few thousand
+MAX_INTEGER = 2**63 - 1
+"""Largest integer a YAML file or override value may hold (int64, what numpy, torch and SQL hold)."""
 
 
-class _GuardedLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """The safe loader whose scalar constructors turn Python's ValueError (an integer past 4,300
-    digits, the date 2024-13-01) into a YAML error at the scalar's line and column."""
+class _PlainLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader, building plain data only (what JSON holds: mappings, lists, strings,
+    numbers, booleans, null), so that whatever reads a config can copy it through json:
+
+    - a date or time (`2024-01-01`, in YAML 1.1 an implicit timestamp) stays the text it was: no
+      config field is a date, and a name or a path that looks like one is meant as text;
+    - `!!binary`, `!!set`, `!!omap` and `!!pairs` are refused at their line and column;
+    - an integer outside the 64 bits of MAX_INTEGER is refused at its place: no setting takes one,
+      and past them a count turned into a float (the plan's time estimate), a numpy or torch
+      integer or a database column overflows; int() itself refuses more than 4,300 digits."""
 
 
-def _guarded(tag: str, what: str) -> None:
-    construct = _GuardedLoader.yaml_constructors[tag]
+def _plain_text(loader: Any, node: Any) -> str:
+    return loader.construct_scalar(node)
+
+
+def _not_plain(loader: Any, node: Any) -> Any:
+    raise yaml.constructor.ConstructorError(
+        None, None, f"{node.tag.replace('tag:yaml.org,2002:', '!!')} is not plain data (write text, a number, "
+        "a list or a mapping)", node.start_mark,
+    )
+
+
+def _number(tag: str, what: str) -> None:
+    construct = _PlainLoader.yaml_constructors[tag]
 
     def build(loader: Any, node: Any) -> Any:
         try:
-            return construct(loader, node)
+            value = construct(loader, node)
         except (ValueError, OverflowError) as err:
             reason = str(err).split(";")[0].split(": value has")[0]
-            reason = reason[:1].lower() + reason[1:]
             raise yaml.constructor.ConstructorError(
-                None, None, f"{_parser_words(repr(node.value), 40)} cannot be read as {what} ({reason})", node.start_mark
+                None, None, f"{_parser_words(repr(node.value), 40)} cannot be read as {what} "
+                f"({reason[:1].lower() + reason[1:]})", node.start_mark,
             ) from None
+        if isinstance(value, int) and not -MAX_INTEGER - 1 <= value <= MAX_INTEGER:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{_parser_words(node.value, 40)} is outside the 64-bit integers (up to about 9.2e18) "
+                "that any setting takes", node.start_mark,
+            )
+        return value
 
-    _GuardedLoader.add_constructor(tag, build)
+    _PlainLoader.add_constructor(tag, build)
 
 
-for _tag, _what in (("int", "an integer"), ("float", "a number"), ("timestamp", "a date")):
-    _guarded(f"tag:yaml.org,2002:{_tag}", _what)
-_LOADER = _GuardedLoader
+_number("tag:yaml.org,2002:int", "an integer")
+_number("tag:yaml.org,2002:float", "a number")
+_PlainLoader.add_constructor("tag:yaml.org,2002:timestamp", _plain_text)
+for _tag in ("binary", "set", "omap", "pairs"):
+    _PlainLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _not_plain)
+_LOADER = _PlainLoader
 
 
 class YAMLFileError(ValueError):
@@ -85,7 +114,7 @@ def load_yaml_text(text: str, name: str) -> Any:
     if size > MAX_FILE_BYTES:
         raise YAMLFileError(f"{name} is larger than {MAX_FILE_BYTES // 2**20} MB; a config is a few KB, check it")
     try:
-        data = yaml.load(text, Loader=_LOADER)  # a safe loader: plain data only
+        data = yaml.load(text, Loader=_LOADER)  # a safe loader: plain data only (_PlainLoader)
     except yaml.YAMLError as err:
         raise YAMLSyntaxError(f"{name} is not valid YAML ({_problem(err)}); fix its syntax") from None
     except (ValueError, OverflowError) as err:  # a scalar Python cannot build, from a loader without the guard
