@@ -44,8 +44,7 @@ def sweep(
         typer.echo(f"{spec.name}: {stopped}", err=True)
         raise typer.Exit(stopped.exit_code) from None
     states = summary.states
-    best = (f"best trial {summary.best_number}: {spec.metric} {summary.best_value:.4f} "
-            + " ".join(f"{k}={v}" for k, v in summary.best_params.items())) if summary.best_number is not None else "no complete trial"
+    best = app.best_trial_text(spec, summary)
     typer.echo(
         f"{spec.name}: {summary.counted}/{summary.n_trials} trials finished ({summary.finished_now} now; "
         f"{states.get('COMPLETE', 0)} complete, {states.get('PRUNED', 0)} pruned, {states.get('FAIL', 0)} failed); "

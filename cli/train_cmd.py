@@ -51,8 +51,8 @@ def train(
     k = cfg.rollout.eval_k
     first, last = result.eval[0], result.eval[-1]
     typer.echo(
-        f"avg@{k} {first[f'avg@{k}']:.3f} -> {last[f'avg@{k}']:.3f}  pass@{k} {last[f'pass@{k}']:.3f}  "
-        f"maj@{k} {last[f'maj@{k}']:.3f}  tokens {result.tokens_generated:,} ({result.tokens_discarded:,} discarded)  "
+        f"avg@{k} {100 * first[f'avg@{k}']:.1f} -> {100 * last[f'avg@{k}']:.1f} pp  pass@{k} {100 * last[f'pass@{k}']:.1f} pp  "
+        f"maj@{k} {100 * last[f'maj@{k}']:.1f} pp  tokens {result.tokens_generated:,} ({result.tokens_discarded:,} discarded)  "
         f"{result.wall_s:.1f} s  -> {out / 'result.json'}"
     )
 
@@ -82,10 +82,10 @@ class _progress:
         def callback(kind: str, step: int, data: dict) -> None:
             if kind == "eval":
                 key = next(k for k in data if k.startswith("avg@"))
-                state["eval"] = f"{key} {data[key]:.3f}"
-                self.bar.update(task, info=f"acc {data[key]:.2f} | {state['eval']}")
+                state["eval"] = f"{key} {100 * data[key]:.1f} pp"
+                self.bar.update(task, info=f"acc {100 * data[key]:.0f} pp | {state['eval']}")
             else:
-                self.bar.update(task, completed=step, info=f"acc {data['accuracy']:.2f} | {state['eval']}")
+                self.bar.update(task, completed=step, info=f"acc {100 * data['accuracy']:.0f} pp | {state['eval']}")
 
         self.callback = callback
         self.write = lambda line: self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)

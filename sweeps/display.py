@@ -8,6 +8,7 @@ import time
 from optuna.trial import FrozenTrial, TrialState
 
 from dapo_ablate.ablation.runtime.progress import EventLines
+from dapo_ablate.core.contracts import metric_text
 
 
 class TrialDisplay(EventLines):
@@ -44,11 +45,11 @@ class TrialDisplay(EventLines):
         took = f"  {time.monotonic() - started:.0f} s" if started is not None else ""
         if trial.state == TrialState.COMPLETE:
             self.best = trial.value if self.best is None else self.better(self.best, trial.value)
-            what = f"complete  {self.metric} {trial.value:.3f}"
+            what = f"complete  {metric_text(trial.value, self.metric)}"
         elif trial.state == TrialState.PRUNED:
             step = trial.user_attrs.get("pruned_at_step")
             value = trial.intermediate_values.get(step)
-            shown = f" ({self.metric} {value:.3f})" if value is not None else ""
+            shown = f" ({metric_text(value, self.metric)})" if value is not None else ""
             what = f"pruned    at step {step}{shown}"
         else:
             what = f"failed    {trial.user_attrs.get('error', '')}"
@@ -56,5 +57,5 @@ class TrialDisplay(EventLines):
 
     def _refresh(self) -> None:
         if self.bar is not None:
-            state = f"running {self.running}" + (f"  best {self.metric} {self.best:.3f}" if self.best is not None else "")
+            state = f"running {self.running}" + (f"  best {metric_text(self.best, self.metric)}" if self.best is not None else "")
             self.bar.update(self.task, completed=min(self.finished_count, self.total), state=state)

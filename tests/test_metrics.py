@@ -81,3 +81,11 @@ def test_maj_at_k_rejects_ragged_input():
         maj_at_k([["1", "2"]], [[True]])
     with pytest.raises(ValueError):
         maj_at_k([["1"]], [])
+
+
+def test_console_metric_text_is_in_pp_for_accuracies():
+    from dapo_ablate.core.contracts import metric_text
+
+    assert metric_text(0.5432, "avg@32") == "avg@32 54.3 pp" and metric_text(1, "pass@4") == "pass@4 100.0 pp"
+    assert metric_text(123.456, "response_length") == "response_length 123.5"  # not a fraction: as measured
+    assert metric_text(None, "avg@32") == "no metric" and metric_text(True, "avg@32") == "no metric"

@@ -163,7 +163,7 @@ def test_sweep_command_passes_its_options_to_run_sweep(tmp_path, monkeypatch):
     result = CliRunner().invoke(app(), ["sweep", str(path), "--address", "ray://head:10001", "--n-trials", "9", "--no-progress"])
     assert result.exit_code == 0, result.output
     assert asked == {"address": "ray://head:10001", "n_trials": 9, "cell_fn": None, "progress": False, "name": "s"}
-    assert "s: 4/4 trials finished" in result.output and "best trial 2: avg@4 0.5000 eps_high=0.3" in result.output
+    assert "s: 4/4 trials finished" in result.output and "best trial 2: avg@4 50.0 pp eps_high=0.3" in result.output
 
 
 def test_report_of_a_sweep_never_run_is_one_sentence(tmp_path):

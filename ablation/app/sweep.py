@@ -16,11 +16,13 @@ from dapo_ablate.ablation.runtime.preflight import check_contexts, preflight
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.core.config import ConfigError
+from dapo_ablate.core.contracts import metric_text
 from dapo_ablate.sweeps.plan import format_sweep_plan
 from dapo_ablate.sweeps.report import read_report, write_report
 from dapo_ablate.sweeps.runner import SweepSummary, run_sweep
 from dapo_ablate.sweeps.spec import SweepSpec
 from dapo_ablate.sweeps.study import StudyError
+from dapo_ablate.sweeps.trials import format_params
 
 ERRORS = (SpecError, ConfigError, LedgerError, ExecutorError, StudyError, OverrideError)
 STUDY_RUN_HINT = "run `dapo-ablate sweep` first"
@@ -38,6 +40,13 @@ def report_hint(spec: SweepSpec) -> str:
     """The `sweep-report` command of the sweep, on the folder where `sweep` recorded its spec
     (so it holds whatever overrides the sweep had); DIR stands for the report's folder."""
     return command_line("sweep-report", shown(run_root(spec)), (), "--out", "DIR")
+
+
+def best_trial_text(spec: SweepSpec, summary: SweepSummary) -> str:
+    """The best trial as the closing line shows it: "best trial 2: avg@32 50.0 pp eps_high=0.3"."""
+    if summary.best_number is None:
+        return "no complete trial"
+    return f"best trial {summary.best_number}: {metric_text(summary.best_value, spec.metric)} {format_params(summary.best_params)}"
 
 
 def sweep_plan(spec: SweepSpec, address: str | None = None, n_trials: int | None = None) -> str:

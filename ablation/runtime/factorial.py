@@ -49,7 +49,7 @@ from dapo_ablate.ablation.store.tracking import (
     open_tracker,
 )
 from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
-from dapo_ablate.core.contracts import RESULT_KEYS
+from dapo_ablate.core.contracts import RESULT_KEYS, metric_text
 
 if TYPE_CHECKING:
     from dapo_ablate.ablation.experiment.design import Plan, PlannedRun
@@ -499,7 +499,7 @@ class RunDisplay(EventLines):
         self.n_done += 1
         self.finished_now += 1
         value = (result.get("metrics") or {}).get(metric)
-        shown = f"{metric} {value:.3f}" if isinstance(value, (int, float)) else "no metric"
+        shown = metric_text(value, metric)
         self._line(f"done    {name:<28} {shown}  {float(result.get('wall_s') or 0):.1f} s")
 
     def grow(self, runs: int) -> None:
