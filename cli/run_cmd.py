@@ -140,9 +140,11 @@ def ui(
     status = serve(server.command)
     stopped.set()
     watcher.join()
-    if status != 0 and not answered.is_set():
-        raise UserError(f"the MLflow server stopped with exit status {status} before it answered on "
-                        f"{app.UI_HOST}:{port}; its own messages above say why")
+    if status is None:  # stopped by the user
+        raise typer.Exit(0)
+    if not answered.is_set():  # `mlflow ui` exits 0 even when its uvicorn failed to start
+        raise UserError(f"the MLflow server stopped{f' with exit status {status}' if status else ''} before it "
+                        f"answered on {app.UI_HOST}:{port}; its own messages above say why")
     raise typer.Exit(status)
 
 
@@ -157,9 +159,9 @@ SERVER_ENV = {"UVICORN_ACCESS_LOG": "false"}
 """MLflow's uvicorn logs no line per request, so the link `ui` prints stays in view."""
 
 
-def serve(command: list[str]) -> int:
-    """Run the UI server until it stops or this command is interrupted (Ctrl-C, SIGTERM); then
-    stop the server and every process it started (uvicorn and job workers); its exit status."""
+def serve(command: list[str]) -> int | None:
+    """Run the UI server until it stops (its exit status) or this command is interrupted (Ctrl-C,
+    SIGTERM: None, once the server and every process it started, uvicorn and job workers, stopped)."""
     # its own process group, stopped as one
     server = subprocess.Popen(command, start_new_session=True, env={**os.environ, **SERVER_ENV})
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -172,7 +174,7 @@ def serve(command: list[str]) -> int:
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
-        return 0
+        return None
     finally:
         signal.signal(signal.SIGTERM, previous)
 

@@ -98,7 +98,7 @@ def test_ui_on_a_copy_points_the_copys_store_at_its_own_artifacts(original: Path
     before = artifact_locations(original)
     assert all(location.startswith((original / "dapo-runs").as_uri()) for location in before)
     asked: list[list[str]] = []
-    monkeypatch.setattr(run_cmd, "serve", lambda command: asked.append(command) or 0)
+    monkeypatch.setattr(run_cmd, "serve", lambda command: asked.append(command))  # None: the user stopped it
     monkeypatch.chdir(copy)
     result = CliRunner().invoke(app, ["ui", "spec.yaml", "--port", "5056"])
     assert result.exit_code == 0, result.output
@@ -116,6 +116,41 @@ def view_tags(folder: Path) -> list[str]:
         return [row[0] for row in db.execute(
             "SELECT key FROM experiment_tags JOIN experiments USING (experiment_id) WHERE name = 'ui-exp' AND key LIKE ?",
             (SHARED_VIEW_PREFIX + "%",))]
+
+
+def ui_until_it_exits(folder: Path, port: int, **environment: str) -> subprocess.CompletedProcess:
+    """`dapo-ablate ui spec.yaml --port PORT` in `folder`, to its end (whatever it started, stopped)."""
+    process = subprocess.Popen([COMMAND, "ui", "spec.yaml", "--port", str(port)], cwd=folder, env={**os.environ, **environment},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=300)  # bounds only a server that would not stop
+    finally:
+        kill_session(process.pid)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def test_ui_refuses_a_port_in_use_before_it_writes_or_starts_anything(original: Path, tmp_path: Path):
+    copy = copy_of(original, tmp_path / "copy")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = ui_until_it_exits(copy, port)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: port {port} on 127.0.0.1 is not free (Address already in use); choose another with --port"]
+    assert done.stdout == "" and view_tags(copy) == []
+
+
+def test_ui_says_so_in_one_sentence_when_the_server_stops_before_it_answers(original: Path, tmp_path: Path):
+    copy = copy_of(original, tmp_path / "copy")
+    port = free_port()
+    done = ui_until_it_exits(copy, port, UVICORN_LOG_LEVEL="nonsense")  # MLflow's uvicorn refuses to start; `mlflow ui` exits 0
+    assert done.returncode == 2, done.stderr
+    assert "Invalid value for '--log-level'" in done.stderr  # the server's own message stays in view, above
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: the MLflow server stopped before it answered on 127.0.0.1:{port}; its own messages above say why")
+    assert "waiting until it answers" in done.stdout and "://" not in done.stdout
 
 
 # -- the real server in a real browser ------------------------------------------------------------
