@@ -167,11 +167,13 @@ def compute_curves_display(table: pd.DataFrame) -> pd.DataFrame:
     the compute to half the gain (exp of the effect on log C_mid, with its interval), not the log."""
     if table.empty:
         return table
-    shown = table.drop(columns=["midpoint_log_effect", "midpoint_ci_low", "midpoint_ci_high"])
-    at = shown.columns.get_loc("midpoint_ratio") + 1
-    shown.insert(at, "midpoint_ratio_ci_low", np.exp(table["midpoint_ci_low"].to_numpy(float)))
-    shown.insert(at + 1, "midpoint_ratio_ci_high", np.exp(table["midpoint_ci_high"].to_numpy(float)))
-    return shown
+    shown = table.assign(midpoint_ratio_ci_low=np.exp(table["midpoint_ci_low"].to_numpy(float)),
+                         midpoint_ratio_ci_high=np.exp(table["midpoint_ci_high"].to_numpy(float)))  # fmt: skip
+    return shown[[
+        "term", "asymptote_effect", "asymptote_ci_low", "asymptote_ci_high", "asymptote_p_adjusted",
+        "midpoint_ratio", "midpoint_ratio_ci_low", "midpoint_ratio_ci_high", "midpoint_p_adjusted",
+        "final_effect", "final_ci_low", "final_ci_high", "verdict",
+    ]]  # fmt: skip
 
 
 def _report_tables(analysis: Analysis) -> list[tuple[str, str, pd.DataFrame]]:

@@ -143,7 +143,12 @@ def test_compute_curves_table_and_section(report_dir):
     assert table["asymptote_ci_low"].notna().all()  # 5 evaluations per run: every run fitted
     md = (report_dir / "report.md").read_text()
     section = md[md.index("## Compute curves"):md.index("## Cells ranked by mean")]
-    assert "midpoint_ratio" in section and "asymptote_effect (pp)" in section and "![compute_curves.png]" in section
+    header = next(line for line in section.splitlines() if line.startswith("| term"))
+    assert [c.strip() for c in header.strip("|").split("|")][:9] == [
+        "term", "asymptote_effect (pp)", "asymptote_ci_low (pp)", "asymptote_ci_high (pp)", "asymptote_p_adjusted",
+        "midpoint_ratio", "midpoint_ratio_ci_low", "midpoint_ratio_ci_high", "midpoint_p_adjusted",
+    ]  # fmt: skip
+    assert "![compute_curves.png]" in section
     assert "one steepness for all runs" in section  # how they were fitted, under the table
 
 
