@@ -1,6 +1,7 @@
 """``run | validate | status | ui`` of an experiment spec: load it with its command-line
-overrides, check and plan it, run it on Ray, read where its runs stand, and serve the MLflow UI on its runs.
-Every user's mistake is a `UserError` (one sentence); nothing is written before the checks pass."""
+overrides, check and plan it, run it on Ray, read where its runs stand, and open the MLflow UI
+on its runs. Every user's mistake is a `UserError` (one sentence); nothing is written before the
+checks pass."""
 
 from __future__ import annotations
 

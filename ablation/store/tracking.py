@@ -26,6 +26,7 @@ The runs table's view (`RunsView`) is saved as an MLflow shared view: the experi
 name and its state as JSON: search facets and table state), and ``viewStateShareKey=<key>`` in
 the page's URL applies it. The URL itself carries only the search facets; the columns shown
 (``selectedColumns``, ``columnOrder``) are table state, so they travel in the shared view.
+
 Names follow verl's (`dapo_ablate.ablation.store.metric_names`; the README's "Metric names" table).
 
 Portable: a SQLite store's default artifact folder is ``mlartifacts/`` beside the database; a
