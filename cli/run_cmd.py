@@ -140,11 +140,9 @@ def ui(
     status = serve(server.command)
     stopped.set()
     watcher.join()
-    if status is None:  # stopped by the user
-        raise typer.Exit(0)
-    if not answered.is_set():  # `mlflow ui` exits 0 even when its uvicorn failed to start
-        raise UserError(f"the MLflow server stopped{f' with exit status {status}' if status else ''} before it "
-                        f"answered on {app.UI_HOST}:{port}; its own messages above say why")
+    if status != 0 and not answered.is_set():
+        raise UserError(f"the MLflow server stopped before it answered on {app.UI_HOST}:{port}; "
+                        "its own messages above say why")
     raise typer.Exit(status)
 
 
@@ -159,14 +157,15 @@ SERVER_ENV = {"UVICORN_ACCESS_LOG": "false"}
 """MLflow's uvicorn logs no line per request, so the link `ui` prints stays in view."""
 
 
-def serve(command: list[str]) -> int | None:
-    """Run the UI server until it stops (its exit status) or this command is interrupted (Ctrl-C,
-    SIGTERM: None, once the server and every process it started, uvicorn and job workers, stopped)."""
+def serve(command: list[str]) -> int:
+    """Run the UI server until this command is interrupted (Ctrl-C, SIGTERM: 0, once the server
+    and every process it started, uvicorn and job workers, stopped) or the server stops by itself:
+    a failure, its exit status or 1 (`mlflow ui` exits 0 even when its uvicorn failed to start)."""
     # its own process group, stopped as one
     server = subprocess.Popen(command, start_new_session=True, env={**os.environ, **SERVER_ENV})
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        return server.wait()
+        return server.wait() or 1
     except KeyboardInterrupt:
         os.killpg(server.pid, signal.SIGTERM)
         try:
@@ -174,7 +173,7 @@ def serve(command: list[str]) -> int | None:
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
-        return None
+        return 0
     finally:
         signal.signal(signal.SIGTERM, previous)
 

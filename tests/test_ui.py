@@ -98,7 +98,7 @@ def test_ui_on_a_copy_points_the_copys_store_at_its_own_artifacts(original: Path
     before = artifact_locations(original)
     assert all(location.startswith((original / "dapo-runs").as_uri()) for location in before)
     asked: list[list[str]] = []
-    monkeypatch.setattr(run_cmd, "serve", lambda command: asked.append(command))  # None: the user stopped it
+    monkeypatch.setattr(run_cmd, "serve", lambda command: asked.append(command) or 0)  # 0: the user stopped it
     monkeypatch.chdir(copy)
     result = CliRunner().invoke(app, ["ui", "spec.yaml", "--port", "5056"])
     assert result.exit_code == 0, result.output
