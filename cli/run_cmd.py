@@ -97,13 +97,13 @@ def status(spec_path: Path = SPEC_ARG, overrides: Optional[list[str]] = OVERRIDE
     spec, found = experiment.spec, app.status(experiment)
     table = Table(title=f"{spec.name} ({experiment.plan.design}, {len(found.rows)} runs)")
     jobs = found.has_jobs
-    for column in ("cell", "seed", "status", "attempts", spec.metric, "wall", *(("job",) if jobs else ()), "error"):
+    header, shown = app.metric_column(spec.metric)
+    for column in ("cell", "seed", "status", "attempts", header, "wall", *(("job",) if jobs else ()), "error"):
         table.add_column(column, overflow="fold")
     for row in found.rows:
-        value = row["metric"]
         table.add_row(
             row["label"], str(row["seed"]), row["status"], str(row["attempts"]),
-            "" if value is None else f"{value:.3f}", "" if row["wall_s"] is None else f"{row['wall_s']:.1f} s",
+            shown(row["metric"]), "" if row["wall_s"] is None else f"{row['wall_s']:.1f} s",
             *((row["job_id"] or "",) if jobs else ()), row["error"] or "",
         )
     Console(width=max(120, Console().width)).print(table)

@@ -345,7 +345,7 @@ def test_status_shows_errors_and_metrics(tmp_path: Path):
         ledger.fail(second, "ValueError: boom (at cell.py:3 in f)")
     result = CliRunner().invoke(app, ["status", str(spec_path)])
     assert result.exit_code == 0, result.output
-    assert "0.438" in result.stdout and "12.5 s" in result.stdout and "ValueError: boom" in result.stdout
+    assert "43.8" in result.stdout and "(pp)" in result.stdout and "12.5 s" in result.stdout and "ValueError: boom" in result.stdout
     assert "new 0  pending 2  running 0  done 1  failed 1" in result.stdout
 
 

@@ -36,6 +36,7 @@ from dapo_ablate.ablation.store.tracking import (
     sqlite_path,
 )
 from dapo_ablate.core.config import ConfigError
+from dapo_ablate.core.contracts import ACCURACY_METRIC
 
 ERRORS = (SpecError, ConfigError, LedgerError, ExecutorError, ResultsError, DesignError, OverrideError,
           VerlTranslationError)
@@ -138,6 +139,14 @@ class Status:
     def has_jobs(self) -> bool:
         """Some cells ran as Ray jobs (verl): their ids, to inspect with `ray job`."""
         return any(row["job_id"] for row in self.rows)
+
+
+def metric_column(metric: str) -> tuple[str, Any]:
+    """The status table's metric column: its header ("avg@32 (pp)" for an accuracy) and how a
+    stored value reads in it (54.3; "" when missing)."""
+    percent = bool(ACCURACY_METRIC.fullmatch(metric))
+    header = f"{metric} (pp)" if percent else metric
+    return header, lambda value: "" if value is None else (f"{100 * value:.1f}" if percent else f"{value:.4g}")
 
 
 def status(experiment: Experiment) -> Status:
