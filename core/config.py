@@ -319,7 +319,8 @@ class TrainerConfig(_Frozen):
         for name in ("train", "eval"):
             value = getattr(data, name)
             if info.data.get("backend") != "verl" and value != BUILTIN and not Path(value).expanduser().is_file():
-                raise ValueError(f"data.{name} file {value!r} does not exist; give an existing file or `builtin`")
+                raise ValueError(f"data.{name} file {shown_value(value)} {_not_a_file(Path(value).expanduser())}; "
+                                 "give an existing file or `builtin`")
         return data
 
     @model_validator(mode="after")
@@ -511,6 +512,19 @@ def format_validation_error(err: ValidationError, source: str, model: type[BaseM
     if loc and kind not in ("value_error", "assertion_error"):
         got = f" ({shown_value(first['input'])})" if ", got " in msg else f", got {shown_value(first['input'])}"
     return f"{source}: {where}{msg}{got}; fix this value"
+
+
+def _not_a_file(path: Path) -> str:
+    """Why ``path`` is no file to read, as a phrase: it does not exist, is a directory, a link loop
+    or a pipe or device (a FIFO, /dev/zero) that exists but is no problem file."""
+    import errno
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError as err:
+        return "is a link loop" if err.errno == errno.ELOOP else "does not exist"
+    return "is a directory" if stat.S_ISDIR(mode) else "is not a regular file (a pipe, socket or device)"
 
 
 def _shown_key(part: Any) -> str:

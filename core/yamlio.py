@@ -14,6 +14,8 @@ the pure-Python loader recurses, so its RecursionError is caught too.
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import Any
 
@@ -152,12 +154,24 @@ def _parser_words(text: str, limit: int = 200) -> str:
     return words if len(words) <= limit else words[: limit - 3] + "..."
 
 
+def _missing(path: Path) -> str:
+    """Why an existing-looking name reads as nothing: a link loop, a link to a missing file, or no file."""
+    try:
+        path.stat()
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "is a link loop"
+        if path.is_symlink():
+            return f"is a link to {str(Path(os.readlink(path)))!r}, which does not exist"
+    return "does not exist"
+
+
 def read_yaml_mapping(path: str | Path, kind: str = "config file") -> dict[str, Any]:
     """The top-level mapping of a YAML file ({} for an empty file), or YAMLFileError."""
     path = Path(path)
     name = f"{kind} {str(path)!r}"
     if not path.exists():
-        raise YAMLFileError(f"{name} does not exist; check the path")
+        raise YAMLFileError(f"{name} {_missing(path)}; check the path")
     if not path.is_file():
         what = "a directory" if path.is_dir() else "not a regular file"
         raise YAMLFileError(f"{name} is {what}; give the path of a YAML file")
