@@ -33,6 +33,7 @@ def curve_axes(analysis: CurveAnalysis, curves: pd.DataFrame, factors: list[str]
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     scale, unit = (100.0, " (pp)") if percent else (1.0, "")
     compute = analysis.compute
@@ -40,32 +41,35 @@ def curve_axes(analysis: CurveAnalysis, curves: pd.DataFrame, factors: list[str]
     positive = points.loc[points[compute] > 0, compute]
     low, high = (positive.min(), positive.max()) if len(positive) else (1.0, 10.0)
     grid = np.geomspace(low / 2, high * 1.5, 200)
-    figure, axis = plt.subplots(figsize=(9.5, 5))
+    figure, axis = plt.subplots(figsize=(11, 5.2))
     colours = plt.get_cmap("tab20" if len(analysis.cells) > 10 else "tab10")
     masks = cell_masks(analysis.cells, list(factors))
     for i, (mask, cell) in enumerate(zip(masks, analysis.cells.itertuples(index=False))):
         colour = colours(i % colours.N)
         own = points[points["_mask"] == mask]
         axis.scatter(np.maximum(own[compute], low / 2), own[metric] * scale, s=8, alpha=0.3, color=colour)
-        label = f"{cell.cell} (A {cell.asymptote * scale:.3g})" if np.isfinite(cell.asymptote) else f"{cell.cell} (not fitted)"
+        label = f"{cell.cell} ({_asymptote_text(cell.asymptote, scale, percent)})"
         if np.isfinite(cell.asymptote):
             curve = saturating_curve(grid, cell.r0, cell.asymptote, cell.midpoint, cell.steepness)
             axis.plot(grid, curve * scale, color=colour, label=label)
         else:
             axis.plot([], [], color=colour, label=label)
-    # the y axis fits what is drawn (the points and the curves over the data's compute range); an
-    # asymptote far beyond the data (an extrapolation) is in the legend, not allowed to squash the axis
-    drawn = np.concatenate([points[metric].to_numpy(float) * scale, *[line.get_ydata() for line in axis.get_lines()]])
-    drawn = drawn[np.isfinite(drawn)]
-    if len(drawn):
-        low_y, high_y = drawn.min(), drawn.max()
-        pad = 0.06 * (high_y - low_y) if high_y > low_y else 1.0
-        axis.set_ylim(low_y - pad, high_y + pad)
+    # the y axis fits the evaluations (a curve that has not bent toward its ceiling within the data
+    # runs off the top rather than squashing them), inside the metric's range for an accuracy
+    seen = points[metric].to_numpy(float) * scale
+    seen = seen[np.isfinite(seen)]
+    if len(seen):
+        pad = 0.15 * (seen.max() - seen.min()) if seen.max() > seen.min() else 1.0
+        low_y, high_y = seen.min() - pad, seen.max() + pad
+        axis.set_ylim(max(low_y, 0.0) if percent else low_y, min(high_y, 100.0) if percent else high_y)
     fitted = analysis.cells["asymptote"].dropna() * scale
     for value in (fitted.min(), fitted.max()) if len(fitted) else ():
         if axis.get_ylim()[0] <= value <= axis.get_ylim()[1]:
             axis.axhline(value, color="grey", linestyle=":", linewidth=0.8)
     axis.set_xscale("log")
+    axis.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))  # 20k 50k 100k ...
+    axis.xaxis.set_major_formatter(matplotlib.ticker.EngFormatter(sep=""))
+    axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     axis.set_xlabel(AXIS_LABELS.get(compute, compute))
     axis.set_ylabel(f"{metric}{unit}")
     axis.set_title(f"Fitted compute curves per cell (shared steepness B = {analysis.steepness:.3g})", fontsize=10)
@@ -73,6 +77,15 @@ def curve_axes(analysis: CurveAnalysis, curves: pd.DataFrame, factors: list[str]
                 title="cell (asymptote A)", title_fontsize=7, frameon=False)  # fmt: skip
     figure.tight_layout()
     return figure
+
+
+def _asymptote_text(asymptote: float, scale: float, percent: bool) -> str:
+    """The legend's word on a cell's ceiling: "A 56.3", or that the fit puts it past the metric's range."""
+    if not np.isfinite(asymptote):
+        return "not fitted"
+    if percent and not 0 <= asymptote <= 1:
+        return "no ceiling in the data"
+    return f"A {asymptote * scale:.3g}"
 
 
 def curve_png(analysis: CurveAnalysis, curves: pd.DataFrame, factors: list[str], metric: str, percent: bool) -> bytes:

@@ -35,8 +35,8 @@ def table_captions(analysis: Analysis) -> dict[str, str]:
         f"{conf}{unit}, raw p-value and the family-adjusted p-value the claim rests on.",
         "cells": f"Cells ranked by mean (rank 1: the highest): runs, mean (for these seeds: seed-adjusted when a cell lacks a "
         f"seed the others ran), sd over seeds, {conf} of {analysis.metric}{unit}; seed_ci: the {conf} over new seeds.",
-        "compute_curves": f"Compute curves: each technique's effect on the asymptote A of the fitted saturating curve "
-        f"(the ceiling){unit}, on the compute to reach half the gain (midpoint_ratio: with / without the technique, "
+        "compute_curves": f"Compute curves: each technique's effect on the asymptote A of the fitted saturating curve, "
+        f"the ceiling{unit}, on the compute to reach half the gain (midpoint_ratio: with / without the technique, "
         f"below 1 is faster) and on the final {analysis.metric}{unit}, with {conf}s and Holm-adjusted p-values over "
         "both curve parameters; verdict: moves the ceiling, only the speed, both, neither, or not enough data.",
         "looks": "Looks of the adaptive design: at each look, the runs so far, the alpha spent, and every term's estimate "

@@ -346,6 +346,12 @@ def report_analysis(
         analysis.table_notes["compute_curves"] = f"Not computed: {error}."
         return analysis, None
     analysis.compute_curves, analysis.table_notes["compute_curves"] = fitted.effects, " ".join(fitted.notes)
+    outside = int((~fitted.runs["asymptote"].between(0, 1) & fitted.runs["fitted"]).sum()) if analysis.percent else 0
+    if outside:
+        analysis.table_notes["compute_curves"] += (
+            f" {outside} of {int(fitted.runs['fitted'].sum())} fitted runs put the asymptote outside 0-100 pp: their "
+            "curves have not bent toward a ceiling within the data, so the effects on the asymptote are extrapolations; "
+            "train longer (more evaluations past the bend) before reading them.")
     return analysis, fitted
 
 

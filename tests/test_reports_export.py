@@ -150,6 +150,8 @@ def test_compute_curves_table_and_section(report_dir):
     ]  # fmt: skip
     assert "![compute_curves.png]" in section
     assert "one steepness for all runs" in section  # how they were fitted, under the table
+    # these curves climb linearly to the end: no ceiling within the data, and the page says so
+    assert "put the asymptote outside 0-100 pp" in section and "extrapolations" in section
 
 
 def test_latex_tables_use_booktabs_and_escape(report_dir):
