@@ -69,7 +69,7 @@ class ReportOutcome:
         rows = len(pd.read_csv(path))
         if not rows:
             return "claims.csv: header only: no statistic passes its family's adjusted test"
-        return (f"claims.csv: {rows} claim{'s that pass' if rows > 1 else ' that passes'} their family's adjusted test "
+        return (f"claims.csv: {rows} claim{'s that pass their' if rows > 1 else ' that passes its'} family's adjusted test "
                 "(the summary's \"Supported by the data\"; values as fractions, units.csv)")
 
 
