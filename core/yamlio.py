@@ -34,9 +34,11 @@ class _PlainLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: igno
     - a date or time (`2024-01-01`, in YAML 1.1 an implicit timestamp) stays the text it was: no
       config field is a date, and a name or a path that looks like one is meant as text;
     - `!!binary`, `!!set`, `!!omap` and `!!pairs` are refused at their line and column;
-    - an integer outside the 64 bits of MAX_INTEGER is refused at its place: no setting takes one,
-      and past them a count turned into a float (the plan's time estimate), a numpy or torch
-      integer or a database column overflows; int() itself refuses more than 4,300 digits."""
+    - an integer past 4,300 digits, which int() refuses, is refused at its line and column.
+
+    `load_yaml_text` then refuses an integer outside the 64 bits of MAX_INTEGER by its key: no
+    setting takes one, and past them a count turned into a float (the plan's time estimate), a
+    numpy or torch integer or a database column overflows."""
 
 
 def _plain_text(loader: Any, node: Any) -> str:
@@ -62,11 +64,6 @@ def _number(tag: str, what: str) -> None:
                 None, None, f"{_parser_words(repr(node.value), 40)} cannot be read as {what} "
                 f"({reason[:1].lower() + reason[1:]})", node.start_mark,
             ) from None
-        if isinstance(value, int) and not -MAX_INTEGER - 1 <= value <= MAX_INTEGER:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"{_parser_words(node.value, 40)} is outside the 64-bit integers (up to about 9.2e18) "
-                "that any setting takes", node.start_mark,
-            )
         return value
 
     _PlainLoader.add_constructor(tag, build)
@@ -128,7 +125,34 @@ def load_yaml_text(text: str, name: str) -> Any:
             f"{name} expands to more than {MAX_EXPANDED_NODES:,} values through YAML aliases; "
             "write the values out instead of nesting aliases"
         )
+    huge = _integer_past_64_bits(data)
+    if huge is not None:
+        where, value = huge
+        digits = str(value) if len(str(value)) <= 30 else f"a {len(str(abs(value)))}-digit number"
+        raise YAMLFileError(f"{name}{f': `{where}`' if where else ''} is {digits}, outside the 64-bit integers "
+                            "(about -9.2e18 to 9.2e18) that any setting takes; give a smaller number")
     return data
+
+
+def _integer_past_64_bits(data: Any) -> tuple[str, int] | None:
+    """The dotted path (list items as [i]) and value of an integer (a key or a value) outside
+    -MAX_INTEGER-1..MAX_INTEGER, if ``data`` holds one (walked after `expanded_nodes` bounded it)."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, int) and not isinstance(node, bool) and not -MAX_INTEGER - 1 <= node <= MAX_INTEGER:
+            return path, node
+        if isinstance(node, dict):
+            stack.extend((path, key) for key in node)
+            stack.extend((f"{path}.{_key_text(key)}" if path else _key_text(key), value) for key, value in node.items())
+        elif isinstance(node, list):
+            stack.extend((f"{path}[{index}]", item) for index, item in enumerate(node))
+    return None
+
+
+def _key_text(key: Any) -> str:
+    text = str(key)
+    return text if text.isprintable() and len(text) <= 60 else _parser_words(repr(text), 60)
 
 
 def _problem(err: yaml.YAMLError) -> str:

@@ -111,9 +111,13 @@ def test_dates_and_times_stay_the_text_they_were():
 
 
 @pytest.mark.parametrize("number", [str(2**63), str(-(2**63) - 1), "1" + "0" * 400, "0x" + "f" * 17])
-def test_an_integer_past_64_bits_is_refused_at_its_place(number):
+def test_an_integer_past_64_bits_is_refused_by_its_key(number):
     # no setting takes one; 10^400 crashed validate's time estimate (int too large to convert to float)
-    with pytest.raises(YAMLSyntaxError) as error:
+    with pytest.raises(YAMLFileError) as error:
         load_yaml_text(f"name: ok\ntrainer: {{schedule: {{total_steps: {number}}}}}\n", "spec file 'x.yaml'")
-    assert "is outside the 64-bit integers" in one_sentence(error) and "at line 2, column 35" in str(error.value)
+    message = one_sentence(error)
+    assert message.startswith("spec file 'x.yaml': `trainer.schedule.total_steps` is ") and "outside the 64-bit" in message
+    assert not isinstance(error.value, YAMLSyntaxError)  # an override's value is not read as text instead
+    with pytest.raises(YAMLFileError, match=r"^override 'seeds': `\[1\]` is 18446744073709551616, outside"):
+        load_yaml_text(f"[0, {2**64}]", "override 'seeds'")
     assert load_yaml_text(f"a: {2**63 - 1}\nb: {-(2**63)}", "x") == {"a": 2**63 - 1, "b": -(2**63)}

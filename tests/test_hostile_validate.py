@@ -90,7 +90,7 @@ def test_control_characters_in_factor_and_knob_names_are_refused(tmp_path):
 @pytest.mark.parametrize("args", EXPERIMENT_COMMANDS, ids=" ".join)
 @pytest.mark.parametrize("seeds", [[10**23], [0, -1], [2**32]])
 def test_seeds_outside_the_rngs_range_are_refused(tmp_path, args, seeds):
-    refused(tmp_path, args, spec_data(tmp_path, seeds=seeds), "`seeds`")
+    refused(tmp_path, args, spec_data(tmp_path, seeds=seeds), "`seeds")  # 10^23: `seeds[0]`, past 64 bits
 
 
 @pytest.mark.parametrize("seed", [10**23, -1])
