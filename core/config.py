@@ -307,9 +307,9 @@ class TrainerConfig(_Frozen):
     @classmethod
     def _model_path_exists(cls, model: ModelConfig, info: Any) -> ModelConfig:
         # backend verl: the path is on the cluster (or a Hugging Face hub name), not checked here
-        if info.data.get("backend") != "verl" and model.path != BUILTIN and not Path(model.path).expanduser().is_dir():
+        if info.data.get("backend") != "verl" and model.path != BUILTIN and not _exists(Path(model.path).expanduser(), folder=True):
             raise ValueError(
-                f"model.path {model.path!r} is not a folder; give a local Hugging Face checkpoint folder or `builtin`"
+                f"model.path {shown_value(model.path)} is not a folder; give a local Hugging Face checkpoint folder or `builtin`"
             )
         return model
 
@@ -318,7 +318,7 @@ class TrainerConfig(_Frozen):
     def _data_paths_exist(cls, data: DataConfig, info: Any) -> DataConfig:
         for name in ("train", "eval"):
             value = getattr(data, name)
-            if info.data.get("backend") != "verl" and value != BUILTIN and not Path(value).expanduser().is_file():
+            if info.data.get("backend") != "verl" and value != BUILTIN and _not_a_file(Path(value).expanduser()) != "":
                 raise ValueError(f"data.{name} file {shown_value(value)} {_not_a_file(Path(value).expanduser())}; "
                                  "give an existing file or `builtin`")
         return data
@@ -515,16 +515,30 @@ def format_validation_error(err: ValidationError, source: str, model: type[BaseM
 
 
 def _not_a_file(path: Path) -> str:
-    """Why ``path`` is no file to read, as a phrase: it does not exist, is a directory, a link loop
-    or a pipe or device (a FIFO, /dev/zero) that exists but is no problem file."""
+    """Why ``path`` is no file to read, as a phrase ("" for a regular file): it does not exist, is a
+    directory, a link loop, a name the system refuses (too long), or a pipe or device (a FIFO,
+    /dev/zero) that exists but is no problem file."""
     import errno
     import stat
 
     try:
         mode = path.stat().st_mode
     except OSError as err:
-        return "is a link loop" if err.errno == errno.ELOOP else "does not exist"
+        if err.errno == errno.ELOOP:
+            return "is a link loop"
+        return "does not exist" if err.errno in (errno.ENOENT, errno.ENOTDIR) else f"cannot be read ({err.strerror})"
+    if stat.S_ISREG(mode):
+        return ""
     return "is a directory" if stat.S_ISDIR(mode) else "is not a regular file (a pipe, socket or device)"
+
+
+def _exists(path: Path, folder: bool = False) -> bool:
+    """``path`` exists (as a folder, with ``folder``); False also for a name the system refuses to
+    look up (too long, a link loop), which Path.exists raises for."""
+    try:
+        return path.is_dir() if folder else path.exists()
+    except OSError:
+        return False
 
 
 def _shown_key(part: Any) -> str:
@@ -604,6 +618,6 @@ def resolve_relative_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
         node = out.get(section)
         if isinstance(node, dict) and isinstance(node.get(key), str) and node[key] != BUILTIN:
             candidate = Path(node[key]).expanduser()
-            if not candidate.is_absolute() and (base / candidate).exists():
+            if not candidate.is_absolute() and _exists(base / candidate):
                 node[key] = str((base / candidate).resolve())
     return out
