@@ -15,6 +15,7 @@ factor list: bit ``i`` is factor ``factors[i]``, so the baseline is 0 and the fu
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import stat
@@ -347,7 +348,10 @@ def _open_results(path: Path):
     except FileNotFoundError:
         raise ReportInputError(f"results file '{path}' does not exist; check the --results path") from None
     except OSError as error:
-        raise ReportInputError(f"results file '{path}' cannot be opened ({error.strerror}); check its permissions") from None
+        advice = {errno.ELOOP: "it is a loop of symbolic links; pass the results CSV itself",
+                  errno.EACCES: "check its permissions", errno.EPERM: "check its permissions",
+                  errno.ENAMETOOLONG: "shorten the path"}.get(error.errno, "pass a readable results CSV")  # fmt: skip
+        raise ReportInputError(f"results file '{path}' cannot be opened ({error.strerror}); {advice}") from None
     info = os.fstat(descriptor)
     problem = None
     if stat.S_ISDIR(info.st_mode):

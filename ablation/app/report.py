@@ -151,6 +151,9 @@ def write_staged(out: Path, write: Any) -> dict[str, Path]:
 def _writable_home(out: Path) -> Path:
     """`out` if it is a writable folder, else the nearest folder above it that exists (where the
     staging folder goes, on the same file system); UserError for a file or a folder not writable."""
+    if out.is_symlink() and not out.exists():
+        raise UserError(f"--out {str(out)!r} is a symbolic link that leads nowhere (a loop or a missing target); "
+                        "choose another --out")
     home = out
     while not home.exists() and home != home.parent:
         home = home.parent
