@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dapo_ablate.ablation.experiment.spec_errors import SpecProblem
-from dapo_ablate.core.config import TrainerConfig, knob_paths, resolve_relative_paths, set_dotted
+from dapo_ablate.core.config import TrainerConfig, knob_paths, resolve_relative_paths, set_dotted, shown_value
 from dapo_ablate.core.contracts import SHORT_LABELS, TECHNIQUES
 
 MAX_COMBINED_KNOBS = 10
@@ -31,19 +31,19 @@ def canonical_factor(entry: Any) -> str | dict[str, list[Any]]:
         if entry in knobs or entry in knobs.values():
             raise SpecProblem(f"{entry} is a knob, not a technique; give its two levels, e.g. {{{entry}: [low, high]}}", "factors")
         raise SpecProblem(
-            f"unknown factor {entry!r}; use a technique ({TECHNIQUE_LIST}) or a two-level knob such as {{eps_high: [0.2, 0.28]}}",
+            f"unknown factor {shown_value(entry)}; use a technique ({TECHNIQUE_LIST}) or a two-level knob such as {{eps_high: [0.2, 0.28]}}",
             "factors",
         )
     if not (isinstance(entry, dict) and len(entry) == 1):
-        raise SpecProblem(f"{entry!r} is not a factor; write a technique name or one knob as {{eps_high: [0.2, 0.28]}}", "factors")
+        raise SpecProblem(f"{shown_value(entry)} is not a factor; write a technique name or one knob as {{eps_high: [0.2, 0.28]}}", "factors")
     ((knob, levels),) = entry.items()
     leaf = {path: name for name, path in knobs.items()}.get(knob, knob)
     if leaf not in knobs:
-        raise SpecProblem(f"unknown knob {knob!r}; use a TrainerConfig field such as eps_high or algorithm.eps_high", "factors")
+        raise SpecProblem(f"unknown knob {shown_value(knob)}; use a TrainerConfig field such as eps_high or algorithm.eps_high", "factors")
     if knobs[leaf].startswith("techniques."):
         raise SpecProblem(f"{knob} is a technique; list it by name ({leaf}) without levels", "factors")
     if not isinstance(levels, list) or len(levels) != 2:
-        raise SpecProblem(f"knob {leaf} needs exactly two levels [low, high], got {levels!r}", "factors")
+        raise SpecProblem(f"knob {leaf} needs exactly two levels [low, high], got {shown_value(levels)}", "factors")
     return {leaf: list(levels)}
 
 
@@ -80,7 +80,7 @@ def validated_knob_levels(trainer: TrainerConfig, entries: list) -> list:
     for i, leaf, _, _ in found:
         low, high = coerced[(leaf, "low")], coerced[(leaf, "high")]
         if low == high:
-            raise SpecProblem(f"knob {leaf} has the same value {low!r} at both levels; give two different levels", "factors")
+            raise SpecProblem(f"knob {leaf} has the same value {shown_value(low)} at both levels; give two different levels", "factors")
         out[i] = {leaf: [low, high]}
     return out
 
@@ -98,9 +98,9 @@ def built_values(trainer: TrainerConfig, combo: Sequence[tuple[str, str, str, An
         detail = first["msg"].removeprefix("Value error, ")
         if len(combo) == 1:
             (leaf, _, which, value), = combo
-            what = f"knob {leaf} at its {which} level {value!r}"
+            what = f"knob {leaf} at its {which} level {shown_value(value)}"
         else:
-            what = "the knob levels " + ", ".join(f"{leaf}={value!r}" for leaf, _, _, value in combo)
+            what = "the knob levels " + ", ".join(f"{leaf}={shown_value(value)}" for leaf, _, _, value in combo)
         where = f"{loc}: " if loc else ""
         raise SpecProblem(f"with {what} the trainer config is invalid ({where}{detail}); choose other levels", "factors") from None
     out = []
@@ -123,7 +123,7 @@ def canonical_ordering(i: int, ordering: list[Any], factors: list) -> list[str]:
     out = []
     for entry in ordering:
         if not isinstance(entry, str) or entry not in alias:
-            raise SpecProblem(f"orderings[{i}] names {entry!r}, which is not among the factors ({', '.join(names)}); use those names", "orderings")
+            raise SpecProblem(f"orderings[{i}] names {shown_value(entry)}, which is not among the factors ({', '.join(names)}); use those names", "orderings")
         if alias[entry] in out:
             raise SpecProblem(f"orderings[{i}] lists {alias[entry]} twice; list each factor once", "orderings")
         out.append(alias[entry])

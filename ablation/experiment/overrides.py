@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dapo_ablate.ablation.experiment.spec import SpecError, load_spec_file, validate_spec
-from dapo_ablate.core.config import ConfigError, read_yaml, resolve_relative_paths
+from dapo_ablate.core.config import ConfigError, read_yaml, resolve_relative_paths, shown_value
 from dapo_ablate.core.yamlio import YAMLFileError, YAMLSyntaxError, load_yaml_text
 
 YAML11_MISSED_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
@@ -35,7 +35,7 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
     for item in items or []:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise OverrideError(f"override {item!r} is not key=value; write e.g. schedule.total_steps=5")
+            raise OverrideError(f"override {shown_value(item)} is not key=value; write e.g. schedule.total_steps=5")
         try:  # under the YAML file limits: an alias bomb or a 100 MB value is one sentence, not a hang
             value = load_yaml_text(raw, f"override {key.strip()!r}") if raw.strip() else ""
         except YAMLSyntaxError:
