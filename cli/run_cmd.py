@@ -97,7 +97,7 @@ def status(spec_path: Path = SPEC_ARG, overrides: Optional[list[str]] = OVERRIDE
     spec, found = experiment.spec, app.status(experiment)
     table = Table(title=f"{spec.name} ({experiment.plan.design}, {len(found.rows)} runs)")
     jobs = found.has_jobs
-    header, shown = app.metric_column(spec.metric)
+    header, shown = app.status_metric_column(spec.metric)
     for column in ("cell", "seed", "status", "attempts", header, "wall", *(("job",) if jobs else ()), "error"):
         table.add_column(column, overflow="fold")
     for row in found.rows:

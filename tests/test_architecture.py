@@ -131,3 +131,28 @@ def test_every_package_folder_is_listed_for_installation():
         for init in (ROOT / package).rglob("__init__.py")
     }
     assert found <= listed, f"packages missing from pyproject's [tool.setuptools] packages: {sorted(found - listed)}"
+
+
+def _shadowed(tree: ast.Module) -> list[str]:
+    """Names a module imports and then defines again at its top level (a def, a class or an
+    assignment): the later one silently replaces the import for every use in the module."""
+    imported = {alias.asname or alias.name.split(".")[0] for node in tree.body
+                if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}  # fmt: skip
+    defined = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    defined += [target.id for node in tree.body if isinstance(node, ast.Assign) for target in node.targets
+                if isinstance(target, ast.Name)]  # fmt: skip
+    return sorted(imported & set(defined))
+
+
+def test_no_module_redefines_a_name_it_imports():
+    found = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
+        for name in _shadowed(ast.parse(path.read_text(), str(path)))
+    ]  # fmt: skip
+    assert not found, f"an import replaced by a definition of the same name: {found}"
+
+
+def test_the_shadowing_check_sees_a_def_over_an_import():
+    tree = ast.parse("from x import metric_column, y as z\n\ndef metric_column(): pass\nz = 1\nw = 2\n")
+    assert _shadowed(tree) == ["metric_column", "z"]

@@ -141,7 +141,7 @@ class Status:
         return any(row["job_id"] for row in self.rows)
 
 
-def metric_column(metric: str) -> tuple[str, Any]:
+def status_metric_column(metric: str) -> tuple[str, Any]:
     """The status table's metric column: its header ("avg@32 (pp)" for an accuracy) and how a
     stored value reads in it (54.3; "" when missing)."""
     percent = bool(ACCURACY_METRIC.fullmatch(metric))
