@@ -25,6 +25,9 @@ from .contracts import TECHNIQUES  # noqa: F401  (re-exported: the five techniqu
 from .yamlio import YAMLFileError, read_yaml_mapping
 
 BUILTIN = "builtin"
+MAX_COUNT = 2**31 - 1
+"""Largest count any integer field takes (steps, lengths, batch sizes): past it a value is a typo, and
+beyond 64 bits it would crash the time estimate's float arithmetic instead of reading as a mistake."""
 MAX_SEED = 2**32 - 1
 """Largest seed: every random generator a run seeds accepts 0..2^32-1 (numpy's, which vLLM and
 verl seed from schedule.seed, is the narrowest; torch takes 64 bits)."""
@@ -82,9 +85,9 @@ class ModelConfig(_Frozen):
     """Size of the built-in policy (a model axis for transfer studies): `small`, 0.3M parameters
     (hidden 96, 3 layers; the quickstart's); `large`, 1.3M (hidden 160, 4 layers), each step about
     3x slower on CPU. Each size is warm-started and cached separately. Only with model.path builtin."""
-    builtin_warmup_steps: int = Field(600, ge=0)
+    builtin_warmup_steps: int = Field(600, ge=0, le=MAX_COUNT)
     """Supervised warm-start steps of the built-in model (its recipe; cached on disk by hash)."""
-    threads: int = Field(1, ge=0)
+    threads: int = Field(1, ge=0, le=MAX_COUNT)
     """torch intra-op threads for this run (0: leave torch's default). Tiny models are faster on one."""
 
 
@@ -136,24 +139,24 @@ class RolloutConfig(_Frozen):
     """Training sampling temperature (paper: 1.0). Log-probs are computed at this temperature."""
     top_p: float = Field(1.0, gt=0, le=1)
     """Training nucleus sampling (paper: 1.0)."""
-    max_response_len: int = Field(20480, ge=2)
+    max_response_len: int = Field(20480, ge=2, le=MAX_COUNT)
     """Generation ceiling in tokens, EOS included (paper: 20480 = 16384 + 4096 cache)."""
     eval_temperature: float = Field(1.0, gt=0)
     """Evaluation temperature (paper: 1.0)."""
     eval_top_p: float = Field(0.7, gt=0, le=1)
     """Evaluation nucleus sampling (paper: 0.7)."""
-    eval_k: int = Field(32, ge=1)
+    eval_k: int = Field(32, ge=1, le=MAX_COUNT)
     """Samples per evaluation problem: avg@k, pass@k and maj@k (paper: avg@32)."""
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
     """vLLM only: share of GPU memory for weights and KV cache."""
-    tensor_parallel_size: int = Field(1, ge=1)
+    tensor_parallel_size: int = Field(1, ge=1, le=MAX_COUNT)
     """vLLM only: tensor-parallel degree of the rollout engine (only 1 is supported for now)."""
 
 
 class AlgorithmConfig(_Frozen):
     """The knobs behind the techniques, and the points the paper leaves open."""
 
-    group_size: int = Field(16, ge=2)
+    group_size: int = Field(16, ge=2, le=MAX_COUNT)
     """Responses per prompt, G (paper: 16)."""
     eps_low: float = Field(0.2, gt=0, lt=1)
     """Lower clip bound: ratio >= 1 - eps_low (paper: 0.2)."""
@@ -162,7 +165,7 @@ class AlgorithmConfig(_Frozen):
     clip_ratio_c: float | None = Field(None, gt=1)
     """Dual-clip bound for negative advantages (Ye et al. 2020); None disables it (the paper does not
     mention it; verl's DAPO script sets 10.0)."""
-    overlong_cache: int = Field(4096, ge=1)
+    overlong_cache: int = Field(4096, ge=1, le=MAX_COUNT)
     """Soft overlong cache length L_cache: the penalty ramps over the last L_cache tokens (paper: 4096)."""
     overlong_penalty_factor: float = Field(1.0, ge=0)
     """Penalty at the ceiling, in reward units (paper: 1.0)."""
@@ -181,7 +184,7 @@ class AlgorithmConfig(_Frozen):
     """Partial credit (a reward environment for transfer studies): a wrong but finished response whose
     final answer line is well formed (`Answer: <something>`) gets reward_wrong + this; truncated
     ones get none. Below reward_correct - reward_wrong. 0: binary reward (paper)."""
-    gen_prompts_per_round: int | None = Field(None, ge=1)
+    gen_prompts_per_round: int | None = Field(None, ge=1, le=MAX_COUNT)
     """Dynamic sampling: prompts generated per round (None: 3 x prompts_per_step, verl recipe's 1536)."""
     max_gen_rounds: int = Field(10, ge=1, le=1000)
     """Dynamic sampling: stop after this many rounds and train on what was kept (logged, never a crash)."""
@@ -201,7 +204,7 @@ class OptimConfig(_Frozen):
 
     lr: float = Field(1e-6, gt=0)
     """Learning rate after warm-up (paper: 1e-6)."""
-    warmup_steps: int = Field(20, ge=0)
+    warmup_steps: int = Field(20, ge=0, le=MAX_COUNT)
     """Linear warm-up length in rollout steps (paper: 20)."""
     weight_decay: float = Field(0.1, ge=0)
     """AdamW weight decay (verl's DAPO recipe: 0.1)."""
@@ -214,15 +217,15 @@ class OptimConfig(_Frozen):
 class BatchConfig(_Frozen):
     """How much is generated and how it is cut into optimizer updates."""
 
-    prompts_per_step: int = Field(512, ge=1)
+    prompts_per_step: int = Field(512, ge=1, le=MAX_COUNT)
     """Prompts per rollout step whose groups are trained on (paper: 512)."""
-    mini_batch_size: int = Field(512, ge=1)
+    mini_batch_size: int = Field(512, ge=1, le=MAX_COUNT)
     """Responses per optimizer update (paper: 512, so 16 updates per step of 512 x 16 responses)."""
-    micro_batch_size: int | None = Field(None, ge=1)
+    micro_batch_size: int | None = Field(None, ge=1, le=MAX_COUNT)
     """Responses per forward/backward (gradient accumulation); None: the whole mini-batch at once."""
-    epochs: int = Field(1, ge=1)
+    epochs: int = Field(1, ge=1, le=MAX_COUNT)
     """Passes over each rollout step's batch (paper: 1)."""
-    logprob_chunk: int | None = Field(None, ge=1)
+    logprob_chunk: int | None = Field(None, ge=1, le=MAX_COUNT)
     """Response positions per lm-head chunk when computing log-probs and entropies: one chunk's
     [chunk, vocab] fp32 blocks are alive at a time (1024 x 151,936 x 4 B = 0.6 GB each). None: as
     many as keep one block at 128 MB (220 at vocab 151,936; everything at the built-in 20)."""
@@ -231,11 +234,11 @@ class BatchConfig(_Frozen):
 class ScheduleConfig(_Frozen):
     """Run length, evaluation, checkpoints and the seed."""
 
-    total_steps: int = Field(100, ge=1)
+    total_steps: int = Field(100, ge=1, le=MAX_COUNT)
     """Rollout steps to train."""
-    eval_every: int = Field(20, ge=0)
+    eval_every: int = Field(20, ge=0, le=MAX_COUNT)
     """Evaluate every N rollout steps (0: only at the start and the end)."""
-    checkpoint_every: int = Field(0, ge=0)
+    checkpoint_every: int = Field(0, ge=0, le=MAX_COUNT)
     """Save a resumable checkpoint every N rollout steps (0: never; needs an output folder)."""
     seed: int = Field(0, ge=0, le=MAX_SEED)
     """Seed of prompt order, sampling and initialisation noise; same config, same result (0..2^32-1)."""
@@ -261,24 +264,24 @@ class VerlConfig(_Frozen):
     that the built-in trainer has no use for. Defaults are verl 0.9.1's own; the paper-scale example
     sets the recipe's values. Ignored by the built-in trainer."""
 
-    max_prompt_length: int = Field(2048, ge=1)
+    max_prompt_length: int = Field(2048, ge=1, le=MAX_COUNT)
     """data.max_prompt_length: longest prompt in tokens (recipe: 2048)."""
     truncation: Literal["error", "left", "right", "middle"] = "error"
     """data.truncation: what verl does with a longer prompt (verl: error; recipe: left)."""
-    sequence_parallel_size: int = Field(1, ge=1)
+    sequence_parallel_size: int = Field(1, ge=1, le=MAX_COUNT)
     """actor/ref ulysses_sequence_parallel_size (recipe, 32B on 8-GPU nodes: 8)."""
     param_offload: bool = False
     """actor/ref fsdp_config.param_offload: keep parameters on the CPU between uses (recipe: true)."""
     optimizer_offload: bool = False
     """actor fsdp_config.optimizer_offload: keep AdamW state on the CPU (recipe: true)."""
-    max_token_len_per_gpu: int | None = Field(None, ge=1)
+    max_token_len_per_gpu: int | None = Field(None, ge=1, le=MAX_COUNT)
     """Dynamic batch size's token budget per GPU for the update and the log-prob passes (actor
     ppo_max_token_len_per_gpu, ref/rollout log_prob_max_token_len_per_gpu); None: one longest
     sequence, max_prompt_length + rollout.max_response_len (the recipe's)."""
-    max_num_batched_tokens: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1, le=MAX_COUNT)
     """vLLM's max_num_batched_tokens; None: max_prompt_length + rollout.max_response_len (the
     recipe's; verl's own 8192 is below one 20k-token response), at least verl's 8192."""
-    max_checkpoints: int | None = Field(None, ge=1)
+    max_checkpoints: int | None = Field(None, ge=1, le=MAX_COUNT)
     """trainer.max_actor_ckpt_to_keep: the newest N checkpoints of a run are kept (None: all, verl's
     and the recipe's default). Checkpoints go to the run's folder (schedule.checkpoint_every)."""
     overrides: tuple[str, ...] = ()

@@ -146,3 +146,13 @@ def test_nan_and_inf_are_refused_in_every_float_field(bad):
             build_trainer_config({section: {leaf: value}}, source="x.yaml")
         message = str(err.value)
         assert dotted in message and "finite" in message and len(message.splitlines()) == 1, message
+
+
+def test_counts_stop_at_two_to_the_31():
+    """A count past 2^31 - 1 is a typo (and past 64 bits it would crash validate's float
+    arithmetic): refused by its field, also when the config is built from a dict."""
+    from dapo_ablate.core.config import MAX_COUNT
+
+    with pytest.raises(ConfigError, match="schedule.total_steps"):
+        build_trainer_config({"schedule": {"total_steps": 10**400}})
+    assert build_trainer_config({"schedule": {"total_steps": MAX_COUNT}}).schedule.total_steps == MAX_COUNT

