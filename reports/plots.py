@@ -428,6 +428,48 @@ def curves_plot(curves: pd.DataFrame, factors: list[str], metric: str, percent: 
     return figure_png(figure)
 
 
+def cell_line_style(i: int, mask: int, k: int, cells: int) -> dict:
+    """How the i-th of ``cells`` cells is drawn when all share one axis: the baseline black dashed,
+    the full cell thick, the others by colour (and line style once the colours run out)."""
+    if mask == 0:
+        return {"color": "black", "linestyle": "--", "linewidth": 1.4}
+    colours = plt.get_cmap("tab20" if cells > 10 else "tab10")
+    return {"color": colours(i % colours.N), "linestyle": ("-", "--", ":", "-.")[(i // colours.N) % 4],
+            "linewidth": 2.2 if mask == 2**k - 1 else 1.1}  # fmt: skip
+
+
+@literal_text
+def signals_by_cell_plot(signals: pd.DataFrame, factors: list[str]) -> bytes | None:
+    """Per-cell signal curves: one panel per training signal that varies (at most 4 per row), each
+    cell's per-step mean over its seeds as one line (styled as in the learning-curves overlay), one
+    legend of the cells for all panels."""
+    names = signal_columns(signals)
+    if not names:
+        return None
+    table = signals.assign(_mask=cell_masks(signals, factors))
+    masks = sorted(table["_mask"].unique(), key=lambda m: (bin(int(m)).count("1"), int(m)))
+    columns = min(len(names), CURVES_PER_ROW)
+    rows_n = -(-len(names) // columns)
+    figure, axes = plt.subplots(rows_n, columns, figsize=(3.3 * columns + 2.6, 2.5 * rows_n + 0.8), squeeze=False)
+    for axis in axes.ravel()[len(names):]:
+        axis.set_visible(False)
+    means = {name: table.groupby(["_mask", "step"])[name].mean() for name in names}
+    for axis, name in zip(axes.ravel(), names):
+        for i, mask in enumerate(masks):
+            cell = means[name].loc[mask]
+            axis.plot(cell.index, cell.to_numpy(), label=cell_label(int(mask), factors),
+                      **cell_line_style(i, int(mask), len(factors), len(masks)))  # fmt: skip
+        axis.set_title(SIGNAL_LABELS[name], fontsize=8)
+        axis.set_xlabel("training step", fontsize=7)
+        axis.tick_params(labelsize=7)
+        axis.grid(linewidth=0.4, alpha=0.5)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    figure.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.0 - 2.4 / figure.get_figwidth(), 0.95),
+                  ncol=1 if len(masks) <= 16 else 2, title="cell", title_fontsize=7, frameon=False)  # fmt: skip
+    figure.suptitle("Training signals per cell (mean over its seeds)", fontsize=10)
+    return figure_png(figure, rect=(0, 0, 1 - 2.5 / figure.get_figwidth(), 0.96))
+
+
 @literal_text
 def curves_overlay_plot(curves: pd.DataFrame, factors: list[str], metric: str, percent: bool) -> bytes | None:
     """Every cell's mean learning curve on one axis (colour and line style by cell, the baseline
@@ -437,16 +479,11 @@ def curves_overlay_plot(curves: pd.DataFrame, factors: list[str], metric: str, p
     table = curves.assign(_mask=cell_masks(curves, factors))
     mean = table.groupby(["_mask", "step"])[metric].mean().mul(scale)
     finals = mean.groupby(level=0).last().sort_values(ascending=False)
-    full = 2 ** len(factors) - 1
     figure, axis = plt.subplots(figsize=(8.5, 4.8))
-    colours = plt.get_cmap("tab20" if len(finals) > 10 else "tab10")
     for i, (mask, final) in enumerate(finals.items()):
         cell = mean.loc[mask]
-        style = {"color": "black", "linestyle": "--", "linewidth": 1.4} if mask == 0 else {
-            "color": colours(i % colours.N), "linestyle": ("-", "--", ":", "-.")[(i // colours.N) % 4],
-            "linewidth": 2.2 if mask == full else 1.1}  # fmt: skip
         label = f"{cell_label(int(mask), factors)}: {final:.1f}" if percent else f"{cell_label(int(mask), factors)}: {final:.3g}"
-        axis.plot(cell.index, cell.to_numpy(), label=label, **style)
+        axis.plot(cell.index, cell.to_numpy(), label=label, **cell_line_style(i, int(mask), len(factors), len(finals)))
     axis.set_xlabel("step")
     axis.set_ylabel(f"{metric}{unit}")
     axis.grid(linewidth=0.4, alpha=0.5)

@@ -66,6 +66,8 @@ def _figure_captions(analysis: Analysis) -> dict[str, str]:
         "compute_curves.png": f"Compute curves: each cell's {metric} against cumulative generated tokens (log axis; points: "
         "its runs' evaluations), with the saturating curve fitted to them (legend: the cell and its asymptote A); dotted "
         "lines mark the lowest and highest asymptotes.",
+        "signals_by_cell.png": "Training signals per cell: one panel per signal (verl's names), each cell's per-step "
+        "mean over its seeds as one line (the baseline black dashed, the full cell thick).",
         "signals.png": "Training signals by technique: for each signal (rows, verl's metric names) and technique "
         "(columns), the per-step mean over all runs with the technique off (blue) and on (orange); the band is the "
         "95% t interval of that mean over the runs. Runs at one level differ in the other techniques, so the band "
@@ -137,6 +139,7 @@ def _figures(
             curves, analysis.factors, metric, percent
         ),  # fmt: skip
         "signals.png": None if signals is None else plots.signals_plot(signals, analysis.factors),
+        "signals_by_cell.png": None if signals is None else plots.signals_by_cell_plot(signals, analysis.factors),
         "compute_curves.png": None if fitted is None else curve_png(fitted, curves, analysis.factors, metric, percent),
     }
     return {name: png for name, png in made.items() if png is not None}
@@ -201,7 +204,7 @@ FIGURE_AFTER = {
     "orderings": ["gain_by_position.png"],
     "effects": ["effects.png", "interactions.png"],
     "compute_curves": ["compute_curves.png"],
-    "cells": ["learning_curves.png", "learning_curves_overlay.png", "signals.png"],
+    "cells": ["learning_curves.png", "learning_curves_overlay.png", "signals.png", "signals_by_cell.png"],
 }
 
 

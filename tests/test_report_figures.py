@@ -103,7 +103,7 @@ def _signals(results: pd.DataFrame) -> pd.DataFrame:
 
 FIGURES = [
     "cumulative.png", "shapley.png", "gain_by_position.png", "effects.png", "interactions.png",
-    "learning_curves.png", "learning_curves_overlay.png", "signals.png", "compute_curves.png",
+    "learning_curves.png", "learning_curves_overlay.png", "signals.png", "signals_by_cell.png", "compute_curves.png",
 ]  # fmt: skip
 
 
@@ -217,6 +217,23 @@ def test_signals_by_technique_one_panel_per_signal_and_factor(monkeypatch, resul
     assert len(titles) == 5 and titles == ["OF", "CH", "SP", "TL", "DS"]  # the titled top row
     figure = _figure(monkeypatch, lambda: plots.signals_plot(signals, FACTORS))
     assert len(figure.axes) == 2 * 5
+
+
+def test_signals_per_cell_one_panel_per_signal_one_line_per_cell(monkeypatch, results):
+    from dapo_ablate.reports import plots
+    from dapo_ablate.reports.report import signals_table
+
+    signals = signals_table(_signals(results), FACTORS)  # entropy and pg_clipfrac vary
+    figure = _figure(monkeypatch, lambda: plots.signals_by_cell_plot(signals, FACTORS))
+    shown = [axis for axis in figure.axes if axis.get_visible()]
+    assert [axis.get_title() for axis in shown] == ["actor/entropy", "actor/pg_clipfrac"]
+    assert all(len(axis.get_lines()) == 32 for axis in shown)
+    (legend,) = figure.legends
+    assert len(legend.get_texts()) == 32 and legend.get_texts()[0].get_text() == "GRPO"
+    baseline = shown[0].get_lines()[0]
+    assert baseline.get_linestyle() == "--" and baseline.get_color() == "black"
+    entropy = {line.get_label(): line.get_ydata() for line in shown[0].get_lines()}
+    assert entropy["CH"][-1] > entropy["GRPO"][-1]  # clip-higher keeps entropy up in _signals
 
 
 def test_a_signal_only_one_technique_moves_is_compared_over_its_runs(monkeypatch, results):
