@@ -20,9 +20,9 @@ from .claims import CLAIM_COLUMNS
 from .compute_curves import COMPUTE_COLUMNS_CURVES, CURVE_EFFECT_COLUMNS, CurveAnalysis, analyze_curves
 from .curve_plots import curve_png
 from .export import TableFiles, display_frame, to_html, to_markdown, units_table, write_csv, write_table
-from .looks import look_sentences, looks_table, write_looks
 from .headline import cell_values
 from .inference import estimate
+from .looks import look_sentences, looks_table, write_looks
 from .options import ReportOptions, report_options
 from .orderings import comparisons_at
 from .pages import TABLES, FigureView, cumulative_display, render_page, table_captions
@@ -284,14 +284,16 @@ def write_report(
 ) -> dict[str, Path]:
     """Analyse ``results`` and write the report files into ``out_dir``; returns {file name: path}.
 
-    Always claims.csv (the summary's "supported by the data" list, one row per sentence).
-    Tables: cells, cumulative, orderings, shapley, effects, leave_one_out, compute and
-    compute_matched, each as .csv / .md / .tex per ``options.formats``, and intervals.csv (every
-    interval, its SE, df and method) with csv; figures (png, each also in report.html with its
-    caption): cumulative.png, shapley.png, gain_by_position.png, effects.png, interactions.png,
-    and learning_curves.png with ``curves``, signals.png with ``signals`` (one row per run and
-    training step: the factor columns, ``step`` and the trainer's signals), where the data support
-    them; report.md; report.html. ``options``: see ``ReportOptions`` (metric, orderings, formats,
+    Always claims.csv (the summary's "supported by the data" list, one row per sentence) and
+    units.csv (each CSV column's unit). Tables: cells (ranked), cumulative, orderings, shapley,
+    effects, leave_one_out, compute, compute_matched and compute_curves, each as .csv / .md / .tex
+    per ``options.formats``, and intervals.csv (every interval, its SE, df and method) with csv;
+    looks.csv / looks.md with ``options.looks`` (an adaptive design); figures (png, each also in
+    report.html with its caption): cumulative.png, shapley.png, gain_by_position.png, effects.png,
+    interactions.png; with ``curves``: learning_curves.png, learning_curves_overlay.png and
+    compute_curves.png; with ``signals`` (one row per run and training step: the factor columns,
+    ``step`` and the trainer's signals): signals.png and signals_by_cell.png; where the data
+    support them; report.md; report.html. ``options``: see ``ReportOptions`` (metric, orderings, formats,
     confidence, design, adjust, per_effect_tests, equivalence_margin, echo); ``changes``: any of
     its fields by keyword (``write_report(results, factors, out, formats=["csv"])``). A
     ``setting`` column naming two or more settings makes it a transfer study
