@@ -72,7 +72,9 @@ def curve_axes(analysis: CurveAnalysis, curves: pd.DataFrame, factors: list[str]
     axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     axis.set_xlabel(AXIS_LABELS.get(compute, compute))
     axis.set_ylabel(f"{metric}{unit}")
-    axis.set_title(f"Fitted compute curves per cell (shared steepness B = {analysis.steepness:.3g})", fontsize=10)
+    axis.set_title(f"Fitted compute curves per cell (shared steepness B = {analysis.steepness:.3g})"
+                   if np.isfinite(analysis.steepness) else
+                   "Compute per cell: evaluations only (no run has the 4 evaluations a fit needs)", fontsize=10)  # fmt: skip
     axis.legend(fontsize=7, ncol=2 if len(analysis.cells) > 16 else 1, loc="upper left", bbox_to_anchor=(1.01, 1.0),
                 title="cell (asymptote A)", title_fontsize=7, frameon=False)  # fmt: skip
     figure.tight_layout()

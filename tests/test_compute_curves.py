@@ -112,3 +112,22 @@ def test_the_figure_is_written(tmp_path):
     result = analyze_curves(table, FACTORS)
     path = curve_figure(result, table, FACTORS, tmp_path / "compute_curves.png", "avg@32")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def test_the_figure_fits_the_evaluations_and_says_when_nothing_could_be_fitted():
+    import matplotlib.pyplot as plt
+
+    from dapo_ablate.reports.curve_plots import curve_axes
+
+    table = _curves(4)
+    figure = curve_axes(analyze_curves(table, FACTORS), table, FACTORS, "avg@32", True)
+    (axis, *_) = figure.axes
+    low, high = axis.get_ylim()
+    assert 0 <= low <= 100 * table["avg@32"].min() and 100 * table["avg@32"].max() <= high <= 100  # pp, inside 0-100
+    assert axis.get_xscale() == "log" and axis.get_ylabel() == "avg@32 (pp)" and "B = " in axis.get_title()
+    plt.close(figure)
+    three = table[table["step"] < 30]  # 3 evaluations per run: too few for any fit
+    figure = curve_axes(analyze_curves(three, FACTORS), three, FACTORS, "avg@32", True)
+    assert "evaluations only" in figure.axes[0].get_title()
+    assert all("not fitted" in text.get_text() for text in figure.axes[0].get_legend().get_texts())
+    plt.close(figure)
