@@ -44,6 +44,9 @@ from dapo_ablate.cli.main import app
 COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
 TESTS = Path(__file__).resolve().parent
 CHROMIUM = Path("/usr/bin/chromium")
+HANG_GUARD_S = 900
+"""Every wait below is for an event (a line printed, a process's exit, a row on the page); this
+only ends a wait that would otherwise hang the suite, far past what a busy machine takes."""
 CHILDREN = ["baseline s0", "OF s0", "CH s0", "OF+CH s0"]
 SPEC = {
     "name": "ui-exp",  # the stores are the defaults, relative to the folder: sqlite:///dapo-runs/...
@@ -72,7 +75,7 @@ def original(tmp_path_factory) -> Path:
     process = subprocess.Popen([COMMAND, "run", "spec.yaml", "--no-progress"], cwd=folder, env=environment,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        out, err = process.communicate(timeout=300)
+        out, err = process.communicate(timeout=HANG_GUARD_S)
     finally:
         kill_session(process.pid)
     assert process.returncode == 0, err[-3000:]
@@ -123,7 +126,7 @@ def ui_until_it_exits(folder: Path, port: int, **environment: str) -> subprocess
     process = subprocess.Popen([COMMAND, "ui", "spec.yaml", "--port", str(port)], cwd=folder, env={**os.environ, **environment},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        out, err = process.communicate(timeout=300)  # bounds only a server that would not stop
+        out, err = process.communicate(timeout=HANG_GUARD_S)  # its exit is the event
     finally:
         kill_session(process.pid)
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
@@ -165,7 +168,10 @@ def stop(server: subprocess.Popen) -> None:
     started = descendants([server.pid])
     server.send_signal(signal.SIGTERM)
     try:
-        server.wait(timeout=60)
+        server.wait(timeout=HANG_GUARD_S)
+    except subprocess.TimeoutExpired:  # cleanup, not a check: the test has what it needs
+        server.kill()
+        server.wait()
     finally:
         for pid in started:
             try:
@@ -262,7 +268,7 @@ class Output:
             keep(line.rstrip("\n"))
         keep(None)
 
-    def until(self, test: Any, limit_s: float = 300) -> list[str]:
+    def until(self, test: Any, limit_s: float = HANG_GUARD_S) -> list[str]:
         """stdout's lines up to the first that passes `test`; fails if stdout ends first (the
         process exited). `limit_s` only bounds a server that hangs."""
         while True:
@@ -278,13 +284,13 @@ class Output:
 
     def rest(self) -> list[str]:
         """All of stdout, once the process has ended."""
-        while (line := self.lines.get(timeout=60)) is not None:
+        while (line := self.lines.get(timeout=HANG_GUARD_S)) is not None:  # the pipe's end is the event
             self.printed.append(line)
         return self.printed
 
 
 # Waits until the runs table shows every run's row and the view's columns (the waits poll the page;
-# the 60 s limit only bounds a broken page) and returns the page's address, text, column ids, and
+# the 300 s limit only bounds a broken page) and returns the page's address, text, column ids, and
 # each row's cells by column id and its place among the rows (the columns in the order shown).
 READ_RUNS_TABLE = """(async () => {
   const until = async (test, ms) => {
@@ -296,8 +302,8 @@ READ_RUNS_TABLE = """(async () => {
   const rowIds = () => [...new Set([...document.querySelectorAll('.ag-row[row-id]')].map(row => row.getAttribute('row-id')))];
   const columnIds = () => [...new Set([...document.querySelectorAll('.ag-header-cell[col-id]')]  // left to right as shown
     .sort((a, b) => a.getBoundingClientRect().left - b.getBoundingClientRect().left).map(cell => cell.getAttribute('col-id')))];
-  await until(() => %(runs)s.every(id => rowIds().includes(id)) && %(columns)s.every(id => columnIds().includes(id)), 60000);
-  await until(() => !document.querySelector('.ag-overlay-loading-wrapper'), 10000);
+  await until(() => %(runs)s.every(id => rowIds().includes(id)) && %(columns)s.every(id => columnIds().includes(id)), 300000);
+  await until(() => !document.querySelector('.ag-overlay-loading-wrapper'), 60000);
   const rows = {};
   for (const cell of document.querySelectorAll('.ag-row[row-id] .ag-cell[col-id]')) {
     const row = cell.closest('.ag-row');
@@ -335,7 +341,7 @@ def test_ui_prints_one_link_that_opens_the_training_runs_table_of_the_copy(origi
 
         # it answers once the link is printed; the served artifacts are the copy's (the original's are gone)
         query = f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/artifacts/list?run_id={runs['CH s0'].info.run_id}"
-        listing = json.loads(urllib.request.urlopen(query, timeout=60).read())
+        listing = json.loads(urllib.request.urlopen(query, timeout=HANG_GUARD_S).read())
         assert listing["root_uri"].startswith((copy / "dapo-runs").as_uri())
         assert [entry["path"] for entry in listing["files"]] == ["config.json"]
 
