@@ -1,4 +1,4 @@
-"""reports/sequential.py: alpha spending, group-sequential boundaries against published tables,
+"""reports/spending.py and reports/sequential.py: alpha spending, group-sequential boundaries against published tables,
 looks (decisions and repeated intervals), the next-stage policy and runs saved."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dapo_ablate.reports.multiplicity import holm
 from dapo_ablate.reports.power import half_fraction
 from dapo_ablate.reports.sequential import (
     FOLD_OVER, NOISY_CELLS, NOT_SUPPORTED, SEEDS, STOP, SUPPORTED, UNDECIDED, AdaptivePolicy, SequentialHistory,
-    SequentialSettings, boundaries, exit_probabilities, full_information_runs, look, next_stage, obrien_fleming,
-    pocock, runs_saved,
+    SequentialSettings, full_information_runs, look, next_stage, runs_saved,
 )  # fmt: skip
+from dapo_ablate.reports.spending import boundaries, exit_probabilities, obrien_fleming, pocock
 from dapo_ablate.reports.table import ReportInputError
 
 FACTORS = ["a", "b", "c", "d", "e"]
