@@ -8,25 +8,27 @@ from pathlib import Path
 import pytest
 
 from dapo_ablate.ablation.store.metric_names import eval_name, eval_source, step_name
+from dapo_ablate.ablation.store.runs_view import (
+    RUNS_VIEW_KEY,
+    SHARED_VIEW_PREFIX,
+    RunsView,
+    metric_column,
+    param_column,
+    runs_page_link,
+    save_runs_view,
+)
 from dapo_ablate.ablation.store.tracking import (
     EXPERIMENT_KIND_TAG,
     GIT_COMMIT_TAG,
     PARENT_TAG,
     RUN_ID_TAG,
-    RUNS_VIEW_KEY,
-    SHARED_VIEW_PREFIX,
     TRAINING_KIND,
     VERSION_TAG,
     ChildRun,
-    RunsView,
     Tracker,
     default_artifact_location,
     flatten,
-    metric_column,
     metric_name,
-    param_column,
-    runs_page_link,
-    save_runs_view,
 )
 
 RESULT = {

@@ -25,16 +25,15 @@ from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.store.results import NEW, ResultsError, run_time_calibration, status_rows
 from dapo_ablate.ablation.store.metric_names import eval_source, headline_name
-from dapo_ablate.ablation.store.tracking import (
+from dapo_ablate.ablation.store.runs_view import (
     RunsView,
     metric_column,
     mlflow_ui_command,
     param_column,
-    rebase_artifacts,
     runs_page_link,
     save_runs_view,
-    sqlite_path,
 )
+from dapo_ablate.ablation.store.tracking import rebase_artifacts, sqlite_path
 from dapo_ablate.core.config import ConfigError
 from dapo_ablate.core.contracts import ACCURACY_METRIC
 
@@ -180,7 +179,7 @@ class UiServer:
     command: list[str]
     port: int
     link: str
-    """The runs table of the experiment (training workflow, view `store.tracking.RUNS_VIEW_KEY`),
+    """The runs table of the experiment (training workflow, view `store.runs_view.RUNS_VIEW_KEY`),
     or the experiments list when the store holds no experiment of this name yet."""
     opens: str
     """What the link opens, in words."""

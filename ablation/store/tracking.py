@@ -17,15 +17,8 @@ Idempotence, so that a rerun never duplicates anything:
 
 The experiment carries ``mlflow.experimentKind = custom_model_development`` (the UI's "Model
 training" kind, not GenAI), set when it is created or first opened by this version; every run
-carries the package version and source commit. MLflow 3.17's UI takes the kind of the page it
-shows from its ``workflowType`` (URL parameter, else the browser's last choice, else GenAI), so the
-link `dapo-ablate ui` prints carries ``workflowType=machine_learning`` too (`runs_page_link`).
-
-The runs table's view (`RunsView`) is saved as an MLflow shared view: the experiment tag
-``mlflow.sharedViewState.<key>`` holds what the UI's "Share" writes (an envelope with the view's
-name and its state as JSON: search facets and table state), and ``viewStateShareKey=<key>`` in
-the page's URL applies it. The URL itself carries only the search facets; the columns shown
-(``selectedColumns``, ``columnOrder``) are table state, so they travel in the shared view.
+carries the package version and source commit. What `dapo-ablate ui` serves and links to (the
+runs table's saved view) is `store.runs_view`.
 
 Names follow verl's (`dapo_ablate.ablation.store.metric_names`; the README's "Metric names" table).
 
@@ -40,7 +33,6 @@ import json
 import logging
 import math
 import re
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -62,12 +54,6 @@ NOTE_TAG = "mlflow.note.content"  # the run's description in the UI
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 TRAINING_KIND = "custom_model_development"
 """MLflow 3's experiment kind of model training (its UI's ``CUSTOM_MODEL_DEVELOPMENT``)."""
-WORKFLOW_TYPE = "machine_learning"
-"""The UI's ``workflowType`` URL parameter of training experiments (the other one is ``genai``)."""
-SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
-"""MLflow's experiment-tag prefix of a shared runs-table view; the rest is its ``viewStateShareKey``."""
-RUNS_VIEW_KEY = "dapo-ablate"
-"""The share key of the view `dapo-ablate ui` saves (one per experiment, rewritten on each start)."""
 VERSION_TAG = "dapo.version"
 GIT_COMMIT_TAG = "mlflow.source.git.commit"
 ARTIFACTS_DIR = "mlartifacts"
@@ -508,20 +494,14 @@ def _batches(params: list[Any], metrics: list[Any]) -> Iterator[tuple[list[Any],
         yield batch_params, batch_metrics
 
 
-def mlflow_ui_command(uri: str, port: int) -> list[str]:
-    """The command serving the MLflow UI of the store at `uri` on 127.0.0.1:`port`."""
-    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", normalize_tracking_uri(uri),
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-
-
 def open_tracker(uri: str, artifact_location: str | None, name: str) -> Tracker:
     """A `Tracker`, with a store that cannot be opened reported as one sentence."""
-    with _store_errors(uri):
+    with store_errors(uri):
         return Tracker(uri, artifact_location, name)
 
 
 @contextmanager
-def _store_errors(uri: str) -> Iterator[None]:
+def store_errors(uri: str) -> Iterator[None]:
     """A store that cannot be opened or written becomes one sentence (ExecutorError)."""
     from mlflow.exceptions import MlflowException
     from sqlalchemy.exc import SQLAlchemyError
@@ -531,79 +511,3 @@ def _store_errors(uri: str) -> Iterator[None]:
     except (MlflowException, SQLAlchemyError, OSError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ExecutorError(f"could not open the MLflow tracking store at {uri} ({first}); check tracking.uri") from None
-
-
-# -- the runs table in MLflow's UI ------------------------------------------------------------------
-def metric_column(name: str) -> str:
-    """The runs table's column of MLflow metric `name` (the UI's canonical key)."""
-    return f"metrics.`{name}`"
-
-
-def param_column(name: str) -> str:
-    """The runs table's column of MLflow param `name`."""
-    return f"params.`{name}`"
-
-
-@dataclass(frozen=True)
-class RunsView:
-    """A view of an experiment's runs table: which columns, in which order, ranked by what."""
-
-    name: str
-    """Its name in the UI's views menu."""
-    rank_by: str
-    """The MLflow metric the rows are ordered by, highest first. Ordered by anything but start
-    time, MLflow lists child runs as rows of their own instead of nesting them under a collapsed
-    parent, which is what shows them all: a shared view cannot carry expanded rows (the UI drops
-    ``runsExpanded`` from it). Runs without the metric (the parent) come last."""
-    columns: tuple[str, ...]
-    """Column keys (`metric_column`, `param_column`), shown in this order."""
-    widths: dict[str, int] = field(default_factory=dict)
-    """Column key -> width in pixels, where the UI's default would cut its name short."""
-
-    def state(self) -> dict[str, Any]:
-        """The view as the UI's shared state: search facets (those the URL carries) and table state."""
-        columns = list(self.columns)
-        return {"searchFilter": "", "orderByKey": metric_column(self.rank_by), "orderByAsc": False,
-                "selectedColumns": columns, "columnOrder": columns, "columnWidths": dict(self.widths)}
-
-
-def save_runs_view(uri: str, experiment_name: str, view: RunsView) -> str | None:
-    """Save `view` as the shared view `RUNS_VIEW_KEY` of experiment `experiment_name` (its first
-    save time kept) and tag the experiment a training one where it is not. The experiment's id,
-    or None when the store holds no active experiment of that name (then nothing is written)."""
-    quiet_mlflow()
-    from mlflow import MlflowClient
-
-    key = SHARED_VIEW_PREFIX + RUNS_VIEW_KEY
-    with _store_errors(uri):
-        client = MlflowClient(tracking_uri=normalize_tracking_uri(uri))
-        experiment = client.get_experiment_by_name(experiment_name)
-        if experiment is None or experiment.lifecycle_stage != "active":
-            return None
-        now = int(time.time() * 1000)
-        envelope = {"name": view.name, "createdAt": _view_created(experiment.tags.get(key)) or now,
-                    "updatedAt": now, "state": json.dumps(view.state())}
-        client.set_experiment_tag(experiment.experiment_id, key, json.dumps(envelope))
-        if experiment.tags.get(EXPERIMENT_KIND_TAG) != TRAINING_KIND:
-            client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
-    return experiment.experiment_id
-
-
-def _view_created(envelope: str | None) -> int | None:
-    """When a saved view was first saved (its envelope's ``createdAt``), if it is one."""
-    try:
-        created = json.loads(envelope or "null")["createdAt"]
-    except (ValueError, TypeError, KeyError):
-        return None
-    return created if isinstance(created, int) else None
-
-
-def runs_page_link(base_url: str, experiment_id: str | None) -> str:
-    """The UI's page of the experiment's runs table in the "Model training" workflow with the view
-    `RUNS_VIEW_KEY` applied; without an experiment, the experiments list."""
-    from urllib.parse import urlencode
-
-    if experiment_id is None:
-        return f"{base_url}/#/experiments?" + urlencode({"workflowType": WORKFLOW_TYPE})
-    query = urlencode({"workflowType": WORKFLOW_TYPE, "viewStateShareKey": RUNS_VIEW_KEY})
-    return f"{base_url}/#/experiments/{experiment_id}/runs?{query}"
