@@ -1,21 +1,21 @@
 """The compute-curve figure: each cell's fitted saturating curve over its seeds' evaluations.
 
-matplotlib with the Agg backend, imported inside the functions (a report without curves, and
-``--help``, never pay for it). One line per cell (``CurveAnalysis.cells``), the points of its runs
-behind it in the same colour, compute on a log axis (the points at zero compute sit at the left
+matplotlib through ``reports.plots`` (Agg backend; names drawn literally, never as TeX math).
+One line per cell (``CurveAnalysis.cells``), the points of its runs behind it in the same colour, compute on a log axis (the points at zero compute sit at the left
 edge), the asymptote of the highest and lowest cells as dotted lines. Values in percentage points
 when the metric is a fraction, like every other figure of the report.
 """
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
+import matplotlib.ticker
 import numpy as np
 import pandas as pd
 
 from .compute_curves import CurveAnalysis, saturating_curve
+from .plots import figure_png, literal_text, metric_scale, plt  # plt: pyplot once plots chose Agg
 from .table import cell_masks
 
 AXIS_LABELS = {"tokens_generated": "generated tokens (cumulative)", "gpu_hours": "GPU-hours (cumulative)"}
@@ -29,13 +29,7 @@ def _points(curves: pd.DataFrame, factors: list[str], metric: str, compute: str)
 def curve_axes(analysis: CurveAnalysis, curves: pd.DataFrame, factors: list[str], metric: str, percent: bool):
     """The figure (matplotlib Figure, one axis): points and fitted curves per cell. Cells without
     a fitted curve show their points only. The caller saves and closes it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
-    scale, unit = (100.0, " (pp)") if percent else (1.0, "")
+    scale, unit = metric_scale(percent)
     compute = analysis.compute
     points = _points(curves, list(factors), metric, compute)
     positive = points.loc[points[compute] > 0, compute]
@@ -90,24 +84,18 @@ def _asymptote_text(asymptote: float, scale: float, percent: bool) -> str:
     return f"A {asymptote * scale:.3g}"
 
 
+@literal_text
 def curve_png(analysis: CurveAnalysis, curves: pd.DataFrame, factors: list[str], metric: str, percent: bool) -> bytes:
-    """``curve_axes`` as PNG bytes (the report's compute_curves.png)."""
-    import matplotlib.pyplot as plt
-
-    figure = curve_axes(analysis, curves, factors, metric, percent)
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)
-    plt.close(figure)
-    return buffer.getvalue()
+    """``curve_axes`` as PNG bytes (the report's compute_curves.png), rendered as every report figure is."""
+    return figure_png(curve_axes(analysis, curves, factors, metric, percent))
 
 
+@literal_text
 def curve_figure(
     analysis: CurveAnalysis, curves: pd.DataFrame, factors: list[str], path: str | Path, metric: str,
     percent: bool = True,
 ) -> Path:
     """Write the figure (PNG or any format matplotlib infers from ``path``'s suffix); returns the path."""
-    import matplotlib.pyplot as plt
-
     figure = curve_axes(analysis, curves, factors, metric, percent)
     path = Path(path)
     figure.savefig(path, dpi=120)

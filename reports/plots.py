@@ -42,7 +42,7 @@ def figure_png(figure, rect: tuple[float, float, float, float] = (0, 0, 1, 1)) -
     return buffer.getvalue()
 
 
-def _scale(percent: bool) -> tuple[float, str]:
+def metric_scale(percent: bool) -> tuple[float, str]:
     return (100.0, " (pp)") if percent else (1.0, "")
 
 
@@ -57,7 +57,7 @@ def shapley_plot(shapley: pd.DataFrame, metric: str, percent: bool, confidence: 
     """Bars of Shapley and Banzhaf values per factor, with their confidence intervals."""
     if shapley["shapley"].isna().all():
         return None
-    scale, unit = _scale(percent)
+    scale, unit = metric_scale(percent)
     x = np.arange(len(shapley))
     figure, axis = plt.subplots(figsize=(1.4 * len(x) + 2.5, 3.6))
     for offset, column, low, high, label in (
@@ -81,7 +81,7 @@ def position_plot(orderings: pd.DataFrame, metric: str, percent: bool) -> bytes 
     by_position = orderings[orderings["position"] != "all"]
     if by_position.empty:
         return None
-    scale, unit = _scale(percent)
+    scale, unit = metric_scale(percent)
     figure, axis = plt.subplots(figsize=(6.4, 3.8))
     factors = list(dict.fromkeys(by_position["factor"]))
     for j, factor in enumerate(factors):
@@ -163,7 +163,7 @@ def cumulative_plot(
     """
     if cumulative.empty or cumulative["mean"].isna().all():
         return None
-    scale, unit = _scale(percent)
+    scale, unit = metric_scale(percent)
     orderings = list(dict.fromkeys(cumulative["ordering"]))
     steps = cumulative.groupby("ordering", sort=False).size().max()
     figure, axes = plt.subplots(
@@ -210,7 +210,7 @@ def effects_forest_plot(
     """Forest plot: Shapley values (top) and factorial effects, main and two-factor (bottom),
     each with its CI; ``tests`` (the analysis's tested statistics, ``claimed`` marking the
     claims of claims.csv) says how each point is drawn (see ``_forest_rows``)."""
-    scale, unit = _scale(percent)
+    scale, unit = metric_scale(percent)
     panels = []
     if not shapley["shapley"].isna().all():
         rows = shapley.rename(columns={"shapley": "estimate"}).assign(term=shapley["factor"])
@@ -261,7 +261,7 @@ def interaction_plots(means: pd.DataFrame, metric: str, percent: bool, confidenc
     """
     if means.empty:
         return None
-    scale, unit = _scale(percent)
+    scale, unit = metric_scale(percent)
     pairs = list(dict.fromkeys(zip(means["a"], means["b"])))
     columns = min(len(pairs), 5)
     rows_n = -(-len(pairs) // columns)
@@ -393,7 +393,7 @@ def curves_plot(curves: pd.DataFrame, factors: list[str], metric: str, percent: 
     ``curves``: one row per (cell, seed, step) with the factor columns, ``seed``, ``step`` and
     the metric, already checked by ``table.validate_curves``.
     """
-    scale, unit = _scale(percent)
+    scale, unit = metric_scale(percent)
     table = curves.assign(_mask=cell_masks(curves, factors))
     masks = sorted(table["_mask"].unique(), key=lambda m: (bin(int(m)).count("1"), int(m)))
     mean = table.groupby(["_mask", "step"])[metric].mean()
@@ -475,7 +475,7 @@ def curves_overlay_plot(curves: pd.DataFrame, factors: list[str], metric: str, p
     """Every cell's mean learning curve on one axis (colour and line style by cell, the baseline
     black dashed, the full cell thick), with a legend of the cells and their final means, highest
     first: which cells separate, and when."""
-    scale, unit = _scale(percent)
+    scale, unit = metric_scale(percent)
     table = curves.assign(_mask=cell_masks(curves, factors))
     mean = table.groupby(["_mask", "step"])[metric].mean().mul(scale)
     finals = mean.groupby(level=0).last().sort_values(ascending=False)
@@ -500,7 +500,7 @@ def forest_plot(transfer: pd.DataFrame, statistic: str, metric: str, percent: bo
     rows = transfer[transfer["statistic"] == statistic]
     if rows.empty or rows["estimate"].isna().all():
         return None
-    scale, unit = _scale(percent)
+    scale, unit = metric_scale(percent)
     terms = list(dict.fromkeys(rows["term"]))
     settings = list(dict.fromkeys(rows["setting"]))
     figure, axis = plt.subplots(figsize=(7.5, 0.55 * len(terms) * max(len(settings), 2) / 2 + 1.6))

@@ -131,3 +131,12 @@ def test_the_figure_fits_the_evaluations_and_says_when_nothing_could_be_fitted()
     assert "evaluations only" in figure.axes[0].get_title()
     assert all("not fitted" in text.get_text() for text in figure.axes[0].get_legend().get_texts())
     plt.close(figure)
+
+
+def test_a_factor_named_like_tex_math_is_drawn_as_written():
+    """compute_curves.png renders like every report figure: a name such as $\\foo$ is text, not math."""
+    from dapo_ablate.reports.curve_plots import curve_png
+
+    table = _curves(4).rename(columns={"a": "$\\foo$"})
+    factors = ["$\\foo$", "b", "c"]
+    assert curve_png(analyze_curves(table, factors), table, factors, "avg@32", True)[:8] == b"\x89PNG\r\n\x1a\n"
