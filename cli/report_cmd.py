@@ -71,8 +71,9 @@ def report(
     request = app.ReportRequest(out, spec, results, metric, parse_list(factors), options, overrides=overrides)
     outcome = app.report(request)
     typer.echo(f"wrote {len(outcome.written)} files to {out}")
-    if outcome.claims_line():
-        typer.echo(outcome.claims_line())
+    claims = outcome.claims_line()
+    if claims:
+        typer.echo(claims)
 
 
 def register(cli: typer.Typer) -> None:

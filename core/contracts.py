@@ -59,8 +59,8 @@ METRIC_KINDS = ("avg", "pass", "maj")
 """avg@k: mean correctness of k samples; pass@k: unbiased chance one of k is correct; maj@k:
 accuracy of the majority answer of k (see core/metrics.py). All are fractions in [0, 1]."""
 
-ACCURACY_METRIC = re.compile(r"(avg|pass|maj)@\d+|.*acc.*", re.IGNORECASE)
-"""Metrics stored as a fraction in [0, 1] and shown to people in percentage points."""
+METRIC_PATTERN = re.compile(r"^(avg|pass|maj)@(\d+)$")
+"""An evaluation metric's name: group 1 the kind, group 2 k."""
 
 
 def metric_text(value: Any, metric: str) -> str:
@@ -68,13 +68,10 @@ def metric_text(value: Any, metric: str) -> str:
     fraction), 4 significant digits otherwise; "no metric" for a missing value."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return "no metric"
-    if ACCURACY_METRIC.fullmatch(metric):
+    if METRIC_PATTERN.match(metric):  # avg@k, pass@k, maj@k: fractions, shown in pp
         return f"{metric} {100 * float(value):.1f} pp"
     return f"{metric} {float(value):.4g}"
 
-
-METRIC_PATTERN = re.compile(r"^(avg|pass|maj)@(\d+)$")
-"""An evaluation metric's name: group 1 the kind, group 2 k."""
 
 METRIC_PREFIXES = tuple(f"{kind}@" for kind in METRIC_KINDS)
 """``avg@``, ``pass@``, ``maj@``: how the results table's headline metric columns begin."""

@@ -179,6 +179,16 @@ def compute_curves_display(table: pd.DataFrame) -> pd.DataFrame:
     ]]  # fmt: skip
 
 
+TABLE_DISPLAYS = {
+    "cumulative": cumulative_display,
+    "orderings": _orderings_display,
+    "compute_curves": lambda analysis: compute_curves_display(analysis.compute_curves),
+    "cells": ranked_cells,
+}
+"""How a table's .md / .tex and the pages show it, where that differs from its .csv (the pages
+show only the first orderings of the cumulative table)."""
+
+
 def _report_tables(analysis: Analysis) -> list[tuple[str, str, pd.DataFrame]]:
     """(section title, table name, display table) in report order; the looks only for an adaptive
     design."""
@@ -188,13 +198,13 @@ def _report_tables(analysis: Analysis) -> list[tuple[str, str, pd.DataFrame]]:
         ("Claims", "claims", analysis.claims),
         ("Cumulative tables", "cumulative", cumulative_display(analysis, REPORT_ORDERINGS_SHOWN)),
         ("Shapley and Banzhaf values", "shapley", analysis.shapley),
-        ("Order dependence", "orderings", _orderings_display(analysis)),
+        ("Order dependence", "orderings", TABLE_DISPLAYS["orderings"](analysis)),
         ("Factorial effects", "effects", analysis.effects),
         ("Leave-one-out and add-one", "leave_one_out", analysis.leave_one_out),
         ("Compute", "compute", analysis.compute.drop(columns=analysis.factors)),  # the cell label says it
         ("Equal compute", "compute_matched", analysis.compute_matched),
-        ("Compute curves", "compute_curves", compute_curves_display(analysis.compute_curves)),
-        ("Cells ranked by mean", "cells", ranked_cells(analysis)),
+        ("Compute curves", "compute_curves", TABLE_DISPLAYS["compute_curves"](analysis)),
+        ("Cells ranked by mean", "cells", TABLE_DISPLAYS["cells"](analysis)),
     ]
 
 
@@ -365,15 +375,6 @@ def _csv_tables(analysis: Analysis, written: dict[str, Path]) -> dict[str, pd.Da
     frames = {"claims.csv": analysis.claims[CLAIM_COLUMNS], "intervals.csv": analysis.intervals,
               "looks.csv": analysis.looks, **{f"{name}.csv": getattr(analysis, name) for name in TABLES}}  # fmt: skip
     return {name: frames[name] for name in written if name in frames}
-
-
-TABLE_DISPLAYS = {
-    "cumulative": cumulative_display,
-    "orderings": lambda analysis: _orderings_display(analysis),
-    "compute_curves": lambda analysis: compute_curves_display(analysis.compute_curves),
-    "cells": lambda analysis: ranked_cells(analysis),
-}
-"""How a table's .md / .tex show it, where that differs from its .csv."""
 
 
 def _write_tables(analysis: Analysis, files: TableFiles) -> dict[str, Path]:

@@ -35,7 +35,7 @@ from dapo_ablate.ablation.store.runs_view import (
 )
 from dapo_ablate.ablation.store.tracking import rebase_artifacts, sqlite_path
 from dapo_ablate.core.config import ConfigError
-from dapo_ablate.core.contracts import ACCURACY_METRIC
+from dapo_ablate.core.contracts import METRIC_PATTERN
 
 ERRORS = (SpecError, ConfigError, LedgerError, ExecutorError, ResultsError, DesignError, OverrideError,
           VerlTranslationError)
@@ -143,7 +143,7 @@ class Status:
 def status_metric_column(metric: str) -> tuple[str, Any]:
     """The status table's metric column: its header ("avg@32 (pp)" for an accuracy) and how a
     stored value reads in it (54.3; "" when missing)."""
-    percent = bool(ACCURACY_METRIC.fullmatch(metric))
+    percent = bool(METRIC_PATTERN.match(metric))  # avg@k, pass@k, maj@k: fractions
     header = f"{metric} (pp)" if percent else metric
     return header, lambda value: "" if value is None else (f"{100 * value:.1f}" if percent else f"{value:.4g}")
 
