@@ -12,7 +12,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from dapo_ablate.ablation.experiment.spec_errors import SpecProblem
-from dapo_ablate.core.config import TrainerConfig, knob_paths, resolve_relative_paths, set_dotted, shown_value
+from dapo_ablate.core.config import TrainerConfig, knob_paths, resolve_relative_paths, set_dotted
+from dapo_ablate.core.config_errors import shown_value
 from dapo_ablate.core.contracts import SHORT_LABELS, TECHNIQUES
 
 MAX_COMBINED_KNOBS = 10

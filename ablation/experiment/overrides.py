@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from dapo_ablate.ablation.experiment.spec import SpecError, load_spec_file, validate_spec
-from dapo_ablate.core.config import ConfigError, read_yaml, resolve_relative_paths, shown_value
+from dapo_ablate.core.config import ConfigError, read_yaml, resolve_relative_paths
+from dapo_ablate.core.config_errors import shown_value
 from dapo_ablate.core.yamlio import YAMLFileError, YAMLSyntaxError, load_yaml_text
 
 YAML11_MISSED_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ValidationError
 
-from dapo_ablate.core.config import format_validation_error
+from dapo_ablate.core.config_errors import format_validation_error
 
 
 class SpecError(ValueError):
