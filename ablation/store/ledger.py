@@ -75,17 +75,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, runtime_checkable
 
-from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    and_,
-    func,
-    inspect,
-    or_,
-    select,
-    text,
-    update,
-)
+from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError
@@ -109,13 +99,11 @@ from dapo_ablate.ablation.store.ledger_models import (
     RUN_STATUSES,
     RUNNING,
     SCHEMA_VERSION,
-    Base,
     Experiment,
     Look,
     ExperimentRun,
     Result,
     Run,
-    SchemaVersion,
 )
 from dapo_ablate.ablation.store.ledger_rules import (
     DEFAULT_LEASE_S,
@@ -123,6 +111,7 @@ from dapo_ablate.ablation.store.ledger_rules import (
     ExperimentRecord,
     LedgerError,
 )
+from dapo_ablate.ablation.store.ledger_schema import create_or_upgrade, schema_version
 from dapo_ablate.ablation.store.ledger_values import to_json
 from dapo_ablate.ablation.store.memory_ledger import MEMORY_URL, MemoryLedger
 
@@ -147,8 +136,6 @@ __all__ = [
 ]
 
 DEFAULT_URL = "sqlite:///dapo-runs/ledger.db"
-
-_POSTGRES_INIT_LOCK = 0x0DA90_1ED6E5  # pg_advisory_xact_lock key serialising schema creation
 
 
 @runtime_checkable
@@ -523,33 +510,10 @@ class SQLLedger:
         # Opening an up-to-date ledger only reads, so `status` never waits for `run`'s writes.
         with self._session(doing="connect to") as session:
             refuse_foreign(self.url, table_names(session))
-            if self._schema_version(session) == SCHEMA_VERSION:
+            if schema_version(session, self.url) == SCHEMA_VERSION:
                 return
         with self._session(write=True, doing="connect to") as session:
-            if not self._is_sqlite:  # SQLite's BEGIN IMMEDIATE already serialises creation
-                session.execute(select(func.pg_advisory_xact_lock(_POSTGRES_INIT_LOCK)))
-            refuse_foreign(self.url, table_names(session))  # (again: another process may have written)
-            found = self._schema_version(session)
-            Base.metadata.create_all(session.connection())
-            if found is None:
-                session.add(SchemaVersion(id=1, version=SCHEMA_VERSION))
-            elif found < SCHEMA_VERSION:  # an older dapo-ablate's ledger: upgraded, nothing lost
-                for version in range(found, SCHEMA_VERSION):
-                    _UPGRADES[version](session.connection())
-                session.execute(update(SchemaVersion).values(version=SCHEMA_VERSION))
-
-    def _schema_version(self, session: Session) -> int | None:
-        """The stored schema version (None for a new database); refuses a newer one."""
-        if not inspect(session.connection()).has_table(SchemaVersion.__tablename__):
-            return None
-        found = session.scalar(select(SchemaVersion.version))
-        if found is not None and found > SCHEMA_VERSION:
-            raise LedgerError(
-                f"the ledger database at {self.url} has schema version {found}, newer than "
-                f"this dapo-ablate supports ({SCHEMA_VERSION}); upgrade dapo-ablate or "
-                "point `ledger:` at another database"
-            )
-        return found
+            create_or_upgrade(session, self.url, serialise=not self._is_sqlite)  # SQLite's BEGIN IMMEDIATE serialises
 
     def _experiment_id(self, session: Session, name: str) -> int:
         experiment_id = session.scalar(select(Experiment.id).where(Experiment.name == name))
@@ -582,28 +546,6 @@ class SQLLedger:
                 .order_by(*_RUN_ORDER)
             )
             return list(session.execute(query).tuples())
-
-
-def _add_job_id(connection: Connection) -> None:
-    """Schema 1 -> 2: ``runs.job_id``. Idempotent (the column is added only where it is missing)."""
-    if "job_id" not in {column["name"] for column in inspect(connection).get_columns("runs")}:
-        connection.execute(text("ALTER TABLE runs ADD COLUMN job_id TEXT"))
-
-
-def _add_experiment_binding(connection: Connection) -> None:
-    """Schema 2 -> 3: ``experiments.digest`` and ``experiments.result_key``. Idempotent."""
-    found = {column["name"] for column in inspect(connection).get_columns("experiments")}
-    for column in ("digest", "result_key"):
-        if column not in found:
-            connection.execute(text(f"ALTER TABLE experiments ADD COLUMN {column} VARCHAR(64)"))
-
-
-def _add_looks(connection: Connection) -> None:
-    """Schema 3 -> 4: the ``looks`` table, which `create_all` has already made; nothing else changes."""
-
-
-_UPGRADES = {1: _add_job_id, 2: _add_experiment_binding, 3: _add_looks}
-"""Schema version -> the step that upgrades a ledger from it to the next version, in place."""
 
 
 _RUN_ORDER = [getattr(Run, column) for column in rules.RUN_ORDER]
