@@ -158,3 +158,13 @@ def test_a_wait_on_another_process_building_the_policy_is_said_once(tmp_path, mo
     output = "".join(seen + rest)
     assert output.count("waiting for") == 1, output
     assert sorted(step_lines(output)) == [0, 1], output
+
+
+def test_a_tracking_store_that_cannot_be_opened_names_the_option(tmp_path: Path):
+    from dapo_ablate.ablation.app.errors import UserError
+    from dapo_ablate.ablation.app.train_tracking import open_train_run
+
+    garbage = tmp_path / "mlflow.db"
+    garbage.write_bytes(b"not a database" * 100)
+    with pytest.raises(UserError, match="could not open the MLflow tracking store .*; check --tracking$"):
+        open_train_run(f"sqlite:///{garbage}", "tiny", TrainerConfig(**TINY_TRAINER), tmp_path / "out", fresh=True)

@@ -15,9 +15,6 @@ already there is not logged again); a run trained from its first step (no checkp
 
 from __future__ import annotations
 
-import json
-import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,43 +35,28 @@ OUT_TAG = "dapo.train_out"
 """The absolute --out folder the run trains into."""
 CONFIG_DIGEST_TAG = "dapo.config_digest"
 """The resolved config's digest (`TrainerConfig.digest`)."""
-_PARAMS_PER_CALL = 100  # MLflow's log_batch limits
-_METRICS_PER_CALL = 1000
 
 
 class TrainRun:
-    """One `train`'s MLflow run: `log_event` is a trainer callback; `finish` or `end` closes it."""
+    """One `train`'s MLflow run, logged through the experiment's `Tracker` (its batching, number
+    filter and already-logged pairs): `log_event` is a trainer callback; `finish` or `end` closes it."""
 
-    def __init__(self, client: Any, run_id: str, source: str, logged: set[tuple[str, int]]) -> None:
-        self.client, self.run_id, self.source = client, run_id, source
-        self.logged = logged
-        """(metric, step) pairs already in the store."""
+    def __init__(self, tracker: Any, run_id: str) -> None:
+        self.tracker, self.run_id = tracker, run_id
 
     def log_event(self, kind: str, step: int, data: dict[str, Any]) -> None:
-        renamed = names.step_metrics(data) if kind == "step" else names.eval_metrics(data, self.source)
-        self._log([(key, value, int(step)) for key, value in renamed.items()])
+        self.tracker.log_event(self.run_id, kind, step, data)
 
     def finish(self, result: Any) -> None:
         """Log what the live events did not (the compute totals, and all of a resumed run's
         earlier steps) and mark the run FINISHED."""
-        self._log(list(result_points(ledger_result(result), self.source)))
-        self.client.set_terminated(self.run_id, status="FINISHED")
+        points = result_points(ledger_result(result), self.tracker.source_of(self.run_id))
+        self.tracker.log_metrics(self.run_id, list(points))
+        self.tracker.client.set_terminated(self.run_id, status="FINISHED")
 
     def end(self, status: str) -> None:
         """Mark the run FAILED or KILLED (training raised, or was interrupted)."""
-        self.client.set_terminated(self.run_id, status=status)
-
-    def _log(self, points: list[tuple[str, Any, int]]) -> None:
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        batch = []
-        for key, value, step in points:
-            if _loggable(value) and (key, step) not in self.logged:
-                self.logged.add((key, step))
-                batch.append(Metric(key, float(value), now, step))
-        for start in range(0, len(batch), _METRICS_PER_CALL):
-            self.client.log_batch(self.run_id, metrics=batch[start:start + _METRICS_PER_CALL])
+        self.tracker.end_child(self.run_id, status)
 
 
 def open_train_run(uri: str, experiment: str, config: TrainerConfig, out: Path, *, fresh: bool) -> TrainRun:
@@ -82,22 +64,20 @@ def open_train_run(uri: str, experiment: str, config: TrainerConfig, out: Path, 
     the store at `uri`: the last one of the same folder and config continued, or (none, or `fresh`)
     a new one with its params. A store that cannot be opened is a UserError naming --tracking."""
     with user_errors(ExecutorError):
-        try:
-            tracker = open_tracker(uri, default_artifact_location(uri, out), experiment)
-        except ExecutorError as err:
-            raise ExecutorError(str(err).replace("check tracking.uri", "check --tracking")) from None
-    client, folder, digest = tracker.client, str(out.resolve()), config.digest()
+        tracker = open_tracker(uri, default_artifact_location(uri, out), experiment, hint="check --tracking")
+    folder, digest = str(out.resolve()), config.digest()
     source = names.eval_source(config.to_dict())
     existing = None if fresh else _last_run(tracker, folder, digest)
     if existing is not None:
-        client.update_run(existing.info.run_id, status="RUNNING")
-        return TrainRun(client, existing.info.run_id, source, _pairs_in_store(client, existing))
+        tracker.client.update_run(existing.info.run_id, status="RUNNING")
+        tracker.follow(existing.info.run_id, source)  # its logged pairs are read back on the first log
+        return TrainRun(tracker, existing.info.run_id)
     tags = {**tracker.source_tags, ROLE_TAG: "train", OUT_TAG: folder, CONFIG_DIGEST_TAG: digest}
-    run = client.create_run(tracker.experiment_id, run_name=out.resolve().name, tags=tags)
-    run_id = run.info.run_id
-    _log_config_params(client, run_id, flatten(config.to_dict()))
-    client.log_dict(run_id, config.to_dict(), "config.json")
-    return TrainRun(client, run_id, source, set())
+    run_id = tracker.client.create_run(tracker.experiment_id, run_name=out.resolve().name, tags=tags).info.run_id
+    tracker.follow(run_id, source, new=True)
+    tracker.log_params(run_id, flatten(config.to_dict()))
+    tracker.client.log_dict(run_id, config.to_dict(), "config.json")
+    return TrainRun(tracker, run_id)
 
 
 def _last_run(tracker: Any, folder: str, digest: str) -> Any | None:
@@ -107,23 +87,3 @@ def _last_run(tracker: Any, folder: str, digest: str) -> Any | None:
         order_by=["attributes.start_time DESC"], max_results=100,
     )
     return next((run for run in runs if run.data.tags.get(OUT_TAG) == folder), None)
-
-
-def _pairs_in_store(client: Any, run: Any) -> set[tuple[str, int]]:
-    run_id = run.info.run_id
-    return {(key, point.step) for key in run.data.metrics for point in client.get_metric_history(run_id, key)}
-
-
-def _log_config_params(client: Any, run_id: str, params: dict[str, Any]) -> None:
-    from mlflow.entities import Param
-
-    listed = [Param(key, json.dumps(value) if isinstance(value, (list, tuple, dict)) else str(value))
-              for key, value in params.items()]
-    for start in range(0, len(listed), _PARAMS_PER_CALL):
-        client.log_batch(run_id, params=listed[start:start + _PARAMS_PER_CALL])
-
-
-def _loggable(value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    return not (isinstance(value, float) and math.isinf(value))

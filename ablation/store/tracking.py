@@ -194,18 +194,29 @@ class Tracker:
             return existing.info.run_id
         return self._create_child(parent_id, child)
 
+    def follow(self, mlflow_id: str, source: str, *, new: bool = False) -> None:
+        """Log to an MLflow run this tracker did not create as a child (`train --tracking`'s run):
+        its evaluations name `source`; a `new` run has no metrics to read back first."""
+        self._source[mlflow_id] = source
+        if new:
+            self._logged[mlflow_id] = set()
+
+    def source_of(self, mlflow_id: str) -> str:
+        """The evaluation source a run's metric names carry (`metric_names.eval_source`)."""
+        return self._source.get(mlflow_id, "builtin")
+
     def log_event(self, mlflow_id: str, kind: str, step: int, data: dict[str, Any]) -> int:
         """Log one training step's signals (`kind` "step") or one evaluation ("eval") live;
         pairs (metric, step) already in the store are skipped. How many metrics were logged."""
-        source = self._source.get(mlflow_id, "builtin")
+        source = self.source_of(mlflow_id)
         renamed = names.step_metrics(data) if kind == "step" else names.eval_metrics(data, source)
-        return self._log_new(mlflow_id, [(key, value, int(step)) for key, value in renamed.items()])
+        return self.log_metrics(mlflow_id, [(key, value, int(step)) for key, value in renamed.items()])
 
     def finish_child(self, mlflow_id: str, child: ChildRun) -> None:
         """Log what the live events did not (all of it for a run trained by a driver that died,
         or by a cell function that streams nothing) and mark the child FINISHED."""
         self._source.setdefault(mlflow_id, names.eval_source(child.config))
-        self._log_new(mlflow_id, list(result_points(child.result, self._source[mlflow_id])))
+        self.log_metrics(mlflow_id, list(result_points(child.result, self._source[mlflow_id])))
         self.client.set_terminated(mlflow_id, status="FINISHED")
 
     def end_child(self, mlflow_id: str, status: str) -> None:
@@ -242,7 +253,7 @@ class Tracker:
         run_id = run.info.run_id
         self._logged[run_id] = set()
         self._source[run_id] = names.eval_source(child.config)
-        self._log_params(run_id, _child_params(child))
+        self.log_params(run_id, _child_params(child))
         self.client.log_dict(run_id, child.config, "config.json")
         return run_id
 
@@ -256,21 +267,24 @@ class Tracker:
         if any(existing.data.tags.get(key) != value for key, value in tags.items()):
             self.client.log_batch(run_id, tags=_tags(tags))
         if missing:
-            self._log_params(run_id, missing)
+            self.log_params(run_id, missing)
             self.client.log_dict(run_id, child.config, "config.json")
 
     def _child_tags(self, parent_id: str, child: ChildRun) -> dict[str, str]:
         tags = {PARENT_TAG: parent_id, RUN_ID_TAG: child.run_id, ROLE_TAG: "child", **self.source_tags, **child.tags}
         return {key: str(value)[:_TAG_CHARS] for key, value in tags.items()}
 
-    def _log_params(self, run_id: str, params: dict[str, Any]) -> None:
+    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        """Log `params` (lists and dicts as JSON) to run `run_id`, in as few calls as MLflow allows."""
         from mlflow.entities import Param
 
         param_list = [Param(key, _param_value(value)) for key, value in params.items()]
         for batch_params, _ in _batches(param_list, []):
             self.client.log_batch(run_id, params=batch_params)
 
-    def _log_new(self, mlflow_id: str, points: list[tuple[str, Any, int]]) -> int:
+    def log_metrics(self, mlflow_id: str, points: list[tuple[str, Any, int]]) -> int:
+        """Log the (metric, value, step) `points` that are numbers and not in the store yet (read
+        once per run, then kept up to date); how many were logged."""
         from mlflow.entities import Metric
 
         logged = self._logged_pairs(mlflow_id)
@@ -494,20 +508,23 @@ def _batches(params: list[Any], metrics: list[Any]) -> Iterator[tuple[list[Any],
         yield batch_params, batch_metrics
 
 
-def open_tracker(uri: str, artifact_location: str | None, name: str) -> Tracker:
-    """A `Tracker`, with a store that cannot be opened reported as one sentence."""
-    with store_errors(uri):
+def open_tracker(uri: str, artifact_location: str | None, name: str, hint: str = "check tracking.uri") -> Tracker:
+    """A `Tracker`, with a store that cannot be opened reported as one sentence ending in `hint`
+    (where the user gave the URI: the spec's tracking.uri, or a command's option)."""
+    with store_errors(uri, hint):
         return Tracker(uri, artifact_location, name)
 
 
 @contextmanager
-def store_errors(uri: str) -> Iterator[None]:
+def store_errors(uri: str, hint: str = "check tracking.uri") -> Iterator[None]:
     """A store that cannot be opened or written becomes one sentence (ExecutorError)."""
+    import sqlite3
+
     from mlflow.exceptions import MlflowException
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
         yield
-    except (MlflowException, SQLAlchemyError, OSError) as err:
+    except (MlflowException, SQLAlchemyError, sqlite3.Error, OSError) as err:  # sqlite3: a file that is no database
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise ExecutorError(f"could not open the MLflow tracking store at {uri} ({first}); check tracking.uri") from None
+        raise ExecutorError(f"could not open the MLflow tracking store at {uri} ({first}); {hint}") from None
