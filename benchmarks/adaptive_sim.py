@@ -14,8 +14,10 @@ sd 1 pp; baseline 30%). Runs are drawn as the stages ask for them:
 
 Printed: the power on each planted term (share of experiments that claim it, i.e. decide it
 `supported`) for both designs, the adaptive runs on average (and as a share of 96), the share of
-experiments with any false claim (a term planted 0 decided supported), and the runs-saved estimate
-(``runs_saved``) beside the truth. Wilson 95% intervals on the shares.
+experiments with any false claim (a term planted 0 decided supported), the terms each design
+leaves undecided, and the runs-saved estimate (``runs_saved``) beside the truth. Wilson 95%
+intervals on the shares. ``--scale 2`` doubles the planted effects. What no design could do in
+this setting: ``adaptive_bound.py``.
 
     nice .venv/bin/python benchmarks/adaptive_sim.py --experiments 300
     nice .venv/bin/python benchmarks/adaptive_sim.py --experiments 300 --null
@@ -94,7 +96,7 @@ def fixed(world: World, settings: SequentialSettings):
 
 def simulate(args) -> dict:
     rng = np.random.default_rng(args.seed)
-    planted = {} if args.null else PLANTED
+    planted = {} if args.null else {term: effect * args.scale for term, effect in PLANTED.items()}
     truth = factorial_truth(planted)
     policy = AdaptivePolicy(seeds_per_look=args.seeds_per_look, max_seeds=args.max_seeds, max_runs=args.max_runs)
     settings = SequentialSettings(
@@ -103,7 +105,7 @@ def simulate(args) -> dict:
     fixed_settings = SequentialSettings(2 ** len(FACTORS) * FIXED_SEEDS, delta=args.delta)
     names = [":".join(term) for term in planted]
     out = {"runs": [], "looks": [], "saved": [], "adaptive": {n: [] for n in names}, "fixed": {n: [] for n in names},
-           "false_adaptive": [], "false_fixed": [], "undecided": []}  # fmt: skip
+           "false_adaptive": [], "false_fixed": [], "undecided": [], "undecided_fixed": []}  # fmt: skip
     for _ in range(args.experiments):
         world = World(truth, rng.normal(0.0, SEED_SD, max(args.max_seeds, FIXED_SEEDS) + 1), rng)
         final, runs = adaptive(world, policy, settings, args.first_seeds)
@@ -112,6 +114,7 @@ def simulate(args) -> dict:
         out["looks"].append(final.index)
         out["saved"].append(runs_saved(final, settings).fixed_runs)
         out["undecided"].append(len(final.undecided))
+        out["undecided_fixed"].append(len(one_look.undecided))
         for label, table in (("adaptive", final.terms), ("fixed", one_look.terms)):
             claimed = set(table.loc[table["decision"] == SUPPORTED, "term"])
             for name in names:
@@ -136,18 +139,21 @@ def main() -> None:
     parser.add_argument("--max-runs", type=int, default=None)
     parser.add_argument("--delta", type=float, default=0.02, help="effect of interest (metric units; 0.02 = 2 pp)")
     parser.add_argument("--spending", default="obrien_fleming", choices=["obrien_fleming", "pocock"])
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the planted effects (2 = 4 pp and 3 pp)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     start = time.perf_counter()
     out = simulate(args)
     fixed_runs = 2 ** len(FACTORS) * FIXED_SEEDS
     runs = np.array(out["runs"])
-    print(f"{args.experiments} experiments, {'no effect planted' if args.null else 'planted ' + str(PLANTED)}; "
+    print(f"{args.experiments} experiments, {'no effect planted' if args.null else f'planted {PLANTED} x {args.scale:g}'}; "
           f"adaptive: half fraction x {args.first_seeds} seeds first, +{args.seeds_per_look} per look, max "
           f"{args.max_seeds} seeds, {args.spending}, delta {args.delta:g}")  # fmt: skip
     print(f"runs: adaptive mean {runs.mean():.1f} ({runs.mean() / fixed_runs:.1%} of the fixed {fixed_runs}), "
           f"median {np.median(runs):.0f}, range {runs.min()}-{runs.max()}; looks mean {np.mean(out['looks']):.2f}; "
           f"experiments ending with undecided terms {np.mean(np.array(out['undecided']) > 0):.1%}")  # fmt: skip
+    print(f"terms left undecided at the end (of 15): adaptive {np.mean(out['undecided']):.2f}, "
+          f"fixed {np.mean(out['undecided_fixed']):.2f} on average")
     for name in out["adaptive"]:
         print(f"power on {name}: adaptive {share(out['adaptive'][name])}, fixed {share(out['fixed'][name])}")
     print(f"any false claim: adaptive {share(out['false_adaptive'])}, fixed {share(out['false_fixed'])}")

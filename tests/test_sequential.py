@@ -242,3 +242,31 @@ def test_under_the_global_null_few_experiments_claim_anything():
     claims = [bool(_adaptive(rng, settings, AdaptivePolicy(max_seeds=4))) for _ in range(40)]
     assert sum(claims) <= 6
     assert UNDECIDED  # the names the decisions use are exported
+
+
+def _bound_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "adaptive_bound.py"
+    spec = importlib.util.spec_from_file_location("adaptive_bound", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_adaptive_bound_agrees_with_a_simulation_of_its_oracle():
+    """benchmarks/adaptive_bound.py's argument (benchmarks/README.md): its exact oracle figures
+    match a direct simulation, sit above Wald's bound, and deciding every term costs more."""
+    bound = _bound_module()
+    power, runs = bound.oracle(16, 112, "pocock")
+    looks = np.arange(32, 113, 16, dtype=float)
+    crossing = boundaries(looks / 112, bound.LEVEL, "pocock")
+    z = bound._paths(looks, bound.THETA, np.random.default_rng(0), 200_000)
+    hit = z >= crossing
+    first = np.where(hit.any(axis=1), looks[hit.argmax(axis=1)], 112.0)
+    assert hit.any(axis=1).mean() == pytest.approx(power, abs=0.002)
+    assert first.mean() == pytest.approx(runs, abs=0.3)
+    assert bound.wald_bound(power) < runs < 0.6 * bound.FIXED_RUNS
+    every, every_runs, false = bound.every_term(16, 128, "pocock", 1 - bound.fixed_power(), np.random.default_rng(1), 20_000)
+    assert every >= bound.fixed_power() - 0.01 and every_runs > 0.85 * bound.FIXED_RUNS and false < 0.06
