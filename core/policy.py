@@ -32,7 +32,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import comparison, tasks
 from .comparison import ComparisonSpec
@@ -352,6 +352,11 @@ def builtin_model(recipe: BuiltinRecipe, vocab_size: int, eos_id: int, pad_id: i
     return Qwen2ForCausalLM(config)
 
 
+def builtin_lock(recipe: BuiltinRecipe) -> Path:
+    """The lock a process holds while it builds `recipe`'s policy into the cache."""
+    return cache_root() / f"builtin-{recipe.digest()}.lock"
+
+
 def builtin_checkpoint(recipe: BuiltinRecipe = BuiltinRecipe(), log=print) -> Path:
     """The built-in policy's checkpoint folder, built under a file lock on first use."""
     root = cache_root()
@@ -359,7 +364,7 @@ def builtin_checkpoint(recipe: BuiltinRecipe = BuiltinRecipe(), log=print) -> Pa
     if (final / "recipe.json").is_file():
         return final
     root.mkdir(parents=True, exist_ok=True)
-    with file_lock(root / f"builtin-{recipe.digest()}.lock"):
+    with file_lock(builtin_lock(recipe)):
         if (final / "recipe.json").is_file():  # another process built it while we waited
             return final
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=".building-"))
@@ -371,15 +376,50 @@ def builtin_checkpoint(recipe: BuiltinRecipe = BuiltinRecipe(), log=print) -> Pa
     return final
 
 
+def wait_for_builtin(recipe: BuiltinRecipe, on_wait: Callable[[str], None]) -> None:
+    """Return once no other process is building `recipe`'s policy: at once when nobody is (or it
+    is built), else after calling ``on_wait(holder)`` once (``lock_holder``'s text) and waiting for
+    the build to finish. The caller then finds the policy built, or builds it itself."""
+    if (cache_root() / f"builtin-{recipe.digest()}" / "recipe.json").is_file():
+        return
+    cache_root().mkdir(parents=True, exist_ok=True)
+    with file_lock(builtin_lock(recipe), on_wait=on_wait):
+        pass
+
+
 @contextlib.contextmanager
-def file_lock(path: Path):
-    """Hold an exclusive lock on `path` (created if absent) across processes on this machine."""
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+def file_lock(path: Path, on_wait: Callable[[str], None] | None = None):
+    """Hold an exclusive lock on `path` (created if absent) across processes on this machine;
+    when another process holds it, ``on_wait(lock_holder(path))`` is called once before waiting."""
+    with open(path, "a") as fh:  # "a": never truncate a file another process holds
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait(lock_holder(path))
+            fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def lock_holder(lock: Path) -> str:
+    """``process PID (LOCK FILE)`` for the process holding a flock on `lock` (Linux's /proc/locks),
+    or the lock file alone where that is not known (another system, another PID namespace)."""
+    try:
+        stat = os.stat(lock)
+        entries = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return str(lock)
+    device = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    for entry in entries:
+        fields = entry.split()
+        # "1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF"; a waiter's line has "->" after the number
+        holder = fields[4] if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == device else ""
+        if holder.isdigit() and holder != "0":
+            return f"process {holder} ({lock})"
+    return str(lock)
 
 
 def _build_builtin(recipe: BuiltinRecipe, out: Path, log) -> None:

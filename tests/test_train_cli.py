@@ -21,10 +21,9 @@ import yaml
 from tiny_configs import TINY_TRAINER
 from typer.testing import CliRunner
 
-from dapo_ablate.ablation.app.train import builtin_lock
 from dapo_ablate.cli.main import app
 from dapo_ablate.core.config import TrainerConfig
-from dapo_ablate.core.policy import builtin_checkpoint, builtin_recipe, file_lock
+from dapo_ablate.core.policy import builtin_checkpoint, builtin_lock, builtin_recipe, file_lock
 
 COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
 STEP_NAMES = ["critic/score/mean", "actor/entropy", "response_length/mean", "actor/pg_clipfrac",
@@ -135,8 +134,8 @@ def test_a_wait_on_another_process_building_the_policy_is_said_once(tmp_path, mo
     built = builtin_checkpoint(builtin_recipe(config.model, config.data.builtin_task))  # the shared cache's
     cache = tmp_path / "cache"
     monkeypatch.setenv("DAPO_ABLATE_CACHE", str(cache))
-    lock = builtin_lock(config)
-    assert lock is not None and lock.parent == cache
+    lock = builtin_lock(builtin_recipe(config.model, config.data.builtin_task))
+    assert lock.parent == cache
     cache.mkdir()
     lines: queue.Queue[str | None] = queue.Queue()
     with file_lock(lock):  # as a process building the policy holds it

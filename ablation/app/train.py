@@ -9,9 +9,7 @@ run to MLflow under the same names as `run`'s child runs."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +21,7 @@ from dapo_ablate.ablation.store import metric_names as names
 from dapo_ablate.core.atomic import write_text
 from dapo_ablate.core.config import BUILTIN, ConfigError, TrainerConfig, build_trainer_config, load_trainer_config
 from dapo_ablate.core.data import DataError, check_data_file
-from dapo_ablate.core.policy import builtin_recipe, cache_root, check_context, check_model_folder
+from dapo_ablate.core.policy import builtin_recipe, check_context, check_model_folder, wait_for_builtin
 
 ERRORS = (ConfigError, OverrideError, DataError)
 WRITTEN = ("config.json", "result.json", "checkpoint.pt")
@@ -180,51 +178,12 @@ def _leaves(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- waiting on a lock
-def builtin_lock(config: TrainerConfig) -> Path | None:
-    """The lock a process holds while it builds the built-in policy this config needs
-    (`core.policy.builtin_checkpoint`), or None when the config needs no build (a model folder, or
-    a built-in policy already in the cache)."""
-    if config.model.path != BUILTIN:
-        return None
-    digest = builtin_recipe(config.model, config.data.builtin_task).digest()
-    root = cache_root()
-    if (root / f"builtin-{digest}" / "recipe.json").is_file():
-        return None
-    return root / f"builtin-{digest}.lock"
-
-
 def wait_for_builtin_policy(config: TrainerConfig, say: Callable[[str], None]) -> None:
-    """Wait, saying so once, while another process builds the built-in policy this config needs;
-    return at once when nobody does (the trainer then builds it, or finds it built)."""
-    lock = builtin_lock(config)
-    if lock is None:
-        return
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as handle:  # "a": never truncate a file another process holds
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"waiting for the built-in policy build held by {lock_holder(lock)} ...")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def lock_holder(lock: Path) -> str:
-    """``process PID (LOCK FILE)`` for the process holding a flock on `lock` (Linux's /proc/locks),
-    or the lock file alone where that is not known (another system, another PID namespace)."""
-    try:
-        stat = os.stat(lock)
-        entries = Path("/proc/locks").read_text().splitlines()
-    except OSError:
-        return str(lock)
-    device = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
-    for entry in entries:
-        fields = entry.split()
-        # "1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF"; a waiter's line has "->" after the number
-        holder = fields[4] if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == device else ""
-        if holder.isdigit() and holder != "0":
-            return f"process {holder} ({lock})"
-    return str(lock)
+    """Wait, saying so once, while another process builds the built-in policy this config needs
+    (`core.policy.wait_for_builtin`); return at once for a model folder or when nobody builds it."""
+    if config.model.path == BUILTIN:
+        recipe = builtin_recipe(config.model, config.data.builtin_task)
+        wait_for_builtin(recipe, lambda holder: say(f"waiting for the built-in policy build held by {holder} ..."))
 
 
 # ---------------------------------------------------------------------------------- the console
