@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,7 +79,7 @@ P_VALUE_COLUMNS = {"p_value", "p_adjusted", "p_interaction", "p_flip_adjusted", 
 RATIO_COLUMNS = {"tokens_vs_baseline", "midpoint_ratio", "midpoint_ratio_ci_low", "midpoint_ratio_ci_high"}
 PP = "pp"
 """The unit of metric-valued columns on every page, figure and table a person reads, when the
-metric is a fraction; the CSVs keep fractions and say so in their ``unit`` column."""
+metric is a fraction; the CSVs keep fractions and units.csv says so (``units_table``)."""
 
 
 def _p_value(p: float) -> str:
@@ -155,13 +155,16 @@ def column_unit(column: str, percent: bool, factors: set[str]) -> str:
     return next((unit for names, unit in kinds if column in names), "")
 
 
-def units_table(tables: dict[str, pd.DataFrame], percent: bool, factors: list[str]) -> pd.DataFrame:
+def units_table(
+    tables: dict[str, pd.DataFrame], percent: bool, factors: list[str], like: Mapping[str, str] | None = None
+) -> pd.DataFrame:
     """units.csv: one row per (file, column) of the report's CSVs with the column's unit (empty for
     text and for numbers without one). The CSVs' column names are a contract, so the unit is said
-    here, not in the names."""
-    factor_set = set(factors)
-    rows = [{"file": file, "column": str(column), "unit": column_unit(str(column), percent, factor_set)}
-            for file, table in tables.items() for column in table.columns]  # fmt: skip
+    here, not in the names. ``like``: columns of other tables (a sweep's) mapped to the column
+    named here whose unit they share (``{"avg@32": "mean"}``; "" for no unit)."""
+    factor_set, like = set(factors), like or {}
+    rows = [{"file": file, "column": str(c), "unit": column_unit(like.get(str(c), str(c)), percent, factor_set)}
+            for file, table in tables.items() for c in table.columns]  # fmt: skip
     return pd.DataFrame(rows, columns=["file", "column", "unit"])
 
 
@@ -201,7 +204,12 @@ def to_markdown(table: pd.DataFrame, shown: pd.DataFrame) -> str:
 
     ``disable_numparse``: the cells are already formatted ("36.0", "<0.001"); left to itself
     tabulate would parse and re-format them ("36.0" -> "36")."""
-    align = tuple("left" if is_text_column(table, c) else "right" for c in table.columns)
+    return markdown_table(shown, [not is_text_column(table, c) for c in table.columns])
+
+
+def markdown_table(shown: pd.DataFrame, numeric: Sequence[bool]) -> str:
+    """``to_markdown`` of text cells already formatted, column i right-aligned where ``numeric[i]``."""
+    align = tuple("right" if number else "left" for number in numeric)
     escaped = shown.map(markdown_text).rename(columns=markdown_text)
     return escaped.to_markdown(index=False, tablefmt="pipe", colalign=align, disable_numparse=True) + "\n"
 
@@ -283,8 +291,13 @@ def _table_id(shown: pd.DataFrame) -> str:
 
 def to_html(table: pd.DataFrame, shown: pd.DataFrame) -> str:
     """An escaped HTML table; numeric cells get class "num" (right-aligned by the report's CSS)."""
-    numeric = ["" if is_text_column(table, c) else "num" for c in table.columns]
-    classes = pd.DataFrame([numeric] * len(shown), index=shown.index, columns=shown.columns)
+    return html_table(shown, [not is_text_column(table, c) for c in table.columns])
+
+
+def html_table(shown: pd.DataFrame, numeric: Sequence[bool]) -> str:
+    """``to_html`` of text cells already formatted, the cells of column i of class "num" where ``numeric[i]``."""
+    classes = pd.DataFrame([["num" if number else "" for number in numeric]] * len(shown), index=shown.index,
+                           columns=shown.columns)  # fmt: skip
     styler = (
         Styler(shown, uuid=_table_id(shown), cell_ids=False)
         .hide(axis="index")

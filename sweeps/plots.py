@@ -29,7 +29,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
 from dapo_ablate.reports.plots import figure_png  # noqa: E402
-from dapo_ablate.sweeps.report_data import KNOB_DIGITS, RELIABLE_IMPORTANCE_TRIALS, knob_text, shown_unit  # noqa: E402
+from dapo_ablate.sweeps.knobs import KNOB_DIGITS, knob_text  # noqa: E402
+from dapo_ablate.sweeps.report_data import RELIABLE_IMPORTANCE_TRIALS, shown_unit  # noqa: E402
 from dapo_ablate.sweeps.trials import CI_LEVEL  # noqa: E402
 
 if TYPE_CHECKING:

@@ -15,21 +15,24 @@ Tables (pandas; written as CSV, and in report.md and sweep_report.html as a pers
   (on - off, mean over seeds) and its 95% t interval over seeds (none with one seed), and
   ``effect_summary``: per factor, the effect's mean, range and sign across knob settings.
 
-The CSVs keep the study's values (metric values as fractions, knobs at full precision); those
-holding metric values end in a ``unit`` column saying so. The pages show percentage points and
-rounded knobs (`sweeps.report_data`). Figures (PNG, `sweeps.plots`): ``history.png``,
-``knobs.png``, ``importances.png``, ``effects.png``; sweep_report.html embeds them.
+The CSVs keep the study's values (metric values as fractions, knobs at full precision), and
+units.csv names each CSV column's unit, written as the experiment report writes its own
+(``reports.export.units_table``). The pages show percentage points and rounded knobs
+(`sweeps.report_data`, `sweeps.knobs`: as the sweep's console lines show them); report.md and
+sweep_report.html render from the experiment report's templates (``reports/templates/sweep.*.j2``
+on its page frame, macros and CSS) with its table writers and escaping. Figures (PNG,
+`sweeps.plots`): ``history.png``, ``knobs.png``, ``importances.png``, ``effects.png``;
+sweep_report.html embeds them.
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
@@ -38,7 +41,6 @@ from dapo_ablate.sweeps.report_data import (
     RELIABLE_IMPORTANCE_TRIALS,
     ShownTable,
     SweepReport,
-    csv_unit,
     metric_text,
     shown_best,
     shown_effect_summary,
@@ -46,9 +48,13 @@ from dapo_ablate.sweeps.report_data import (
     shown_importances,
     shown_trials,
     shown_unit,
+    units_like,
 )
 from dapo_ablate.sweeps.spec import SweepSpec
 from dapo_ablate.sweeps.trials import CI_LEVEL
+
+if TYPE_CHECKING:
+    from dapo_ablate.reports.pages import FigureView
 
 __all__ = ["MIN_IMPORTANCE_TRIALS", "RELIABLE_IMPORTANCE_TRIALS", "build_report", "read_report", "write_report"]
 
@@ -187,29 +193,27 @@ HTML_PAGE = "sweep_report.html"
 
 
 def write_report(report: SweepReport, out: str | Path) -> list[Path]:
-    """CSV tables, PNG figures, report.md and `HTML_PAGE` (figures embedded) into `out`; the paths written."""
-    from dapo_ablate.reports.export import write_csv
+    """CSV tables, units.csv, PNG figures, report.md and `HTML_PAGE` (figures embedded) into `out`;
+    the paths written. CSVs and units.csv are written as the experiment report writes them
+    (``reports.export.write_csv``, ``units_table``)."""
+    from dapo_ablate.reports.export import units_table, write_csv
     from dapo_ablate.sweeps.plots import render_figures
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    unit = csv_unit(report)
-    tables = {"best_params": report.best_params.assign(unit=unit), "trials": report.trials.assign(unit=unit),
-              "importances": report.importances}
+    tables = {"best_params.csv": report.best_params, "trials.csv": report.trials, "importances.csv": report.importances}
     if report.effects is not None and report.effect_summary is not None:
-        tables.update({"effects": report.effects.assign(unit=unit), "effect_summary": report.effect_summary.assign(unit=unit)})
-    written = []
+        tables.update({"effects.csv": report.effects, "effect_summary.csv": report.effect_summary})
+    tables["units.csv"] = units_table(tables, report.percent, [], like=units_like(report))
     for name, table in tables.items():
-        write_csv(table, out / f"{name}.csv")
-        written.append(out / f"{name}.csv")
+        write_csv(table, out / name)
     figures = render_figures(report)
     for name, png in figures.items():
         (out / name).write_bytes(png)
-        written.append(out / name)
     sections = page_sections(report, set(figures))
-    (out / "report.md").write_text(markdown(report, sections))
-    (out / HTML_PAGE).write_text(html_page(report, sections, figures))
-    return [out / "report.md", out / HTML_PAGE, *written]
+    (out / "report.md").write_text(report_markdown(report, sections))
+    (out / HTML_PAGE).write_text(report_html(report, sections, figures))
+    return [out / "report.md", out / HTML_PAGE, *(out / name for name in [*tables, *figures])]
 
 
 @dataclass(frozen=True)
@@ -281,66 +285,59 @@ def _effects_section(report: SweepReport, effects: pd.DataFrame, summary: pd.Dat
 def _headline(report: SweepReport) -> list[str]:
     states = report.trials["state"].value_counts().to_dict()
     counts = ", ".join(f"{count} {state.lower()}" for state, count in states.items()) or "none"
-    unit = (" Metric values read in percentage points (pp); the CSV files keep fractions (their unit column)."
+    unit = (" Metric values read in percentage points (pp); the CSV files keep fractions (units.csv says each column's unit)."
             if report.percent else "")
     return [f"Objective: {report.direction} {report.metric}; trials: {counts}.{unit}", *(f"{note}." for note in report.notes)]
 
 
-def markdown(report: SweepReport, sections: list[PageSection]) -> str:
-    """report.md: every text through ``markdown_text``, figures as links to the PNG files beside it."""
-    from dapo_ablate.reports.export import markdown_text
+@dataclass(frozen=True)
+class SectionView:
+    """A `PageSection` as one page renders it: its tables written (Markdown, or HTML marked safe)
+    by the experiment report's table writers, its figures as `reports.pages.FigureView`s."""
 
-    parts = [f"# Sweep {markdown_text(report.name)}\n", *(markdown_text(p) + "\n" for p in _headline(report))]
+    title: str
+    paragraphs: list[str]
+    warning: str
+    tables: list[str]
+    figures: list[FigureView]
+
+
+def _section_views(sections: list[PageSection], figures: dict[str, bytes] | None) -> list[SectionView]:
+    """The sections as report.md (`figures` None: figures linked by name) or the HTML page
+    (figures embedded as base64) renders them; tables without rows left out."""
+    import markupsafe
+
+    from dapo_ablate.reports.export import html_table, markdown_table
+    from dapo_ablate.reports.pages import FigureView
+
+    views = []
     for section in sections:
-        parts.append(f"## {markdown_text(section.title)}\n")
-        parts += [markdown_text(p) + "\n" for p in section.paragraphs]
-        if section.warning:
-            parts.append(f"> **{markdown_text(section.warning)}.**\n")
-        parts += [md_table(table) for table in section.tables]
-        parts += [f"![{name}]({name})\n\n_{markdown_text(caption)}_\n" for name, caption in section.figures]
-    return "\n".join(parts)
+        tables: list[str] = []
+        for table in section.tables:
+            if len(table.frame):
+                numeric = [column in table.numeric for column in table.frame.columns]
+                tables.append(markdown_table(table.frame, numeric).rstrip("\n") if figures is None
+                              else markupsafe.Markup(html_table(table.frame, numeric)))
+        shown = [FigureView(name, caption, "" if figures is None else base64.b64encode(figures[name]).decode("ascii"))
+                 for name, caption in section.figures]
+        views.append(SectionView(section.title, section.paragraphs, section.warning, tables, shown))
+    return views
 
 
-def md_table(table: ShownTable) -> str:
-    """GitHub Markdown of a shown table (numbers right-aligned); every cell through ``markdown_text``."""
-    from dapo_ablate.reports.export import markdown_text
+def report_markdown(report: SweepReport, sections: list[PageSection]) -> str:
+    """report.md (``reports/templates/sweep.md.j2``): every text through the ``md`` filter, the
+    tables by ``reports.export.markdown_table``, figures as links to the PNG files beside it."""
+    from dapo_ablate.reports.pages import render_page
 
-    frame = table.frame
-    header = "| " + " | ".join(markdown_text(c) for c in frame.columns) + " |"
-    rule = "|" + "|".join("---:" if c in table.numeric else "---" for c in frame.columns) + "|"
-    rows = ["| " + " | ".join(markdown_text(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join([header, rule, *rows]) + "\n"
+    return render_page("sweep.md.j2", name=report.name, headline=_headline(report),
+                       sections=_section_views(sections, None))
 
 
-WARNING_CSS = ".warning { color: #a4161a; font-weight: 600; }\n"
+def report_html(report: SweepReport, sections: list[PageSection], figures: dict[str, bytes]) -> str:
+    """`HTML_PAGE` (``reports/templates/sweep.html.j2`` in the experiment report's frame and CSS):
+    self-contained (figures as base64 data URIs, no scripts), autoescaped, the tables by
+    ``reports.export.html_table``."""
+    from dapo_ablate.reports.pages import render_page
 
-
-def html_page(report: SweepReport, sections: list[PageSection], figures: dict[str, bytes]) -> str:
-    """sweep_report.html: self-contained (the experiment report's CSS inline, figures as base64
-    data URIs, no scripts); every name and cell through ``html.escape``."""
-    from dapo_ablate.reports.pages import TEMPLATES
-
-    title = html.escape(f"Sweep {report.name}")
-    body = [f"<h1>{title}</h1>", *(f'<p>{html.escape(p)}</p>' for p in _headline(report))]
-    for section in sections:
-        body.append(f"<h2>{html.escape(section.title)}</h2>")
-        body += [f'<p class="caption">{html.escape(p)}</p>' for p in section.paragraphs]
-        if section.warning:
-            body.append(f'<p class="warning">{html.escape(section.warning)}.</p>')
-        body += [f'<div class="scroll">{html_table(table)}</div>' for table in section.tables]
-        for name, caption in section.figures:
-            data = base64.b64encode(figures[name]).decode("ascii")
-            body.append(f'<figure>\n<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">\n'
-                        f'<figcaption class="caption">{html.escape(name)}: {html.escape(caption)}</figcaption>\n</figure>')
-    css = (TEMPLATES / "report.css").read_text() + WARNING_CSS
-    return ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f"<title>{title}</title>\n<style>\n{css}</style>\n</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n")
-
-
-def html_table(table: ShownTable) -> str:
-    """An HTML table of a shown table; number cells get class "num" (right-aligned by the CSS)."""
-    frame = table.frame
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-    rows = ["<tr>" + "".join(f'<td class="num">{html.escape(v)}</td>' if c in table.numeric else f"<td>{html.escape(v)}</td>"
-                             for c, v in zip(frame.columns, row)) + "</tr>" for row in frame.itertuples(index=False)]
-    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(rows) + "\n</tbody>\n</table>"
+    return render_page("sweep.html.j2", title=f"Sweep {report.name}", headline=_headline(report),
+                       sections=_section_views(sections, figures))

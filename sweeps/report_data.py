@@ -5,24 +5,23 @@ Machine-readable CSVs keep what the study stored: metric values as fractions, kn
 full precision. Where a person reads (report.md, sweep_report.html, the figures), metric values
 are percentage points when the metric is a fraction (like the experiment report: every value of
 the objective lies in [0, 1]), with the unit in every header and axis label, and knob values are
-rounded to the significant digits that keep a knob's values apart (``knob_text``).
+rounded to the significant digits that keep a knob's values apart (``sweeps.knobs``, as the
+sweep's console lines show them). units.csv says how each CSV column is stored (``units_like``).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 
+from dapo_ablate.sweeps.knobs import is_missing, knob_digits, knob_text
 from dapo_ablate.sweeps.trials import CI_LEVEL
 
 RELIABLE_IMPORTANCE_TRIALS = 20
 """fANOVA fits a random forest to the trials; below this many complete trials its importances
 move a lot from one study to the next, so the report warns that they are a hint, not a ranking."""
-KNOB_DIGITS = (2, 4)
-"""Fewest and most significant digits a knob value is shown with."""
 
 
 @dataclass
@@ -72,15 +71,24 @@ def shown_unit(report: SweepReport) -> str:
     return " (pp)" if report.percent else ""
 
 
-def csv_unit(report: SweepReport) -> str:
-    """The ``unit`` column of the sweep's CSVs: how their metric-valued columns are stored."""
-    return "fraction" if report.percent else "metric units"
+def units_like(report: SweepReport) -> dict[str, str]:
+    """For units.csv (``reports.export.units_table``, as the experiment report writes it): each
+    column of the sweep's CSVs that the experiment's tables do not have, with the experiment
+    column whose unit it shares ("" for none). The objective and every effect on it are metric
+    values (fractions when `percent`), shares and importances fractions, counts and seconds as
+    such; the knobs are stored as the trainer reads them (no unit)."""
+    like = {report.metric: "mean", "mean_effect": "effect", "min_effect": "effect", "max_effect": "effect",
+            "share_ci_above_0": "share_positive", "share_ci_below_0": "share_positive", "importance": "share_positive",
+            "pruned_at_step": "step", "seconds": "wall_s", "complete_trials": "n", "settings": "n", "seeds": "n",
+            "trial": "", "retried_as": ""}
+    like |= {f"effect.{factor}{end}": "effect" for factor in report.factors for end in ("", ".ci_low", ".ci_high")}
+    return like | {knob: "" for knob in report.knobs}
 
 
 def metric_text(report: SweepReport, value: Any, signed: bool = False) -> str:
     """A metric value (or an effect on it, ``signed``) as a person reads it: percentage points
     with one decimal for a fraction, else 4 significant digits; "" when missing."""
-    if _missing(value):
+    if is_missing(value):
         return ""
     value = float(value)
     if report.percent:
@@ -90,49 +98,14 @@ def metric_text(report: SweepReport, value: Any, signed: bool = False) -> str:
 
 def interval_text(report: SweepReport, low: Any, high: Any) -> str:
     """``[-1.2, +3.4]``; "" when the interval is missing (one seed)."""
-    if _missing(low) or _missing(high):
+    if is_missing(low) or is_missing(high):
         return ""
     return f"[{metric_text(report, low, signed=True)}, {metric_text(report, high, signed=True)}]"
 
 
 def share_text(value: Any) -> str:
     """A share in [0, 1] as a whole percent; "" when missing."""
-    return "" if _missing(value) else f"{100 * float(value):.0f}"
-
-
-def knob_digits(values: Iterable[Any]) -> int:
-    """The fewest significant digits (within `KNOB_DIGITS`) at which a knob's distinct float
-    values stay distinct: 0.31 and 0.3162 read 0.31 and 0.32, 0.312 and 0.314 need 3."""
-    floats = {float(v) for v in values if isinstance(v, float) and math.isfinite(v)}
-    low, high = KNOB_DIGITS
-    for digits in range(low, high):
-        if len({knob_text(v, digits) for v in floats}) == len(floats):
-            return digits
-    return high
-
-
-def knob_text(value: Any, digits: int = KNOB_DIGITS[0]) -> str:
-    """A knob value rounded to `digits` significant digits, trailing zeros dropped, small and
-    large ones in short scientific notation: 0.00031622776601683794 -> ``3.2e-4``,
-    0.30000000000000004 -> ``0.3``, 12 -> ``12``; "" when missing."""
-    if _missing(value):
-        return ""
-    if isinstance(value, bool) or not isinstance(value, float):
-        return str(value)
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g}"
-    exponent = math.floor(math.log10(abs(value)))
-    if exponent < -2 or exponent >= 5:
-        mantissa, power = f"{value:.{digits - 1}e}".split("e")
-        mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
-        return f"{mantissa}e{int(power)}"
-    decimals = max(digits - 1 - exponent, 0)
-    text = f"{round(value, decimals):.{decimals}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
-
-
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+    return "" if is_missing(value) else f"{100 * float(value):.0f}"
 
 
 # ------------------------------------------------------------------------ tables as pages show them
@@ -159,7 +132,7 @@ def _shown(report: SweepReport, columns: dict[str, list[str]], keep_empty: bool 
 
 def _numbers(values: pd.Series) -> bool:
     """Whether a knob's values are all numbers (a categorical knob's may be words or booleans)."""
-    present = [v for v in values if not _missing(v)]
+    present = [v for v in values if not is_missing(v)]
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present)
 
 
@@ -173,7 +146,7 @@ def _knob_cells(report: SweepReport, table: pd.DataFrame) -> dict[str, list[str]
 
 
 def _count_text(value: Any) -> str:
-    return "" if _missing(value) else f"{int(value)}"
+    return "" if is_missing(value) else f"{int(value)}"
 
 
 def shown_best(report: SweepReport) -> ShownTable:
@@ -190,9 +163,9 @@ def shown_trials(report: SweepReport) -> ShownTable:
                f"{report.metric}{unit}": [metric_text(report, v) for v in trials[report.metric]],
                **_knob_cells(report, trials),
                "pruned at step": [_count_text(v) for v in trials["pruned_at_step"]],
-               "time (s)": ["" if _missing(v) else f"{v:.0f}" for v in trials["seconds"]],
+               "time (s)": ["" if is_missing(v) else f"{v:.0f}" for v in trials["seconds"]],
                "retried as": [_count_text(v) for v in trials["retried_as"]],
-               "error": ["" if _missing(v) else str(v) for v in trials["error"]]}
+               "error": ["" if is_missing(v) else str(v) for v in trials["error"]]}
     for factor in report.factors:
         name = f"effect.{factor}"
         columns[f"{name}{unit}"] = [metric_text(report, v, signed=True) for v in trials[name]]

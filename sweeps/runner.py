@@ -64,9 +64,10 @@ from dapo_ablate.ablation.store.transient import OPTUNA, retry_transient
 from dapo_ablate.core.config import ConfigError
 from dapo_ablate.sweeps import study as studies
 from dapo_ablate.sweeps.display import TrialDisplay
+from dapo_ablate.sweeps.knobs import format_params, params_digits
 from dapo_ablate.sweeps.spec import SweepSpec
 from dapo_ablate.sweeps.tracking import SweepTracker
-from dapo_ablate.sweeps.trials import TrialPlan, factor_effects, format_params, plan_trial, trial_value
+from dapo_ablate.sweeps.trials import TrialPlan, factor_effects, plan_trial, trial_value
 from dapo_ablate.core.contracts import RESULT_KEYS
 
 _ALWAYS_CLAIMABLE = 2**31 - 1  # retries are counted per invocation, as the executor does
@@ -88,6 +89,9 @@ class SweepSummary:
     best_number: int | None = None
     best_value: float | None = None
     best_params: dict[str, Any] = field(default_factory=dict)
+    knob_digits: dict[str, int] = field(default_factory=dict)
+    """Per knob, the significant digits the report shows its values with (`sweeps.knobs.params_digits`
+    over the study's trials): ``format_params(best_params, knob_digits)`` reads as the report does."""
     interrupted: bool = False
     terminated: bool = False
     """The interruption was a SIGTERM (a scheduler's or `kill`'s stop), not Ctrl-C."""
@@ -327,7 +331,7 @@ class SweepScheduler:
         retry_transient(lambda: self.ledger.add_runs(self.spec.name, [run.to_run_spec() for run in plan.runs]),
                         f"record trial {trial.number}'s runs")
         done = {row["run_id"]: row for row in self.ledger.results(self.spec.name) if row["run_id"] in plan.by_id}
-        self.display.started(trial.number, format_params(trial.params), len(plan.runs), len(done))
+        self.display.started(trial.number, self._params_text(trial.params), len(plan.runs), len(done))
         for run in plan.runs:
             if run.run_id not in done:
                 self.queue.append((trial.number, run.run_id))
@@ -353,6 +357,12 @@ class SweepScheduler:
             self._fail(active.trial, f"{active.plan.by_id[run_id].name}: {outcome.error}")
         elif outcome.kind == LOST and number is not None:  # the taker's result is picked up by _beat
             self.held_elsewhere.add((number, run_id))
+
+    def _params_text(self, params: dict[str, Any]) -> str:
+        """A trial's knobs as the report shows them: each rounded to the digits that keep the
+        study's values of it apart (those sampled so far; `sweeps.knobs`)."""
+        trials = retry_transient(lambda: self.study.get_trials(deepcopy=False), "read the study's trials", store=OPTUNA)
+        return format_params(params, params_digits([*(t.params for t in trials), params]))
 
     def _beat(self) -> None:
         for active in self.active.values():  # before the stale check, so ours are never stale
@@ -538,4 +548,5 @@ class SweepScheduler:
         if complete:
             best = self.study.best_trial
             summary.best_number, summary.best_value, summary.best_params = best.number, best.value, dict(best.params)
+        summary.knob_digits = params_digits(t.params for t in trials)
         summary.wall_s = time.time() - started

@@ -35,6 +35,7 @@ from dapo_ablate.ablation.experiment.design import (
 )
 from dapo_ablate.ablation.experiment.identity import make_run_id
 from dapo_ablate.core.config import TrainerConfig, build_trainer_config, set_dotted
+from dapo_ablate.sweeps.knobs import format_params  # the knobs as the console and the report show them
 from dapo_ablate.sweeps.spec import SweepSpec
 
 CI_LEVEL = 0.95
@@ -94,11 +95,6 @@ def plan_trial(spec: SweepSpec, number: int, params: Mapping[str, Any]) -> Trial
             runs.append(PlannedRun(make_run_id(levels, run_config, seed), cell, seed, run_config,
                                    f"trial {number}{label} s{seed}", levels))
     return TrialPlan(number, dict(params), config, factors, runs, cells[0])
-
-
-def format_params(params: Mapping[str, Any]) -> str:
-    """``eps_high=0.31 lr=0.000412`` (floats to 3 significant digits)."""
-    return " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
 
 
 # ------------------------------------------------------------------------------------ outcome

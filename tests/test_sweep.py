@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,7 +24,9 @@ from dapo_ablate.ablation.runtime.task import CELL_FN_ENV
 from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.store.tracking import PARENT_TAG, ROLE_TAG, RUN_ID_TAG
 from dapo_ablate.sweeps import study as studies
+from dapo_ablate.sweeps.knobs import format_params
 from dapo_ablate.sweeps.report import read_report, write_report
+from dapo_ablate.sweeps.report_data import shown_best, shown_trials
 from dapo_ablate.sweeps.runner import run_sweep
 from dapo_ablate.sweeps.spec import load_sweep
 from dapo_ablate.sweeps.trials import plan_trial
@@ -253,6 +256,21 @@ def test_too_few_trials_for_importances_is_a_note_not_an_error(local_ray, tmp_pa
     write_report(report, tmp_path / "r")
     assert "at least 3 complete trials" in (tmp_path / "r" / "report.md").read_text()
     assert (tmp_path / "r" / "best_params.csv").read_text().startswith("trial,avg@4,eps_high")
+
+
+def test_console_trial_lines_and_best_trial_show_the_knobs_as_the_report_does(local_ray, tmp_path, shared_mlflow, capsys):
+    space = {"eps_high": {"low": 0.2, "high": 0.5}, "lr": {"low": 1.0e-4, "high": 1.0e-3, "log": True}}
+    spec, summary = sweep(write_sweep(tmp_path, mlflow=shared_mlflow, n_trials=3, space=space), quick_cell)
+    started = dict(re.findall(r"^trial (\d+)\s+started\s+(.*?)  \(", capsys.readouterr().out, flags=re.M))
+    report = read_report(spec)
+    shown = shown_trials(report).frame
+    assert sorted(started) == [str(n) for n in shown["trial"]]
+    for _, cells in shown.iterrows():
+        assert started[cells["trial"]] == f"eps_high={cells['eps_high']} lr={cells['lr']}"
+    # lr in [1e-4, 1e-3] reads 3.2e-4 (knobs.knob_text), not 0.000316
+    assert all(re.fullmatch(r"eps_high=0\.\d+ lr=\d(\.\d+)?e-[34]", text) for text in started.values()), started
+    best = shown_best(report).frame.iloc[0]
+    assert format_params(summary.best_params, summary.knob_digits) == f"eps_high={best['eps_high']} lr={best['lr']}"
 
 
 def test_optuna_dashboard_reads_the_study_from_the_ledger_database(local_ray, tmp_path, shared_mlflow):

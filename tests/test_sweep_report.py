@@ -10,6 +10,7 @@ and intervals from `sweeps.trials.mean_with_ci`, as the runner computes them."""
 from __future__ import annotations
 
 import base64
+import html
 import math
 import re
 
@@ -23,10 +24,13 @@ from tiny_configs import TINY_TRAINER
 from typer.testing import CliRunner
 
 from dapo_ablate.cli import sweep_cmd
+from dapo_ablate.reports.export import column_unit, html_table, markdown_table, markdown_text
+from dapo_ablate.reports.pages import TEMPLATES
 from dapo_ablate.sweeps import plots
 from dapo_ablate.sweeps import study as studies
 from dapo_ablate.sweeps.report import HTML_PAGE, build_report, write_report
-from dapo_ablate.sweeps.report_data import knob_digits, knob_text
+from dapo_ablate.sweeps.knobs import format_params, knob_digits, knob_text, params_digits
+from dapo_ablate.sweeps.report_data import shown_best, shown_trials
 from dapo_ablate.sweeps.spec import build_sweep
 from dapo_ablate.sweeps.trials import mean_with_ci
 
@@ -93,6 +97,24 @@ def test_knob_values_read_rounded_to_their_significant_digits():
     assert knob_digits([0.31234, 0.31236]) == 4  # never more than 4
 
 
+def test_the_console_shows_each_trials_knobs_as_the_report_does():
+    """`format_params` at `params_digits` of the study's trials (the runner's trial lines and the
+    best trial) reads exactly as the report's cells and its best-setting sentence."""
+    report = report_of(8, seeds=1)
+    settings = [{knob: row[knob] for knob in report.knobs} for _, row in report.trials.iterrows()]
+    digits = params_digits(settings)
+    shown = shown_trials(report).frame
+    for params, (_, cells) in zip(settings, shown.iterrows()):
+        assert format_params(params, digits) == " ".join(f"{knob}={cells[knob]}" for knob in report.knobs)
+    best = dict(zip(report.knobs, report.best_params.iloc[0, 2:]))
+    sentence = ", ".join(f"{knob}={cell}" for knob, cell in zip(report.knobs, shown_best(report).frame.iloc[0, 2:]))
+    assert format_params(best, digits).replace(" ", ", ") == sentence
+    # one rule: 0.000412 reads 4.1e-4 (not 0.000412), more digits only where the study's values need them
+    assert format_params({"eps_high": 0.3162, "lr": 0.000412, "overlong_cache": 8}) == "eps_high=0.32 lr=4.1e-4 overlong_cache=8"
+    assert params_digits([{"eps_high": 0.312}, {"eps_high": 0.314}]) == {"eps_high": 3}
+    assert format_params({"eps_high": 0.312}, {"eps_high": 3}) == "eps_high=0.312"
+
+
 # -- figures -----------------------------------------------------------------------------------
 def test_effects_figure_with_one_seed_has_no_error_bars_and_promises_no_interval():
     report = report_of(8, seeds=1)
@@ -156,6 +178,22 @@ def test_importances_warn_below_20_trials_in_the_figure_and_not_from_20():
 
 
 # -- the pages and the CSVs ------------------------------------------------------------------
+def headers(page: str) -> list[str]:
+    """The header cells of every table on an HTML page, unescaped."""
+    return [html.unescape(text) for text in re.findall(r"<th[^>]*>(.*?)</th>", page, flags=re.S)]
+
+
+def number_cells(page: str) -> list[str]:
+    """The cells of class "num" (right-aligned numbers) of every table on an HTML page."""
+    return re.findall(r'<td class="[^"]*\bnum\b[^"]*"\s*>(.*?)</td>', page, flags=re.S)
+
+
+def markdown_rows(text: str) -> list[list[str]]:
+    """The cells of every Markdown table row, stripped of the padding that aligns them."""
+    return [[cell.strip() for cell in line.strip()[1:-1].split(" | ")] for line in text.splitlines()
+            if line.startswith("|") and not set(line) <= set("|-: ")]
+
+
 def test_html_page_holds_the_tables_warning_and_figures_and_escapes_names(tmp_path):
     report = report_of(8, seeds=2, name=f"study {HOSTILE}", factor=HOSTILE)
     paths = {p.name for p in write_report(report, tmp_path)}
@@ -163,41 +201,92 @@ def test_html_page_holds_the_tables_warning_and_figures_and_escapes_names(tmp_pa
     page = (tmp_path / HTML_PAGE).read_text()
     assert "<img src=x" not in page and "onerror=alert(1)>&" not in page
     assert "study &lt;img src=x onerror=alert(1)&gt;&amp;" in page  # the title and the heading
-    assert f"effect.{'&lt;img src=x onerror=alert(1)&gt;&amp;'} (pp)" in page  # a trials header
-    for header in ("<th>avg@4 (pp)</th>", "<th>importance (% of variance)</th>", "<th>effect (pp)</th>",
-                   "<th>95% CI (pp)</th>", "<th>mean effect (pp)</th>"):
-        assert header in page
+    assert f"effect.{HOSTILE} (pp)" in headers(page)  # a trials header, escaped on the page
+    assert {"avg@4 (pp)", "importance (% of variance)", "effect (pp)", "95% CI (pp)", "mean effect (pp)"} <= set(headers(page))
     for title in ("Best setting", "Parameter importances (fANOVA)", "Factor effects across knob settings", "Trials"):
         assert f"<h2>{title}</h2>" in page
-    assert '<p class="warning">Warning: these importances rest on 7 complete trials, fewer than 20' in page
+    assert '<p class="warning"><strong>Warning: these importances rest on 7 complete trials, fewer than 20' in page
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
     assert len(images) == 4 and all(base64.b64decode(data).startswith(b"\x89PNG") for data in images)
     assert "<script" not in page and "http" not in page  # self-contained, nothing to load
     # knob values rounded on the page, full precision in the CSV
     trials = pd.read_csv(tmp_path / "trials.csv")
     lr = report.best_params["lr"].iloc[0]
-    assert f"<td class=\"num\">{knob_text(lr, knob_digits(report.trials['lr'].dropna()))}</td>" in page
+    assert knob_text(lr, knob_digits(report.trials["lr"].dropna())) in number_cells(page)
     assert trials["lr"].tolist() == pytest.approx(report.trials["lr"].tolist(), rel=1e-12)
 
 
-def test_csvs_keep_fractions_and_their_columns_and_gain_a_unit(tmp_path):
+def test_pages_render_through_the_experiment_reports_templates_and_table_writers(tmp_path):
     report = report_of(6, seeds=2)
     write_report(report, tmp_path)
+    page = (tmp_path / HTML_PAGE).read_text()
+    # the experiment report's frame and CSS, its figure macro, its table writer (Styler, class "num")
+    assert page.startswith("<!DOCTYPE html>") and (TEMPLATES / "report.css").read_text().strip() in page
+    assert "<figure>\n<img alt=\"knobs.png\" src=\"data:image/png;base64," in page
+    assert '<figcaption class="caption">knobs.png: avg@4 (pp) against each knob' in page
+    table = page[page.index("<h2>Best setting</h2>"):page.index("<h2>Parameter importances")]
+    shown = shown_best(report)
+    assert '<div class="scroll">' + html_table(shown.frame, [c in shown.numeric for c in shown.frame.columns]) in table
+    text = (tmp_path / "report.md").read_text()
+    assert markdown_table(shown.frame, [c in shown.numeric for c in shown.frame.columns]) in text
+    assert "**Figure** `knobs.png`: avg@4 (pp) against each knob" in text
+
+
+def test_a_hostile_knob_or_factor_name_is_inert_on_both_pages_and_in_the_figures(tmp_path):
+    knob, factor = "<b>lr</b>$\\undefinedcommand{x}$|*_", "<i>on</i>$x^$|"
+    study = optuna.create_study(study_name="hostile", direction="maximize", sampler=optuna.samplers.RandomSampler(0))
+    for _ in range(4):
+        trial = study.ask({knob: optuna.distributions.FloatDistribution(1e-4, 1e-3, log=True)})
+        effect = 10 * trial.params[knob]
+        trial.set_user_attr("effects", {factor: mean_with_ci([effect, effect + 0.01]).to_dict()})
+        study.tell(trial, 0.3 + 100 * trial.params[knob])
+    report = build_report(study, "avg@4", [knob], [factor])
+    paths = {p.name for p in write_report(report, tmp_path)}
+    assert {"knobs.png", "effects.png", "history.png", "importances.png"} <= paths  # "$...$" drawn as text
+    page = (tmp_path / HTML_PAGE).read_text()
+    assert "<b>" not in page and "<i>" not in page
+    assert knob in headers(page) and f"effect.{factor} (pp)" in headers(page)
+    text = (tmp_path / "report.md").read_text()
+    assert "<b>" not in text and "<i>" not in text
+    assert markdown_text(knob) in text and markdown_text(factor) in text and r"\|" in markdown_text(knob)
+    assert all(len(row) == len(markdown_rows(text)[0]) for row in markdown_rows(text)[:2])  # no "|" splits a row
+
+
+def test_csvs_keep_fractions_and_their_columns_and_units_csv_names_their_units(tmp_path):
+    report = report_of(6, seeds=2)
+    paths = {p.name for p in write_report(report, tmp_path)}
+    assert "units.csv" in paths
     trials = pd.read_csv(tmp_path / "trials.csv")
-    assert list(trials.columns) == [*report.trials.columns, "unit"] and set(trials["unit"]) == {"fraction"}
+    assert list(trials.columns) == list(report.trials.columns) and "unit" not in trials.columns
     assert trials["avg@4"].dropna().between(0, 1).all()
     effects = pd.read_csv(tmp_path / "effects.csv")
     assert list(effects.columns) == ["trial", "factor", "eps_high", "lr", "overlong_cache", "effect", "ci_low", "ci_high",
-                                     "seeds", "unit"]
+                                     "seeds"]
     assert effects["effect"].tolist() == pytest.approx(report.effects["effect"].tolist())  # fractions, not pp
     assert list(pd.read_csv(tmp_path / "importances.csv").columns) == ["target", "knob", "importance", "complete_trials"]
-    assert list(pd.read_csv(tmp_path / "best_params.csv").columns) == ["trial", "avg@4", "eps_high", "lr", "overlong_cache",
-                                                                         "unit"]
+    assert list(pd.read_csv(tmp_path / "best_params.csv").columns) == ["trial", "avg@4", "eps_high", "lr", "overlong_cache"]
+    assert "unit" not in pd.read_csv(tmp_path / "effect_summary.csv").columns
+    # units.csv: every column of every CSV, in the experiment report's words (reports.export.units_table)
+    units = pd.read_csv(tmp_path / "units.csv", keep_default_na=False)
+    assert list(units.columns) == ["file", "column", "unit"]
+    for name in ("best_params.csv", "trials.csv", "importances.csv", "effects.csv", "effect_summary.csv"):
+        assert units.loc[units["file"] == name, "column"].tolist() == list(pd.read_csv(tmp_path / name).columns)
+    unit = {(row.file, row.column): row.unit for row in units.itertuples()}
+    fraction = column_unit("mean", True, set())
+    assert fraction == "fraction (x100 = pp)"
+    for column in ("avg@4", "effect.clip_higher", "effect.clip_higher.ci_low", "effect.clip_higher.ci_high"):
+        assert unit["trials.csv", column] == fraction
+    assert unit["best_params.csv", "avg@4"] == unit["effects.csv", "effect"] == unit["effects.csv", "ci_low"] == fraction
+    assert unit["effect_summary.csv", "mean_effect"] == unit["effect_summary.csv", "max_effect"] == fraction
+    assert unit["effect_summary.csv", "share_ci_above_0"] == unit["importances.csv", "importance"] == "fraction (x100 = %)"
+    assert unit["trials.csv", "seconds"] == "seconds" and unit["effects.csv", "seeds"] == "count"
+    assert unit["trials.csv", "lr"] == unit["trials.csv", "state"] == unit["trials.csv", "trial"] == ""
     text = (tmp_path / "report.md").read_text()
     best = report.best_params.iloc[0]
     assert f"avg@4 {100 * best['avg@4']:.1f} pp at eps_high=" in text
-    assert "| trial | avg@4 (pp) | eps_high | lr | overlong_cache |" in text
+    assert ["trial", "avg@4 (pp)", "eps_high", "lr", "overlong_cache"] in markdown_rows(text)
     assert "> **Warning: these importances rest on 5 complete trials" in text
+    assert "units.csv" in text and "unit column" not in text
 
 
 def test_a_metric_that_is_not_a_fraction_reads_as_it_is(tmp_path):
@@ -210,8 +299,10 @@ def test_a_metric_that_is_not_a_fraction_reads_as_it_is(tmp_path):
     assert not report.percent
     write_report(report, tmp_path)
     page = (tmp_path / HTML_PAGE).read_text()
-    assert "<th>response_length/mean</th>" in page and "(pp)" not in page and "percentage points" not in page
-    assert set(pd.read_csv(tmp_path / "trials.csv")["unit"]) == {"metric units"}
+    assert "response_length/mean" in headers(page) and "(pp)" not in page and "percentage points" not in page
+    assert "unit" not in pd.read_csv(tmp_path / "trials.csv").columns
+    units = pd.read_csv(tmp_path / "units.csv", keep_default_na=False)
+    assert set(units.loc[units["column"] == "response_length/mean", "unit"]) == {"metric units"}
     (axis,) = plots.history_figure(report).axes
     assert axis.get_ylabel() == "response_length/mean"
 
@@ -221,7 +312,7 @@ def test_a_study_without_a_complete_trial_still_gets_its_pages(tmp_path):
     study = optuna.create_study(study_name="empty", direction="maximize")
     empty = build_report(study, spec.metric, list(spec.space), [])
     assert {p.name for p in write_report(empty, tmp_path / "none")} == {
-        "report.md", HTML_PAGE, "best_params.csv", "trials.csv", "importances.csv"}
+        "report.md", HTML_PAGE, "best_params.csv", "trials.csv", "importances.csv", "units.csv"}
     assert "The study has no trial yet." in (tmp_path / "none" / HTML_PAGE).read_text()
 
     trial = study.ask(fixed_distributions=studies.distributions(spec))
@@ -231,7 +322,7 @@ def test_a_study_without_a_complete_trial_still_gets_its_pages(tmp_path):
     paths = {p.name for p in write_report(failed, tmp_path / "failed")}
     assert not {name for name in paths if name.endswith(".png")}  # nothing to draw
     page = (tmp_path / "failed" / HTML_PAGE).read_text()
-    assert "<td>trial 0: ValueError: &lt;b&gt;bad&lt;/b&gt; | x</td>" in page and "<b>" not in page
+    assert re.search(r"<td[^>]*>trial 0: ValueError: &lt;b&gt;bad&lt;/b&gt; \| x</td>", page) and "<b>" not in page
     assert "No complete trial yet." in page
     assert r"trial 0: ValueError: &lt;b>bad&lt;/b> \| x" in (tmp_path / "failed" / "report.md").read_text()
 
@@ -251,6 +342,7 @@ def test_sweep_report_command_writes_the_page_for_a_stored_study(tmp_path):
     assert "Trial " in page and "one seed per setting, so no interval" in page
     assert "CI (pp)" not in page and "CI above 0" not in page  # one seed: no interval column promised
     assert "4 complete, 1 pruned" in page
+    assert (tmp_path / "r" / "units.csv").is_file()
 
 
 def typer_app():
