@@ -22,7 +22,7 @@ from dapo_ablate.sweeps.report import read_report, write_report
 from dapo_ablate.sweeps.runner import SweepSummary, run_sweep
 from dapo_ablate.sweeps.spec import SweepSpec
 from dapo_ablate.sweeps.study import StudyError
-from dapo_ablate.sweeps.trials import format_params
+from dapo_ablate.sweeps.knobs import format_params
 
 ERRORS = (SpecError, ConfigError, LedgerError, ExecutorError, StudyError, OverrideError)
 STUDY_RUN_HINT = "run `dapo-ablate sweep` first"
@@ -46,7 +46,8 @@ def best_trial_text(spec: SweepSpec, summary: SweepSummary) -> str:
     """The best trial as the closing line shows it: "best trial 2: avg@32 50.0 pp eps_high=0.3"."""
     if summary.best_number is None:
         return "no complete trial"
-    return f"best trial {summary.best_number}: {metric_text(summary.best_value, spec.metric)} {format_params(summary.best_params)}"
+    knobs = format_params(summary.best_params, summary.knob_digits)
+    return f"best trial {summary.best_number}: {metric_text(summary.best_value, spec.metric)} {knobs}"
 
 
 def sweep_plan(spec: SweepSpec, address: str | None = None, n_trials: int | None = None) -> str:
