@@ -178,7 +178,7 @@ def is_text_column(table: pd.DataFrame, column: str) -> bool:
 LINE_BREAKS = re.compile(r"\r\n|[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]")
 """Everything a reader or renderer may take as the end of a line."""
 MARKDOWN_SPECIALS = re.compile(
-    r"[\\`*|#~]"  # escapes, code spans, emphasis, table cells, headings, strikethrough
+    r"[\\`*|#~$]"  # escapes, code spans, emphasis, table cells, headings, strikethrough, math ($x$ on GitHub)
     r"|\](?=[(\[:])"  # links, images, references and their definitions ("[-2.6, 2.5]" stays as it is)
     r"|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])"  # "_" opens or closes emphasis only at a word's edge
 )

@@ -94,6 +94,7 @@ def _assert_tables_keep_their_columns(text: str, name: str) -> None:
 
 def test_markdown_text_examples():
     assert export.markdown_text("a|b") == "a\\|b"
+    assert export.markdown_text("$x^2$") == "\\$x^2\\$"  # GitHub would typeset it as math
     assert export.markdown_text("x\ny\r\nz") == "x y z"
     assert export.markdown_text("<b>&amp;") == "&lt;b>&amp;amp;"
     assert export.markdown_text("p < 0.05, <0.001") == "p < 0.05, <0.001"  # no tag can start there: unchanged
