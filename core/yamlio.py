@@ -14,12 +14,12 @@ the pure-Python loader recurses, so its RecursionError is caught too.
 
 from __future__ import annotations
 
-import errno
-import os
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from .config_errors import not_a_file_error, not_a_file_mode, one_line, shown_key, shown_path, shown_value
 
 MAX_FILE_BYTES = 2**20  # a config or spec is a few KB; parsing 1 MiB already takes seconds
 MAX_EXPANDED_NODES = 200_000  # a real config has a few hundred; a 2^10-cell spec a few thousand
@@ -61,7 +61,7 @@ def _number(tag: str, what: str) -> None:
         except (ValueError, OverflowError) as err:
             reason = str(err).split(";")[0].split(": value has")[0]
             raise yaml.constructor.ConstructorError(
-                None, None, f"{_parser_words(repr(node.value), 40)} cannot be read as {what} "
+                None, None, f"{shown_value(node.value, 40)} cannot be read as {what} "
                 f"({reason[:1].lower() + reason[1:]})", node.start_mark,
             ) from None
         return value
@@ -117,7 +117,7 @@ def load_yaml_text(text: str, name: str) -> Any:
     except yaml.YAMLError as err:
         raise YAMLSyntaxError(f"{name} is not valid YAML ({_problem(err)}); fix its syntax") from None
     except (ValueError, OverflowError) as err:  # a scalar Python cannot build, from a loader without the guard
-        raise YAMLSyntaxError(f"{name} is not valid YAML ({_parser_words(str(err).split(';')[0])}); fix its syntax") from None
+        raise YAMLSyntaxError(f"{name} is not valid YAML ({one_line(str(err).split(';')[0], 200)}); fix its syntax") from None
     except RecursionError:
         raise YAMLFileError(f"{name} nests deeper than can be read; a config nests a few levels, flatten it") from None
     if expanded_nodes(data) > MAX_EXPANDED_NODES:
@@ -128,8 +128,7 @@ def load_yaml_text(text: str, name: str) -> Any:
     huge = _integer_past_64_bits(data)
     if huge is not None:
         where, value = huge
-        digits = str(value) if len(str(value)) <= 30 else f"a {len(str(abs(value)))}-digit number"
-        raise YAMLFileError(f"{name}{f': `{where}`' if where else ''} is {digits}, outside the 64-bit integers "
+        raise YAMLFileError(f"{name}{f': `{where}`' if where else ''} is {shown_value(value, 30)}, outside the 64-bit integers "
                             "(about -9.2e18 to 9.2e18) that any setting takes; give a smaller number")
     return data
 
@@ -144,27 +143,22 @@ def _integer_past_64_bits(data: Any) -> tuple[str, int] | None:
             return path, node
         if isinstance(node, dict):
             stack.extend((path, key) for key in node)
-            stack.extend((f"{path}.{_key_text(key)}" if path else _key_text(key), value) for key, value in node.items())
+            stack.extend((f"{path}.{shown_key(key)}" if path else shown_key(key), value) for key, value in node.items())
         elif isinstance(node, list):
             stack.extend((f"{path}[{index}]", item) for index, item in enumerate(node))
     return None
-
-
-def _key_text(key: Any) -> str:
-    text = str(key)
-    return text if text.isprintable() and len(text) <= 60 else _parser_words(repr(text), 60)
 
 
 def _problem(err: yaml.YAMLError) -> str:
     """What the parser objected to and where, on one line, with the construct it was inside when
     that started elsewhere (`did not find expected ',' or ']' at line 3, column 6, while parsing a
     flow sequence at line 2, column 10`). Lines and columns count from 1, as editors show them."""
-    problem = _parser_words(getattr(err, "problem", None) or err.__class__.__name__)
+    problem = one_line(getattr(err, "problem", None) or err.__class__.__name__, 200)
     mark = getattr(err, "problem_mark", None)
     where = f"{problem} at {_position(mark)}" if mark is not None else problem
     context, context_mark = getattr(err, "context", None), getattr(err, "context_mark", None)
     if context and context_mark is not None and _position(context_mark) != _position(mark):
-        where += f", {_parser_words(context)} at {_position(context_mark)}"
+        where += f", {one_line(context, 200)} at {_position(context_mark)}"
     return where
 
 
@@ -172,41 +166,24 @@ def _position(mark: Any) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
 
 
-def _parser_words(text: str, limit: int = 200) -> str:
-    """The parser's words on one line, cut at `limit` characters (they may quote the file)."""
-    words = " ".join(str(text).split())
-    return words if len(words) <= limit else words[: limit - 3] + "..."
-
-
-def _missing(path: Path) -> str:
-    """Why an existing-looking name reads as nothing: a link loop, a link to a missing file, or no file."""
-    try:
-        path.stat()
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            return "is a link loop"
-        if path.is_symlink():
-            return f"is a link to {str(Path(os.readlink(path)))!r}, which does not exist"
-    return "does not exist"
-
-
 def read_yaml_mapping(path: str | Path, kind: str = "config file") -> dict[str, Any]:
     """The top-level mapping of a YAML file ({} for an empty file), or YAMLFileError."""
     path = Path(path)
-    name = f"{kind} {str(path)!r}"
-    if not path.exists():
-        raise YAMLFileError(f"{name} {_missing(path)}; check the path")
-    if not path.is_file():
-        what = "a directory" if path.is_dir() else "not a regular file"
-        raise YAMLFileError(f"{name} is {what}; give the path of a YAML file")
-    if path.stat().st_size > MAX_FILE_BYTES:
+    name = f"{kind} {shown_path(path)}"
+    try:
+        info = path.stat()
+    except OSError as err:
+        raise YAMLFileError(f"{name} {not_a_file_error(err, path, 'check the path')}") from None
+    if problem := not_a_file_mode(info.st_mode):
+        raise YAMLFileError(f"{name} {problem}; give the path of a YAML file")
+    if info.st_size > MAX_FILE_BYTES:
         raise YAMLFileError(f"{name} is larger than {MAX_FILE_BYTES // 2**20} MB; a config is a few KB, check the path")
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
         raise YAMLFileError(f"{name} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     except OSError as err:
-        raise YAMLFileError(f"{name} cannot be read ({err.strerror}); check its permissions") from None
+        raise YAMLFileError(f"{name} {not_a_file_error(err, path, 'check the path')}") from None
     data = load_yaml_text(text, name)
     if data is None:
         return {}

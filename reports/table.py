@@ -15,10 +15,8 @@ factor list: bit ``i`` is factor ``factors[i]``, so the baseline is 0 and the fu
 
 from __future__ import annotations
 
-import errno
 import io
 import os
-import stat
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +24,7 @@ import pandas as pd
 
 from dapo_ablate.core.contracts import COMPUTE_COLUMNS, DEFAULT_METRIC, MAX_FACTORS, SEED_COLUMN, SETTING_COLUMN, SHORT_LABELS
 from dapo_ablate.core.contracts import TECHNIQUES as PAPER_FACTORS  # re-exported: DAPO's five, the paper's order
+from dapo_ablate.core.config_errors import not_a_file_error, not_a_file_mode, one_line, shown_path, shown_value
 
 PAPER_AIME_AVG32 = (30, 36, 38, 41, 42, 50)
 """The paper's cumulative AIME 2024 avg@32 (percentage points, Qwen2.5-32B, one run per row):
@@ -157,7 +156,7 @@ def _level_error(results: pd.DataFrame, factor: str, values: pd.Series) -> Repor
     coding = max((values.isin(s).sum(), s) for s in LEVEL_SETS)[1]
     bad = values[~values.isin(coding)]
     row, value = bad.index[0], bad.iloc[0]
-    what = "is empty" if pd.isna(value) else f"has level {value!r}" if isinstance(value, str) else f"has level {value}"
+    what = "is empty" if pd.isna(value) else f"has level {_cell_text(value)}"
     other = "-1/+1" if coding == (0, 1) else "0/1"
     return ReportInputError(
         f"factor column '{factor}' {what} (data row {row + 1}, seed {results.at[row, SEED_COLUMN]}); code each factor "
@@ -229,7 +228,7 @@ def _check_compute(results: pd.DataFrame, factors: list[str]) -> None:
             first = results.index[bad.to_numpy()][0]
             what = "not a number" if pd.isna(values[first]) else "infinite" if np.isinf(values[first]) else "negative"
             raise ReportInputError(
-                f"compute column '{column}' is {what} ({results.at[first, column]!r}) in cell "
+                f"compute column '{column}' is {what} ({_cell_text(results.at[first, column])}) in cell "
                 f"{_row_cell(results, factors, first)}, seed {results.at[first, SEED_COLUMN]}{_in_setting(results, first)}; "
                 "fix it or leave it empty (a count of tokens or seconds, 0 or more)"
             )
@@ -262,9 +261,15 @@ def _check_confounded(results: pd.DataFrame, factors: list[str]) -> None:
             )
 
 
+def _cell_text(value: object) -> str:
+    """A cell's value as a sentence echoes it: text quoted, on one line and cut (`shown_value`), a
+    number as the table writes it (-1.5, not np.float64(-1.5))."""
+    return shown_value(value) if isinstance(value, str) else str(value)
+
+
 def _values_text(values: pd.Series) -> str:
     """``'no' and 'yes'``, ``1 and blanks``: the distinct values of a two-level-looking column."""
-    shown = [repr(v) if isinstance(v, str) else f"{v:g}" if isinstance(v, float) else str(v) for v in values.dropna().unique()]
+    shown = [f"{v:g}" if isinstance(v, float) else _cell_text(v) for v in values.dropna().unique()]
     return " and ".join(sorted(shown) + (["blanks"] if values.isna().any() else []))
 
 
@@ -345,25 +350,23 @@ def _open_results(path: Path):
     open); ReportInputError otherwise. Nothing is read."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise ReportInputError(f"results file '{path}' does not exist; check the --results path") from None
     except OSError as error:
-        advice = {errno.ELOOP: "it is a loop of symbolic links; pass the results CSV itself",
-                  errno.EACCES: "check its permissions", errno.EPERM: "check its permissions",
-                  errno.ENAMETOOLONG: "shorten the path"}.get(error.errno, "pass a readable results CSV")  # fmt: skip
-        raise ReportInputError(f"results file '{path}' cannot be opened ({error.strerror}); {advice}") from None
+        raise ReportInputError(f"{_named(path)} {not_a_file_error(error, path, 'check the --results path')}") from None
     info = os.fstat(descriptor)
-    problem = None
-    if stat.S_ISDIR(info.st_mode):
-        problem = "is a directory; pass the results CSV file inside it"
-    elif not stat.S_ISREG(info.st_mode):
-        problem = "is not a regular file (a pipe, socket or device); pass a results CSV on disk"
+    problem = not_a_file_mode(info.st_mode)
+    if problem:
+        problem += "; pass the results CSV file itself"
     elif info.st_size > MAX_RESULTS_BYTES:
         problem = _too_large()
     if problem:
         os.close(descriptor)
-        raise ReportInputError(f"results file '{path}' {problem}")
+        raise ReportInputError(f"{_named(path)} {problem}")
     return os.fdopen(descriptor, "rb")
+
+
+def _named(path: Path) -> str:
+    """How a results-file sentence names the file: whole, quoted, on one line."""
+    return f"results file {shown_path(path)}"
 
 
 def _too_large() -> str:
@@ -378,12 +381,12 @@ def _read_results_bytes(path: Path) -> bytes:
         while line := handle.readline(MAX_LINE_BYTES + 1):
             if len(line) > MAX_LINE_BYTES:
                 raise ReportInputError(
-                    f"results file '{path}' line {len(lines) + 1} is longer than {MAX_LINE_BYTES // 2**20} MiB; "
+                    f"{_named(path)} line {len(lines) + 1} is longer than {MAX_LINE_BYTES // 2**20} MiB; "
                     "a run's row is a few hundred bytes, so check that the file is a results CSV"
                 )
             total += len(line)
             if total > MAX_RESULTS_BYTES:
-                raise ReportInputError(f"results file '{path}' {_too_large()}")
+                raise ReportInputError(f"{_named(path)} {_too_large()}")
             lines.append(line)
     return b"".join(lines)
 
@@ -396,8 +399,7 @@ def read_results_csv(path: str | Path) -> pd.DataFrame:
     try:
         return pd.read_csv(io.BytesIO(raw))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
-        reason = " ".join(str(error).split())[:300]
-        raise ReportInputError(f"results file '{path}' is not a readable CSV ({reason}); export it again") from None
+        raise ReportInputError(f"{_named(path)} is not a readable CSV ({one_line(str(error), 300)}); export it again") from None
 
 
 def load_results_csv(

@@ -58,8 +58,8 @@ from dapo_ablate.core.config import (
     format_validation_error,
     knob_paths,
     set_dotted,
-    shown_value,
 )
+from dapo_ablate.core.config_errors import shown_key, shown_value
 
 __all__ = [
     "MAX_FULL_FACTORS",
@@ -339,9 +339,7 @@ def _dimension(leaf: str, entry: Any) -> Dimension:
         raise SpecProblem(f"must be a mapping such as {{type: float, low: 0.2, high: 0.4}} or {{choices: [4, 8]}}, not {shown_value(entry)}", field)
     unknown = [key for key in entry if key not in Dimension.model_fields]  # keys may mix types (1, "low")
     if unknown:
-        key = str(unknown[0])
-        key = key if key.isprintable() and len(key) <= 60 else shown_value(key)
-        raise SpecProblem(f"unknown key `{key}`; use type, low, high, log, step or choices", field)
+        raise SpecProblem(f"unknown key `{shown_key(unknown[0])}`; use type, low, high, log, step or choices", field)
     kind = _knob_kind(leaf)
     dim_type = entry.get("type") or ("categorical" if "choices" in entry else kind)
     if dim_type not in ("float", "int", "categorical"):

@@ -156,3 +156,29 @@ def test_counts_stop_at_two_to_the_31():
     with pytest.raises(ConfigError, match="schedule.total_steps"):
         build_trainer_config({"schedule": {"total_steps": 10**400}})
     assert build_trainer_config({"schedule": {"total_steps": MAX_COUNT}}).schedule.total_steps == MAX_COUNT
+
+
+def test_the_value_echo_and_why_a_path_is_no_file_are_worded_in_one_place(tmp_path):
+    """core/config_errors.py words these for every module (yamlio, sweeps, reports): a key or value
+    on one line, cut at 60 characters; a long integer by its digits (a cut number reads as another
+    number); a path whole and escaped; why a path is no file, with the caller's fix."""
+    import errno
+    import os
+    from pathlib import Path
+
+    from dapo_ablate.core.config_errors import not_a_file, not_a_file_error, shown_key, shown_path, shown_value
+
+    assert shown_key("eps_high") == "eps_high" and shown_key("a\nb") == "'a\\nb'"
+    assert shown_key("k" * 61) == "'" + "k" * 56 + "..."
+    assert shown_value(10**64) == "an integer of 65 digits" and shown_value(-(10**28), 30) == "-1" + "0" * 28
+    assert shown_value(-(10**29), 30) == "an integer of 30 digits" and shown_value(10**5000) == "an integer of about 5001 digits"
+    assert shown_path(Path("a\nb.yaml")) == "'a\\nb.yaml'" and shown_path("x" * 100) == repr("x" * 100)
+    os.symlink(tmp_path / "gone.yaml", tmp_path / "link.yaml")
+    assert not_a_file(tmp_path / "link.yaml") == f"is a link to {shown_path(tmp_path / 'gone.yaml')}, which does not exist"
+    os.symlink("loop", tmp_path / "loop")
+    assert not_a_file(tmp_path / "loop") == "is a link loop" and not_a_file(tmp_path) == "is a directory"
+    assert not_a_file(Path("/dev/zero")) == "is not a regular file (a pipe, socket or device)"
+    refused = PermissionError(errno.EACCES, "Permission denied")
+    assert not_a_file_error(refused, tmp_path / "x", "check the path") == "cannot be read (Permission denied); check its permissions"
+    missing = FileNotFoundError(errno.ENOENT, "No such file or directory")
+    assert not_a_file_error(missing, tmp_path / "x", "check the path") == "does not exist; check the path"

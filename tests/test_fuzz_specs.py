@@ -183,3 +183,18 @@ def test_a_fuzzed_trainer_config_is_built_or_refused_in_one_sentence(changes, ra
                 assert "\n" not in message and message.strip() == message, message
                 assert any(name in message for name in (str(path), "`", "override", *TRAINER_PATHS)), message
         assert files_under(root) == before
+
+
+def test_a_sweep_ranges_unknown_key_is_echoed_as_the_trainer_configs_are():
+    """sweeps/spec.py shows an unknown key through core/config_errors.shown_key: on one line, cut."""
+    from dapo_ablate.ablation.experiment.spec import SpecError
+    from dapo_ablate.sweeps.spec import build_sweep
+
+    for key, shown in (("lo\nw", "'lo\\nw'"), ("k" * 80, "'" + "k" * 56 + "..."), ("lo", "lo")):
+        data = {**sweep(), "space": {"eps_high": {"low": 0.2, "high": 0.4, key: 1}}}
+        try:
+            build_sweep(data)
+        except SpecError as error:
+            assert f"unknown key `{shown}`; use type, low, high" in str(error) and "\n" not in str(error)
+        else:
+            raise AssertionError(f"{key!r} was accepted")

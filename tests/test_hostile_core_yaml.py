@@ -121,3 +121,29 @@ def test_an_integer_past_64_bits_is_refused_by_its_key(number):
     with pytest.raises(YAMLFileError, match=r"^override 'seeds': `\[1\]` is 18446744073709551616, outside"):
         load_yaml_text(f"[0, {2**64}]", "override 'seeds'")
     assert load_yaml_text(f"a: {2**63 - 1}\nb: {-(2**63)}", "x") == {"a": 2**63 - 1, "b": -(2**63)}
+
+
+def test_a_path_that_is_no_yaml_file_is_named_with_the_shared_reason(tmp_path):
+    """Why a path is no file reads as core/config_errors words it (for the data files and the
+    results CSV too), the path whole and escaped on one line."""
+    import os
+
+    fifo = tmp_path / "spec\n.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(YAMLFileError) as error:  # refused by its kind, never opened (it would block)
+        read_yaml_mapping(fifo, kind="spec file")
+    assert one_sentence(error) == (f"spec file {str(fifo)!r} is not a regular file (a pipe, socket or device); "
+                                   "give the path of a YAML file")  # fmt: skip
+    os.symlink(tmp_path / "gone.yaml", tmp_path / "link.yaml")
+    with pytest.raises(YAMLFileError) as error:
+        read_yaml_mapping(tmp_path / "link.yaml")
+    assert one_sentence(error).endswith(f"is a link to {str(tmp_path / 'gone.yaml')!r}, which does not exist; check the path")
+    with pytest.raises(YAMLFileError) as error:
+        read_yaml_mapping(tmp_path / ("x" * 300 + ".yaml"))
+    assert one_sentence(error).endswith("cannot be read (File name too long); check the path")
+
+
+def test_an_integer_past_64_bits_is_named_by_its_digits():
+    with pytest.raises(YAMLFileError) as error:
+        load_yaml_text("seeds: " + "9" * 40, "override 'seeds'")
+    assert one_sentence(error).startswith("override 'seeds': `seeds` is an integer of 40 digits, outside the 64-bit integers")

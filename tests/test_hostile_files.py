@@ -159,8 +159,8 @@ CASES = {
     # --results
     "results: a FIFO": Case(fifo, report_results, 2, "is not a regular file", isolated=True),
     "results: /dev/zero": Case(lambda folder: Path("/dev/zero"), report_results, 2, "is not a regular file", isolated=True),
-    "results: a symlink loop": Case(loop, report_results, 2, "Too many levels of symbolic links"),
-    "results: a directory": Case(directory, report_results, 2, "is a directory"),
+    "results: a symlink loop": Case(loop, report_results, 2, "is a link loop; check the --results path"),
+    "results: a directory": Case(directory, report_results, 2, "is a directory; pass the results CSV file itself"),
     "results: a symlink to a CSV outside": Case(link_outside("results.csv", RESULTS), report_results, 0, "Claims"),
     "results: a read-only file": Case(with_mode(RESULTS, 0o444), report_results, 0, "Claims"),
     # a data file of the trainer

@@ -81,7 +81,7 @@ def test_a_missing_file_and_an_unreadable_one_are_named(tmp_path):
         locked = tmp_path / "locked.csv"
         locked.write_text("a,seed,avg@32\n")
         locked.chmod(0)
-        with pytest.raises(ReportInputError, match="cannot be opened"):
+        with pytest.raises(ReportInputError, match=r"cannot be read \(Permission denied\); check its permissions$"):
             load_results_csv(locked)
 
 
@@ -153,3 +153,22 @@ def test_a_named_factor_with_another_coding_is_named(tmp_path, coding, said):
     message = str(raised.value)
     assert f"factor column 'a' {said} (data row 1, seed 0); code each factor 0/1 (or -1/+1) in every row" in message
     assert "(or 0/1 everywhere)" not in message
+
+
+def test_a_results_path_and_its_cells_are_echoed_on_one_line(tmp_path):
+    """The file named whole and escaped, why it is no file worded as core/config_errors words it,
+    and a cell's value as the table writes it (a number plain, text quoted and cut at 60)."""
+    with pytest.raises(ReportInputError) as raised:
+        load_results_csv(tmp_path / "no\nsuch.csv")
+    assert str(raised.value) == f"results file {str(tmp_path / 'no') + chr(10) + 'such.csv'!r} does not exist; check the --results path"
+    os.symlink("loop.csv", tmp_path / "loop.csv")
+    with pytest.raises(ReportInputError, match=r"loop.csv' is a link loop; check the --results path$"):
+        load_results_csv(tmp_path / "loop.csv")
+    table = _results()
+    table["tokens_generated"] = -1.5
+    with pytest.raises(ReportInputError, match=r"compute column 'tokens_generated' is negative \(-1.5\) in cell "):
+        load_results_csv(_write(tmp_path, table))
+    table["tokens_generated"] = "x" * 200
+    with pytest.raises(ReportInputError) as raised:
+        load_results_csv(_write(tmp_path, table))
+    assert f"is not a number ('{'x' * 56}...) in cell" in str(raised.value)
