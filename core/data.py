@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from . import comparison
+from .config_errors import not_a_file_mode
 from .tasks import TaskSpec, generate_problems
 
 if TYPE_CHECKING:
@@ -250,10 +251,9 @@ def check_data_file(path: str | Path) -> Path:
 
 def _refuse_unless_regular(path: Path, info: os.stat_result) -> None:
     """DataError unless ``info`` is a regular file (a .json one at most MAX_JSON_BYTES)."""
-    if stat.S_ISDIR(info.st_mode):
-        raise DataError(f"{path}: is a directory; give the path of a problem file.")
-    if not stat.S_ISREG(info.st_mode):
-        raise DataError(f"{path}: not a regular file (a pipe, socket or device); give the path of a problem file on disk.")
+    why = not_a_file_mode(info.st_mode)
+    if why:
+        raise DataError(f"{path}: {why}; give the path of a problem file{'' if stat.S_ISDIR(info.st_mode) else ' on disk'}.")
     if path.suffix == ".json" and info.st_size > MAX_JSON_BYTES:
         raise _json_too_large(path)
 

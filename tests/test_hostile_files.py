@@ -172,7 +172,7 @@ CASES = {
     # the ledger
     "ledger: a FIFO": Case(fifo, LEDGER, 2, "which is not a regular file", isolated=True),
     "ledger: /dev/zero": Case(lambda folder: Path("/dev/zero"), LEDGER, 2, "'/dev/zero', which is not a regular file", isolated=True),
-    "ledger: a symlink loop": Case(loop, LEDGER, 2, "Too many levels of symbolic links"),
+    "ledger: a symlink loop": Case(loop, LEDGER, 2, "which is a link loop; fix `ledger`"),
     "ledger: a directory": Case(directory, LEDGER, 2, "which is a directory"),
     "ledger: another application's SQLite database": Case(foreign_database, LEDGER, 2, "is not a dapo-ablate ledger (it holds other tables: users)"),
     # --out

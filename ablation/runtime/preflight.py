@@ -25,6 +25,7 @@ from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError, check_ledger
 from dapo_ablate.ablation.store.tracking import default_artifact_location, sqlite_path
 from dapo_ablate.core.config import ConfigError, TrainerConfig, knob_paths
+from dapo_ablate.core.config_errors import not_a_file_error, not_a_file_mode, shown_path
 from dapo_ablate.core.policy import check_context
 
 if TYPE_CHECKING:
@@ -141,14 +142,13 @@ def check_sqlite_file(path: Path, field_name: str) -> None:
     except FileNotFoundError:
         return
     except OSError as err:
-        raise ExecutorError(f"`{field_name}` names {str(path)!r}, which cannot be read ({err.strerror}); fix `{field_name}`") from None
+        raise ExecutorError(f"`{field_name}` names {shown_path(path)}, which {not_a_file_error(err, path, f'fix `{field_name}`')}") from None
+    why = not_a_file_mode(mode)
     if stat.S_ISDIR(mode):
-        raise ExecutorError(
-            f"`{field_name}` names {str(path)!r}, which is a directory, not a database file; "
-            f"name a file instead, e.g. {str(path / path.name)!r}"
-        )
-    if not stat.S_ISREG(mode):
-        raise ExecutorError(f"`{field_name}` names {str(path)!r}, which is not a regular file; name a database file")
+        raise ExecutorError(f"`{field_name}` names {shown_path(path)}, which {why}, not a database file; "
+                            f"name a file instead, e.g. {shown_path(path / path.name)}")
+    if why:
+        raise ExecutorError(f"`{field_name}` names {shown_path(path)}, which {why}; name a database file")
     if header and header != SQLITE_HEADER:
         raise ExecutorError(
             f"`{field_name}` names {str(path)!r}, which is not a SQLite database; move that file away or name another one"

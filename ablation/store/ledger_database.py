@@ -5,7 +5,6 @@ if it is empty or already holds the ledger's tables (another application's is re
 from __future__ import annotations
 
 import sqlite3
-import stat
 from contextlib import closing
 from pathlib import Path
 from urllib.parse import quote
@@ -19,6 +18,7 @@ from dapo_ablate.ablation.store import ledger_rules as rules
 from dapo_ablate.ablation.store.database import PSYCOPG_DRIVER
 from dapo_ablate.ablation.store.ledger_models import LEDGER_TABLES
 from dapo_ablate.ablation.store.ledger_rules import LedgerError
+from dapo_ablate.core.config_errors import not_a_file_mode
 
 
 def resolve_url(url: str) -> URL:
@@ -83,8 +83,9 @@ def check_sqlite_file(url: URL, safe_url: str) -> None:
         return
     except OSError as err:
         raise LedgerError(f"could not read the ledger database at {safe_url}: {err.strerror}; check `ledger:` in the spec") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise LedgerError(f"the ledger database at {safe_url} is not a regular file; point `ledger:` at a SQLite file")
+    why = not_a_file_mode(info.st_mode)
+    if why:
+        raise LedgerError(f"the ledger database at {safe_url} {why}; point `ledger:` at a SQLite file")
     if info.st_size == 0:
         return
     query = "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite^_%' ESCAPE '^'"
