@@ -27,7 +27,6 @@ import json
 import logging
 import math
 import os
-import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,7 +252,7 @@ def _refuse_unless_regular(path: Path, info: os.stat_result) -> None:
     """DataError unless ``info`` is a regular file (a .json one at most MAX_JSON_BYTES)."""
     why = not_a_file_mode(info.st_mode)
     if why:
-        raise DataError(f"{path}: {why}; give the path of a problem file{'' if stat.S_ISDIR(info.st_mode) else ' on disk'}.")
+        raise DataError(f"{path}: {why}; give the path of a problem file.")
     if path.suffix == ".json" and info.st_size > MAX_JSON_BYTES:
         raise _json_too_large(path)
 

@@ -150,20 +150,20 @@ def test_a_corrupt_parquet_page_behind_a_valid_footer_is_one_sentence(tmp_path):
 def test_a_fifo_is_refused_without_being_opened(tmp_path):
     path = tmp_path / "train.jsonl"
     os.mkfifo(path)
-    assert refusal_in_a_thread(path).startswith("is not a regular file (a pipe, socket or device); give the path of a problem file on disk")
+    assert refusal_in_a_thread(path).startswith("is not a regular file (a pipe, socket or device); give the path of a problem file.")
 
 
 def test_a_fifo_swapped_in_after_the_check_is_refused_on_the_open_descriptor(tmp_path, monkeypatch):
     path = tmp_path / "train.jsonl"
     os.mkfifo(path)
     monkeypatch.setattr(data, "check_data_file", Path)  # as if the path changed between stat and open
-    assert refusal_in_a_thread(path).startswith("is not a regular file (a pipe, socket or device); give the path of a problem file on disk")
+    assert refusal_in_a_thread(path).startswith("is not a regular file (a pipe, socket or device); give the path of a problem file.")
 
 
 def test_a_link_to_dev_zero_is_refused_before_any_byte_is_read(tmp_path):
     path = tmp_path / "train.jsonl"
     path.symlink_to("/dev/zero")
-    assert refusal(path).startswith("is not a regular file (a pipe, socket or device); give the path of a problem file on disk")
+    assert refusal(path).startswith("is not a regular file (a pipe, socket or device); give the path of a problem file.")
 
 
 def test_a_directory_is_named_as_one(tmp_path):

@@ -74,8 +74,11 @@ def test_check_ledger_reads_only_and_refuses_what_opening_would(tmp_path: Path) 
     garbage.write_bytes(b"not a database at all" * 100)
     SQLLedger(f"sqlite:///{ours}").close()
     os.mkfifo(tmp_path / "fifo.db")
+    (tmp_path / "loop.db").symlink_to(tmp_path / "loop.db")
     before = {path: file_digest(path) for path in (foreign, garbage)}
-    for path, words in ((foreign, "not a dapo-ablate ledger"), (garbage, "not a database"), (tmp_path / "fifo.db", "regular file")):
+    refused = ((foreign, "not a dapo-ablate ledger"), (garbage, "not a database"), (tmp_path / "fifo.db", "is not a regular file"),
+               (tmp_path, "is a directory"), (tmp_path / "loop.db", "is a link loop; check `ledger:`"))
+    for path, words in refused:
         with pytest.raises(LedgerError, match=words) as raised:
             check_ledger(f"sqlite:///{path}")
         one_sentence(raised.value)

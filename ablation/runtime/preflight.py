@@ -151,10 +151,10 @@ def check_sqlite_file(path: Path, field_name: str) -> None:
         raise ExecutorError(f"`{field_name}` names {shown_path(path)}, which {why}; name a database file")
     if header and header != SQLITE_HEADER:
         raise ExecutorError(
-            f"`{field_name}` names {str(path)!r}, which is not a SQLite database; move that file away or name another one"
+            f"`{field_name}` names {shown_path(path)}, which is not a SQLite database; move that file away or name another one"
         )
     if not os.access(path, os.W_OK):
-        raise ExecutorError(f"`{field_name}` names {str(path)!r}, which is read-only; make it writable or name another file")
+        raise ExecutorError(f"`{field_name}` names {shown_path(path)}, which is read-only; make it writable or name another file")
 
 
 def check_artifact_location(spec: Any) -> None:

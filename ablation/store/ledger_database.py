@@ -18,7 +18,7 @@ from dapo_ablate.ablation.store import ledger_rules as rules
 from dapo_ablate.ablation.store.database import PSYCOPG_DRIVER
 from dapo_ablate.ablation.store.ledger_models import LEDGER_TABLES
 from dapo_ablate.ablation.store.ledger_rules import LedgerError
-from dapo_ablate.core.config_errors import not_a_file_mode
+from dapo_ablate.core.config_errors import not_a_file_error, not_a_file_mode
 
 
 def resolve_url(url: str) -> URL:
@@ -82,7 +82,7 @@ def check_sqlite_file(url: URL, safe_url: str) -> None:
     except FileNotFoundError:
         return
     except OSError as err:
-        raise LedgerError(f"could not read the ledger database at {safe_url}: {err.strerror}; check `ledger:` in the spec") from None
+        raise LedgerError(f"the ledger database at {safe_url} {not_a_file_error(err, path, 'check `ledger:` in the spec')}") from None
     why = not_a_file_mode(info.st_mode)
     if why:
         raise LedgerError(f"the ledger database at {safe_url} {why}; point `ledger:` at a SQLite file")
