@@ -229,7 +229,7 @@ class SweepScheduler:
             raise ExecutorError(
                 f"the ledger at {self.ledger.url} already has a factorial experiment named {spec.name!r}; give the sweep another name"
             )
-        self.storage = studies.open_storage(spec)
+        self.storage = studies.open_storage(spec, driver=self.host)
         self.study = studies.open_study(spec, self.storage)
         studies.check_resumable(self.study, spec)  # before anything of this spec is written
         self.ledger.ensure_experiment(spec.name, spec.to_dict())
@@ -259,7 +259,8 @@ class SweepScheduler:
         self.summary.recovered = studies.recover_orphans(self.study)
         for number in self.summary.recovered:
             self.display.note(f"trial {number}: its driver stopped; queued again")
-        studies.fail_stale(self.study)
+        for number in studies.fail_stale(self.study, self.spec.heartbeat.grace_period_s):
+            self.display.note(f"trial {number}: its driver stopped; queued again")
         release_orphans(self.ledger, self.spec.name, self.host)
         for run_id in self.ledger.reopen_malformed(self.spec.name):  # stored unusable by an older version
             self.display.note(f"run {run_id}: its stored result was unusable; it trains again")
@@ -319,7 +320,7 @@ class SweepScheduler:
         self._beat()
 
     def _start_trial(self) -> None:
-        trial = retry_transient(lambda: studies.ask(self.study, self.spec, self.host), "ask a trial", store=OPTUNA)
+        trial = retry_transient(lambda: studies.ask(self.study, self.spec), "ask a trial", store=OPTUNA)
         try:
             plan = plan_trial(self.spec, trial.number, trial.params)
         except (ConfigError, KeyError) as err:  # a sampled combination the trainer refuses
@@ -368,7 +369,9 @@ class SweepScheduler:
         for active in self.active.values():  # before the stale check, so ours are never stale
             retry_transient(lambda: self.storage.record_heartbeat(active.trial._trial_id),
                             f"record trial {active.number}'s heartbeat", store=OPTUNA)
-        retry_transient(lambda: studies.fail_stale(self.study), "fail stale trials", store=OPTUNA)
+        grace_s = self.spec.heartbeat.grace_period_s
+        for number in retry_transient(lambda: studies.fail_stale(self.study, grace_s), "fail stale trials", store=OPTUNA):
+            self.display.note(f"trial {number}: its driver stopped; queued again")
         for number, run_id in list(self.held_elsewhere):
             self.held_elsewhere.discard((number, run_id))
             active = self.active.get(number)

@@ -15,6 +15,14 @@ thread and its stale-trial check for us; with ask/tell the driver does both itse
 - at start-up, running trials asked by a driver on this host whose process is gone are failed
   and queued the same way at once, without waiting for the grace period (`recover_orphans`).
 
+That needs every running trial to name its driver, so a driver's storage (`open_storage(...,
+driver=)`) writes it with the trial: a new trial carries it from the write that creates it, a
+queued one from the write right after it is taken. Optuna's ``ask`` then samples the knobs, which
+can take seconds; a driver killed meanwhile used to leave a running trial that named nobody, was
+never recovered and held a place in the budget for good. The one window left (a queued trial
+taken, its driver killed before the next write) is closed by `fail_stale`: a running trial that
+names no driver after the grace period is failed and queued again too.
+
 The budget: ``n_trials`` finished trials, counting complete, pruned and failed ones but not a
 failed trial that was queued again (its retry stands in for it): see `counted_trials`.
 """
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import os
+from datetime import datetime, timedelta
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -57,9 +66,35 @@ def storage_url(ledger_url: str) -> str:
     return with_psycopg_driver(ledger_url)
 
 
-def open_storage(spec: SweepSpec, *, heartbeat: bool = True) -> RDBStorage:
+class _DriverStorage(RDBStorage):
+    """The RDB storage of one driver (``hostname:pid``): each trial it starts running names it."""
+
+    def __init__(self, *args: Any, driver: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.driver = driver
+
+    def _create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> FrozenTrial:
+        # Both RDBStorage.create_new_trial and Optuna's cache in front of it (`_CachedStorage`)
+        # create trials through this method; `Study.ask` passes no template.
+        if template_trial is None:
+            template_trial = FrozenTrial(
+                number=-1, state=TrialState.RUNNING, value=None, datetime_start=datetime.now(), datetime_complete=None,
+                params={}, distributions={}, user_attrs={}, system_attrs={DRIVER_ATTR: self.driver},
+                intermediate_values={}, trial_id=-1,
+            )
+        return super()._create_new_trial(study_id, template_trial)
+
+    def set_trial_state_values(self, trial_id: int, state: TrialState, values: Sequence[float] | None = None) -> bool:
+        taken = super().set_trial_state_values(trial_id, state, values)
+        if taken and state == TrialState.RUNNING:  # a queued trial taken by `Study.ask`
+            self.set_trial_system_attr(trial_id, DRIVER_ATTR, self.driver)
+        return taken
+
+
+def open_storage(spec: SweepSpec, *, heartbeat: bool = True, driver: str | None = None) -> RDBStorage:
     """Optuna's RDB storage on the ledger's database (open the `Ledger` first: it creates the
-    SQLite folder). heartbeat=False for readers (reports), which never fail anyone's trials."""
+    SQLite folder). heartbeat=False for readers (reports), which never fail anyone's trials;
+    a driver (``hostname:pid``) gets a storage whose trials name it from their first write."""
     url = storage_url(spec.ledger)
     if url.startswith("sqlite"):
         engine_kwargs: dict[str, Any] = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
@@ -71,10 +106,13 @@ def open_storage(spec: SweepSpec, *, heartbeat: bool = True) -> RDBStorage:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             if not heartbeat:
                 return RDBStorage(url, engine_kwargs=engine_kwargs)
-            return RDBStorage(
-                url, engine_kwargs=engine_kwargs, heartbeat_interval=beat.interval_s, grace_period=beat.grace_period_s,
-                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=beat.max_retry),
-            )
+            beating: dict[str, Any] = {
+                "heartbeat_interval": beat.interval_s, "grace_period": beat.grace_period_s,
+                "heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=beat.max_retry),
+            }
+            if driver is None:
+                return RDBStorage(url, engine_kwargs=engine_kwargs, **beating)
+            return _DriverStorage(url, engine_kwargs=engine_kwargs, driver=driver, **beating)
     except Exception as err:  # sqlalchemy / driver errors: the user's database URL or server
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise LedgerError(f"could not open the Optuna study storage at {spec.ledger} ({first}); check `ledger:`") from None
@@ -232,13 +270,13 @@ def distributions(spec: SweepSpec) -> dict[str, BaseDistribution]:
     return out
 
 
-def ask(study: optuna.Study, spec: SweepSpec, driver: str) -> optuna.Trial:
-    """A new (or queued) trial with every knob sampled, its heartbeat started, its driver recorded."""
+def ask(study: optuna.Study, spec: SweepSpec) -> optuna.Trial:
+    """A new (or queued) trial with every knob sampled and its heartbeat started; on a driver's
+    storage (`open_storage(..., driver=)`) it names its driver from its first write."""
     with warnings.catch_warnings():  # "Heartbeat ... supposed to be used with Study.optimize": we beat ourselves
         warnings.filterwarnings("ignore", message=".*Heartbeat.*")
         trial = study.ask(fixed_distributions=distributions(spec))
     study._storage.record_heartbeat(trial._trial_id)
-    study._storage.set_trial_system_attr(trial._trial_id, DRIVER_ATTR, driver)
     return trial
 
 
@@ -295,8 +333,17 @@ def recover_orphans(study: optuna.Study) -> list[int]:
     return recovered
 
 
-def fail_stale(study: optuna.Study) -> None:
-    """Optuna's heartbeat check: stale running trials are failed and queued again."""
+def fail_stale(study: optuna.Study, grace_period_s: float) -> list[int]:
+    """Optuna's heartbeat check: stale running trials are failed and queued again. So is a running
+    trial that names no driver ``grace_period_s`` after it started (its driver was killed as it
+    took the trial, before naming itself; Optuna skips a trial without a heartbeat). The numbers of
+    the latter."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
+    cutoff, unclaimed = datetime.now() - timedelta(seconds=grace_period_s), []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if DRIVER_ATTR not in trial.system_attrs and trial.datetime_start is not None and trial.datetime_start < cutoff:
+            if fail_and_requeue(study, trial._trial_id, "its driver stopped before naming itself; queued again"):
+                unclaimed.append(trial.number)
+    return unclaimed

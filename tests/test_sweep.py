@@ -211,8 +211,8 @@ def test_stale_trials_of_another_host_are_failed_and_retried_through_the_heartbe
     path = write_sweep(tmp_path, mlflow=shared_mlflow, ledger=ledger_url, n_trials=3, heartbeat={"interval_s": 1, "grace_period_s": 2})
     spec = load_sweep(path)
     SQLLedger(spec.ledger).close()  # creates the SQLite folder, as the driver does
-    study = studies.open_study(spec, studies.open_storage(spec))
-    lost = studies.ask(study, spec, driver="another-node:4711")  # its driver stops beating
+    study = studies.open_study(spec, studies.open_storage(spec, driver="another-node:4711"))
+    lost = studies.ask(study, spec)  # its driver stops beating
     time.sleep(3)
     _, summary = sweep(path, quick_cell)
     assert summary.exit_code == 0 and summary.counted == 3
@@ -221,6 +221,64 @@ def test_stale_trials_of_another_host_are_failed_and_retried_through_the_heartbe
     (retry,) = [t for t in found.values() if t.system_attrs.get("failed_trial") == lost.number]
     assert retry.state == TrialState.COMPLETE and retry.params == lost.params
     assert len(found) == 4  # the stale trial, its retry and two new ones
+
+
+class _KilledWhileSampling(optuna.samplers.RandomSampler):
+    """A driver killed inside Optuna's ask: the trial exists, running, and its knobs are not drawn yet."""
+
+    def before_trial(self, *args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["new", "queued"])
+def test_a_driver_killed_inside_ask_leaves_a_trial_the_next_driver_recovers(tmp_path, ledger_url, queued):
+    from dapo_ablate.ablation.runtime.hosts import this_host
+
+    spec = load_sweep(write_sweep(tmp_path, ledger=ledger_url, n_trials=3, heartbeat={"interval_s": 1, "grace_period_s": 600}))
+    SQLLedger(spec.ledger).close()
+    dead = f"{this_host().rpartition(':')[0]}:{_dead_pid()}"
+    study = studies.open_study(spec, studies.open_storage(spec, driver=dead))
+    if queued:  # a retry waiting in the queue is taken, then the driver dies
+        study.enqueue_trial({"eps_high": 0.3})
+    study.sampler = _KilledWhileSampling()
+    with pytest.raises(KeyboardInterrupt):
+        studies.ask(study, spec)
+    (left,) = trials(spec)
+    assert left.state == TrialState.RUNNING and left.system_attrs[studies.DRIVER_ATTR] == dead
+
+    rerun = studies.open_study(spec, studies.open_storage(spec, driver=this_host()))
+    assert studies.recover_orphans(rerun) == [left.number]
+    found = {t.number: t for t in trials(spec)}
+    assert found[left.number].state == TrialState.FAIL
+    (retry,) = [t for t in found.values() if t.system_attrs.get("failed_trial") == left.number]
+    assert retry.state == TrialState.WAITING
+
+
+def test_a_running_trial_naming_no_driver_is_queued_again_after_the_grace_period(tmp_path, ledger_url):
+    spec = load_sweep(write_sweep(tmp_path, ledger=ledger_url, n_trials=3, heartbeat={"interval_s": 1, "grace_period_s": 60}))
+    SQLLedger(spec.ledger).close()
+    study = studies.open_study(spec, studies.open_storage(spec))  # no driver: as if killed before naming itself
+    from datetime import datetime, timedelta
+
+    def unclaimed(age_s: float) -> int:
+        return study._storage.create_new_trial(study._study_id, optuna.trial.FrozenTrial(
+            number=-1, state=TrialState.RUNNING, value=None, datetime_start=datetime.now() - timedelta(seconds=age_s),
+            datetime_complete=None, params={}, distributions={}, user_attrs={}, system_attrs={},
+            intermediate_values={}, trial_id=-1))
+
+    old, young = unclaimed(61), unclaimed(5)
+    numbers = {t._trial_id: t.number for t in trials(spec)}
+    assert studies.fail_stale(study, spec.heartbeat.grace_period_s) == [numbers[old]]
+    found = {t.number: t for t in trials(spec)}
+    assert found[numbers[old]].state == TrialState.FAIL and "before naming itself" in found[numbers[old]].user_attrs["error"]
+    assert found[numbers[young]].state == TrialState.RUNNING  # perhaps a live driver about to name itself
+    assert [t.state for t in found.values() if t.system_attrs.get("failed_trial") == numbers[old]] == [TrialState.WAITING]
 
 
 def test_robustness_mode_measures_each_factors_effect_per_knob_setting(local_ray, tmp_path, shared_mlflow):
