@@ -77,8 +77,12 @@ def test_gradients_through_checkpointed_chunks_equal_the_naive_pass(sampled):
     naive = grads(lambda: naive_log_probs(model, rollout.prompt_ids, rollout.responses, 1.0, policy.pad_token_id)[0])
     chunked = grads(lambda: response_log_probs(model, rollout.prompt_ids, rollout.responses, m, 1.0, policy.pad_token_id,
                                                LogProbSettings(chunk=5))[0])
-    for a, b in zip(naive, chunked):  # fp32 summation-order noise, relative to each tensor's scale
-        torch.testing.assert_close(b, a, atol=2e-6 * float(a.abs().max()), rtol=1e-4)
+    # fp32 rounding (the chunking reorders each weight gradient's sum over tokens; the two passes
+    # round the softmax differently) moves the gradient by ~1e-6 of its norm (more in tensors whose
+    # gradient nearly cancels: the key biases); one token's gradient lost moves it by ~1e-4
+    diff = torch.cat([(b - a).flatten() for a, b in zip(naive, chunked)])
+    error = float(diff.norm() / torch.cat([a.flatten() for a in naive]).norm())
+    assert error < 1e-5, error
 
 
 def test_micro_batches_are_sorted_by_length_and_cover_every_row():
