@@ -86,6 +86,27 @@ def test_a_ledger_that_stays_down_stops_the_driver_and_the_kept_result_is_record
     assert all(len(children) == 1 for children in mlflow_children(spec).values())
 
 
+def test_run_timeout_s_counts_from_the_runs_start_not_from_its_wait_for_a_ray_worker(local_ray, tmp_path):
+    """Every run waits in Ray's queue, past its 2 s limit, while another task holds both CPUs: the
+    limit counts from the run's start on a worker (a loaded machine's slow start is not the run's)."""
+    import ray
+
+    held = tmp_path / "held"
+
+    @ray.remote(num_cpus=2)
+    def hold_every_cpu(flag: str) -> None:
+        Path(flag).write_text("")
+        time.sleep(6)
+
+    blocker = hold_every_cpu.remote(str(held))
+    while not held.exists():  # the CPUs are held before any run is submitted
+        assert not ray.wait([blocker], timeout=0.1)[0], ray.get(blocker)
+    spec, summary = run(write_spec(tmp_path, executor={"run_timeout_s": 2, "retries": 0}), counting_cell)
+    ray.get(blocker)
+    assert summary.exit_code == 0 and not summary.failures
+    assert {row["status"] for row in rows(spec).values()} == {"done"}
+
+
 def test_a_run_past_run_timeout_s_is_failed_with_that_reason_and_the_experiment_ends(local_ray, tmp_path):
     path = write_spec(tmp_path, executor={"run_timeout_s": 3, "retries": 2})
     spec, summary = run(path, sleeping_cell)  # returns: the hung run did not hold its slot forever

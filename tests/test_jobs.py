@@ -38,6 +38,34 @@ def list_jobs(head: Head) -> list[list[str]]:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+JOB_LOGS = (
+    "import sys\n"
+    "from ray.job_submission import JobSubmissionClient\n"
+    "print(JobSubmissionClient(sys.argv[1]).get_job_logs(sys.argv[2])[-3000:])\n"
+)
+
+
+def wait_for_a_job(head: Head, driver: subprocess.Popen) -> None:
+    """Until one of the driver's jobs runs (or has already succeeded, on a fast machine); a job that
+    fails or is stopped first, or a driver that exits, fails the test at once with its log. The
+    only bound is one for a broken cluster: a loaded machine's job agent may take minutes."""
+    deadline = time.monotonic() + 900
+    while True:
+        jobs = list_jobs(head)
+        if any(status in ("RUNNING", "SUCCEEDED") for _, status in jobs):
+            return
+        ended = [(sid, status) for sid, status in jobs if status in ("FAILED", "STOPPED")]
+        if ended:
+            logs = subprocess.run([sys.executable, "-c", JOB_LOGS, f"http://127.0.0.1:{head.dashboard_port}", ended[0][0]],
+                                  env=head.env, capture_output=True, text=True, timeout=120)
+            pytest.fail(f"job {ended[0][0]} ended {ended[0][1]} before running: {logs.stdout}{logs.stderr[-1000:]}")
+        if driver.poll() is not None:
+            out, err = driver.communicate()
+            pytest.fail(f"the driver exited ({driver.returncode}) before any job ran: {out[-1500:]} {err[-1500:]}")
+        assert time.monotonic() < deadline, f"no Ray job ran within 900 s: {jobs}"
+        time.sleep(0.5)
+
+
 def start_driver(spec: Path, head: Head) -> subprocess.Popen:
     env = client_env(head, RAY_AUTH_TOKEN_PATH=str(head.token_file), DAPO_ABLATE_CELL_FN="dapo_ablate.ablation.runtime.jobs:job_cell")
     return subprocess.Popen([str(BIN / "dapo-ablate"), "run", str(spec), "--no-progress", "--address", head.address],
@@ -53,11 +81,7 @@ def test_sigkill_of_the_driver_while_a_job_runs_then_rerun_reattaches_and_record
         spec = write_spec(tmp_path, trainer, cpus_per_run=0)
 
         driver = start_driver(spec, head)
-        deadline = time.time() + 900  # a bound for a broken cluster only: the job agent may take minutes on a busy machine
-        while not any(status == "RUNNING" for _, status in list_jobs(head)):
-            assert driver.poll() is None, driver.communicate()
-            assert time.time() < deadline, "no Ray job started running"
-            time.sleep(0.5)
+        wait_for_a_job(head, driver)
         kill_session(driver.pid)  # SIGKILL of the driver and everything in its session
         driver.wait(timeout=60)
         assert driver.returncode == -signal.SIGKILL
@@ -102,8 +126,8 @@ def test_a_run_past_its_timeout_has_its_job_stopped_and_its_job_id_in_the_ledger
     head = Head(short_root, dashboard=True)
     try:
         trainer = {**TINY_TRAINER, "schedule": {**TINY_TRAINER["schedule"], "total_steps": 100_000, "eval_every": 0}}
-        # the timeout leaves a loaded machine's Ray worker time to start and submit the job (about 30 s here)
-        spec = write_spec(tmp_path, trainer, cpus_per_run=0, run_timeout_s=120)
+        # counted from each job's submission, however long a loaded machine takes to start the Ray worker that submits it
+        spec = write_spec(tmp_path, trainer, cpus_per_run=0, run_timeout_s=15)
         driver = start_driver(spec, head)
         out, err = driver.communicate(timeout=900)
         kill_session(driver.pid)

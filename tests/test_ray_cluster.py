@@ -41,6 +41,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def own_ports() -> list[str]:
+    """`ray start` options giving every port a head listens on a free one: a default port another
+    Ray on this machine holds (the dashboard agent's 52365 under pytest-xdist) leaves this head's
+    Job API without its agent, and every job submission then hangs."""
+    return [f"--{name}={free_port()}" for name in ("ray-client-server-port", "dashboard-agent-listen-port",
+                                                   "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")]
+
+
 class Head:
     """A `ray start --head --block` in its own session; stopped by killing that session only."""
 
@@ -58,7 +66,7 @@ class Head:
                  else ["--include-dashboard=false"])
         self.process = subprocess.Popen(
             [str(BIN / "ray"), "start", "--head", "--block", f"--port={self.port}", "--node-ip-address=127.0.0.1",
-             "--num-cpus=2", *board, "--disable-usage-stats"],
+             "--num-cpus=2", *board, *own_ports(), "--disable-usage-stats"],
             env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )
         self.wait_ready()

@@ -111,7 +111,8 @@ class ExecutorSpec(_Section):
     lease_s: float = Field(120.0, gt=0)
     """A running run whose driver stopped heartbeating this long ago may be taken over."""
     run_timeout_s: float | None = Field(259200.0, gt=0)
-    """Wall-clock limit of one run (default 72 h, above a 32B DAPO run on a node); past it the run's
+    """Wall-clock limit of one run (default 72 h, above a 32B DAPO run on a node), counted from its
+    start on a Ray worker (a run that is a Ray job: from the job's submission); past it the run's
     task is cancelled, the run recorded failed with that reason (not retried: it would hang again)
     and its slot freed. None: no limit."""
 

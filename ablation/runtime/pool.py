@@ -9,7 +9,10 @@ scheduler (a factorial's, a sweep's), so that every rule of a run's life is writ
 - **heartbeats**: every ``beat_s`` the leases of the runs in flight are renewed; a run whose lease
   was taken over by another driver is cancelled here (`LOST`);
 - **timeouts**: a run past ``executor.run_timeout_s`` is cancelled, recorded failed with that
-  reason and its slot freed (`TIMED_OUT`);
+  reason and its slot freed (`TIMED_OUT`); its time counts from its task's start on a Ray worker
+  (the task's `STARTED` event), and for a run that is a Ray job from the job's submission (its
+  "job" event), not from the driver's submit: a loaded machine's slow worker start-up is not the
+  run's time;
 - **results**: a finished run's result is kept on disk, sealed with the experiment's key
   (`store.kept_results`), before the ledger write, which is retried through database blips; a
   result kept by a driver that died (or whose database stayed down) is recorded by the next
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from dapo_ablate.ablation.runtime.jobs import stop_job as stop_ray_job
-from dapo_ablate.ablation.runtime.task import describe_error, execute_run
+from dapo_ablate.ablation.runtime.task import STARTED, describe_error, execute_run
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.kept_results import KEPT_RESULT, KeptRecords, ResultKeeper, record_kept, record_result
 from dapo_ablate.ablation.store.ledger import Ledger
@@ -167,9 +170,13 @@ class RunPool:
         ref = self.task.options(max_retries=0, **(self.resources if resources is None else resources)).remote(
             self.cell_fn, config, str(self.run_root / run_id), str(self.eval_cache), self.events, run_id, env,
         )
-        deadline = time.monotonic() + self.timeout_s if self.timeout_s else float("inf")
-        self.flights[run_id] = _InFlight(run_id, ref, deadline)
+        # without the events queue the task's start is never heard of: the time counts from here
+        self.flights[run_id] = _InFlight(run_id, ref, float("inf") if self.events is not None else self._deadline())
         return True
+
+    def _deadline(self) -> float:
+        """A run's deadline if its time started now (`executor.run_timeout_s`; inf: no limit)."""
+        return time.monotonic() + self.timeout_s if self.timeout_s else float("inf")
 
     # -- the loop's step -----------------------------------------------------------------------
 
@@ -199,7 +206,7 @@ class RunPool:
             try:
                 first = [ray.get(self._next_event)]
             except Exception:  # noqa: BLE001 - the queue's actor died: results still come
-                self.events = None
+                self._lost_events()
             self._next_event = None
         self.drain_events(first)  # first: a finished task's events are all queued before its result
         # every run finished by now (not only the one ray.wait woke up for), before heartbeats
@@ -245,15 +252,27 @@ class RunPool:
             flight = self.flights.get(run_id)
             if flight is None:
                 continue  # a run cancelled meanwhile: its late events are not its child's any more
+            if kind == STARTED:
+                flight.deadline = self._deadline()
+                continue
             if kind == "job":
                 self._record_job(flight, str(data.get("submission_id") or ""))
             if self.on_event is not None:
                 self.on_event(run_id, kind, step, data)
 
+    def _lost_events(self) -> None:
+        """The queue's actor died: starts are no longer heard of, so a run still waiting for its
+        start event has its time counted from now."""
+        self.events = None
+        for flight in self.flights.values():
+            if flight.deadline == float("inf"):
+                flight.deadline = self._deadline()
+
     def _record_job(self, flight: _InFlight, job_id: str) -> None:
         if not job_id or job_id == flight.job_id:
             return
         flight.job_id = job_id
+        flight.deadline = self._deadline()  # a job's time counts from its submission (or re-attachment)
         retry_transient(lambda: self.ledger.set_job_id(flight.run_id, job_id), f"record the job of {self.names(flight.run_id)}")
 
     def _heartbeat(self) -> list[Outcome]:

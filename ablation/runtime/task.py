@@ -13,6 +13,9 @@ from dapo_ablate.ablation.runtime.cell import run_cell
 from dapo_ablate.ablation.store.errors import ExecutorError
 
 CELL_FN_ENV = "DAPO_ABLATE_CELL_FN"
+STARTED = "started"
+"""The event every task sends first, once a Ray worker runs it: its run's time limit counts from
+there (`pool.RunPool`), so time spent waiting for a worker on a loaded machine is not the run's."""
 """Test/debug hook: ``module:function`` replacing `run_cell` as every task's body."""
 _ERROR_CHARS = 2000
 
@@ -65,6 +68,8 @@ def execute_run(cell_fn: Callable[..., dict[str, Any]], config: dict[str, Any], 
 
     silence_third_party_output()  # the driver's display owns the terminal
     os.environ.update(env or {})
+    if events is not None:  # the run's time limit counts from here, not from its wait in Ray's queue
+        _send(events, (run_id, STARTED, 0, {}))
     try:
         accepted = set(inspect.signature(cell_fn).parameters)
     except (TypeError, ValueError):
@@ -73,11 +78,15 @@ def execute_run(cell_fn: Callable[..., dict[str, Any]], config: dict[str, Any], 
         return cell_fn(config, run_dir, eval_cache_dir)
 
     def on_event(kind: str, step: int, data: dict[str, Any]) -> None:
-        try:
-            events.put_nowait((run_id, kind, int(step), dict(data)))
-        except Exception:  # noqa: BLE001 - a driver gone or a full queue never stops the training
-            pass
+        _send(events, (run_id, kind, int(step), dict(data)))
 
     if "on_event" in accepted:
         return cell_fn(config, run_dir, eval_cache_dir, on_event=on_event)
     return cell_fn(config, run_dir, eval_cache_dir, on_eval=lambda step, metrics: on_event("eval", step, metrics))
+
+
+def _send(events: Any, event: tuple[str, str, int, dict[str, Any]]) -> None:
+    try:
+        events.put_nowait(event)
+    except Exception:  # noqa: BLE001 - a driver gone or a full queue never stops the training
+        pass
