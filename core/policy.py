@@ -6,7 +6,9 @@ token) warm-started by a short supervised phase on the built-in task. Two sizes
 task (`data.builtin_task`) has its own warm-start: the comparison task adds its words to the
 vocabulary, so its policy is another checkpoint. A checkpoint is saved as an ordinary Hugging Face
 folder, cached on disk under a hash of its recipe (size, task, warm-start), so it is built once per
-machine and then loaded by the same code path as any user checkpoint.
+machine and then loaded by the same code path as any user checkpoint. The two default small
+policies (addition and comparison) ship in the package instead (`SHIPPED_DIGESTS`, checked by
+digest): every machine starts from the same weights, and nobody waits for their build.
 
 A user's folder is checked before transformers sees it (`check_model_folder`): an empty or garbage
 folder is one sentence naming it and what is missing, not a traceback from deep in
@@ -357,8 +359,62 @@ def builtin_lock(recipe: BuiltinRecipe) -> Path:
     return cache_root() / f"builtin-{recipe.digest()}.lock"
 
 
+SHIPPED_ROOT = Path(__file__).with_name("builtin_policies")
+"""Where the package keeps the built-in policies it ships, one folder `builtin-<recipe digest>` each."""
+SHIPPED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                 "recipe.json")
+SHIPPED_MANIFEST = "SHA256SUMS"
+"""In each shipped folder: `sha256  name` lines for `SHIPPED_FILES` (`sha256sum`'s format)."""
+SHIPPED_DIGESTS: dict[str, str] = {
+    "10b582f365bd2bb8": "f571aa719d34047a7ddc0e1b6f1507f6c5c4c06167125fd9d433b6bf8f611b92",  # small policy, addition task, 600 warm-start steps (the quickstart's)
+    "109829aec64d2a9f": "4e082c46939584db4320453ca3d1a9dd58923355d565666d5aee98cff2095dbb",  # small policy, comparison task, 600 warm-start steps (the transfer example's)
+}
+"""Recipe digest -> the sha256 of its shipped folder's SHA256SUMS: the two default small policies
+ship in the package (1.2 MB each), built once by `_build_builtin` on one CPU thread, so that every
+machine starts from the same weights (a warm-start is not bitwise reproducible across CPUs) and
+none spends minutes building them. Other recipes (the large size, another warm-start length) are
+built on first use."""
+
+
+def shipped_checkpoint(recipe: BuiltinRecipe) -> Path | None:
+    """The package's folder of `recipe`'s policy when it ships one whose files match their digests;
+    None otherwise (not shipped, or altered: then it is built into the cache like any other)."""
+    expected = SHIPPED_DIGESTS.get(recipe.digest())
+    folder = SHIPPED_ROOT / f"builtin-{recipe.digest()}"
+    if not expected or not (folder / SHIPPED_MANIFEST).is_file():
+        return None
+    if _shipped_intact(folder, expected):
+        return folder
+    import warnings
+
+    warnings.warn(f"the shipped built-in policy in {folder} does not match its digests; building it instead", stacklevel=2)
+    return None
+
+
+def _shipped_intact(folder: Path, manifest_sha256: str) -> bool:
+    """The manifest is the one the code names and every file listed in it has its digest (2.5 MB read: milliseconds)."""
+    manifest = (folder / SHIPPED_MANIFEST).read_bytes()
+    if hashlib.sha256(manifest).hexdigest() != manifest_sha256:
+        return False
+    listed = dict(reversed(line.split(None, 1)) for line in manifest.decode().splitlines() if line.strip())
+    if set(listed) != set(SHIPPED_FILES):
+        return False
+    return all(_sha256(folder / name) == digest for name, digest in listed.items())
+
+
+def _sha256(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
 def builtin_checkpoint(recipe: BuiltinRecipe = BuiltinRecipe(), log=print) -> Path:
-    """The built-in policy's checkpoint folder, built under a file lock on first use."""
+    """The built-in policy's checkpoint folder: the package's when it ships it (`shipped_checkpoint`),
+    else built under a file lock on first use and cached."""
+    shipped = shipped_checkpoint(recipe)
+    if shipped is not None:
+        return shipped
     root = cache_root()
     final = root / f"builtin-{recipe.digest()}"
     if (final / "recipe.json").is_file():
@@ -380,7 +436,7 @@ def wait_for_builtin(recipe: BuiltinRecipe, on_wait: Callable[[str], None]) -> N
     """Return once no other process is building `recipe`'s policy: at once when nobody is (or it
     is built), else after calling ``on_wait(holder)`` once (``lock_holder``'s text) and waiting for
     the build to finish. The caller then finds the policy built, or builds it itself."""
-    if (cache_root() / f"builtin-{recipe.digest()}" / "recipe.json").is_file():
+    if shipped_checkpoint(recipe) is not None or (cache_root() / f"builtin-{recipe.digest()}" / "recipe.json").is_file():
         return
     cache_root().mkdir(parents=True, exist_ok=True)
     with file_lock(builtin_lock(recipe), on_wait=on_wait):

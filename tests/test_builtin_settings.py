@@ -128,6 +128,49 @@ def test_the_default_recipe_is_unchanged_so_existing_caches_stay_valid():
     assert len(digests) == 4  # every size x task is its own checkpoint
 
 
+def test_the_default_policies_ship_in_the_package_and_load_without_a_build(tmp_path, monkeypatch):
+    """A machine with an empty cache loads both default small policies from the package (no
+    warm-start runs, nothing is cached): every machine starts from the same weights."""
+    from dapo_ablate.core.policy import SHIPPED_DIGESTS, SHIPPED_FILES, SHIPPED_ROOT, load_policy
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DAPO_ABLATE_CACHE", str(cache))
+    for task in ("addition", "comparison"):
+        digest = builtin_recipe(ModelConfig(), task).digest()
+        assert digest in SHIPPED_DIGESTS  # a recipe change must ship its new policy too
+        folder = SHIPPED_ROOT / f"builtin-{digest}"
+        assert all((folder / name).is_file() for name in SHIPPED_FILES)
+        policy = load_policy(ModelConfig(), task)
+        assert policy.source == str(folder)
+        assert sum(p.numel() for p in policy.model.parameters()) < 400_000
+    assert not cache.exists()  # nothing was built
+
+
+def test_an_altered_shipped_policy_is_not_used_but_built(tmp_path, monkeypatch):
+    """One flipped byte in a shipped weight file: the package's folder is refused (with a warning),
+    and the policy is built into the cache like any other recipe."""
+    import shutil
+
+    from dapo_ablate.core import policy as policy_module
+
+    recipe = builtin_recipe(ModelConfig())
+    shipped = policy_module.SHIPPED_ROOT / f"builtin-{recipe.digest()}"
+    copy = tmp_path / "shipped"
+    shutil.copytree(shipped, copy / shipped.name)
+    weights = bytearray((copy / shipped.name / "model.safetensors").read_bytes())
+    weights[-1] ^= 1
+    (copy / shipped.name / "model.safetensors").write_bytes(bytes(weights))
+    monkeypatch.setattr(policy_module, "SHIPPED_ROOT", copy)
+    with pytest.warns(UserWarning, match="does not match its digests"):
+        assert policy_module.shipped_checkpoint(recipe) is None
+    manifest = copy / shipped.name / policy_module.SHIPPED_MANIFEST  # a manifest rewritten to match is refused too
+    manifest.write_text(manifest.read_text().replace(
+        policy_module._sha256(shipped / "model.safetensors"), policy_module._sha256(copy / shipped.name / "model.safetensors")))
+    with pytest.warns(UserWarning, match="does not match its digests"):
+        assert policy_module.shipped_checkpoint(recipe) is None
+    assert policy_module.shipped_checkpoint(builtin_recipe(ModelConfig(builtin_size="large"))) is None  # not shipped
+
+
 def test_comparison_tokens_are_appended_so_addition_ids_never_move():
     addition, extended = builtin_tokenizer(), builtin_tokenizer(COMPARISON_SYMBOLS)
     assert extended.get_vocab() | addition.get_vocab() == extended.get_vocab()  # a superset, same ids

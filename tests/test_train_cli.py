@@ -130,6 +130,8 @@ def test_no_progress_shows_no_weight_loading_bar(tmp_path):
 
 def test_a_wait_on_another_process_building_the_policy_is_said_once(tmp_path, monkeypatch):
     config_path = tiny_config(tmp_path, total_steps=1, eval_every=0)
+    data = yaml.safe_load(config_path.read_text())  # a policy the package does not ship: it is built
+    config_path.write_text(yaml.safe_dump({**data, "model": {**data["model"], "builtin_warmup_steps": 3}}))
     config = TrainerConfig(**yaml.safe_load(config_path.read_text()))
     built = builtin_checkpoint(builtin_recipe(config.model, config.data.builtin_task))  # the shared cache's
     cache = tmp_path / "cache"
