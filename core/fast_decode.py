@@ -8,7 +8,7 @@ several times faster at batch 512 (benchmarks/rollout_vs_generate.py).
 
 Exactness: the prompt is prefilled by the model's own forward, rotary embeddings come from the
 model's own rotary module (so any RoPE scaling it has applies), and norms follow the reference
-implementation (computed in float32, cast back). tests/test_rollout.py checks that behaviour
+implementation (computed in float32, cast back). tests/unit/test_rollout.py checks that behaviour
 log-probs recorded here match a full forward pass of the Hugging Face model.
 Only full-attention decoder stacks are handled; anything else uses the generic cache loop.
 """

@@ -224,7 +224,7 @@ class HFRolloutEngine:
             mask=mask[:, :width_out],
             lengths=lengths,
             truncated=~finished,
-            # in float32 the decode step's log-probs match the training forward (tests/test_rollout.py);
+            # in float32 the decode step's log-probs match the training forward (tests/unit/test_rollout.py);
             # in bf16/fp16 a different order of operations moves them, so the trainer recomputes
             log_probs_exact=self.dtype == torch.float32 and next(model.parameters()).dtype == torch.float32,
         )

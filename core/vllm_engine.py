@@ -18,7 +18,7 @@ Weights: `sync_weights` reloads the trainer's parameters into vLLM's model in pl
 `collective_rpc` (the worker's `reload_weights`, which re-processes each layer; a tied lm_head
 gets no weights of its own there and is re-tied and re-processed here), then resets the prefix
 cache: a stale prefix cache serves keys and values computed by the old weights
-(tests/test_vllm_engine.py shows both steps are needed). The trainer's weights may be fp32
+(tests/e2e/test_vllm_engine.py shows both steps are needed). The trainer's weights may be fp32
 masters: vLLM casts them to its dtype, `model.dtype` (the compute dtype).
 
 EOS: a response ends at any of the trainer's EOS ids (`Policy.eos_token_ids`), exactly as in the

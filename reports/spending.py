@@ -2,7 +2,7 @@
 the two-sided z boundaries of a design at given information fractions, and the probability that
 a test stops at each look. ``reports.sequential`` decides the looks of an adaptive factorial on
 top of these (its module docstring gives the method); they are apart because they are the pure
-numerics, checked against published boundaries (rpact / gsDesign; tests/test_sequential.py).
+numerics, checked against published boundaries (rpact / gsDesign; tests/unit/test_sequential.py).
 
 The joint distribution of the Z statistics is the canonical one (Z_k sqrt(t_k) a Brownian motion
 in t), its density carried from look to look on a Simpson grid by recursive numerical

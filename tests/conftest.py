@@ -1,5 +1,8 @@
-"""Shared fixtures. `local_ray`: one small local Ray per test module. Database fixtures:
-`ledger_url` runs a test on SQLite and on PostgreSQL.
+"""Shared fixtures, and the two trees' markers. `local_ray`: one small local Ray per test module.
+Database fixtures: `ledger_url` runs a test on SQLite and on PostgreSQL.
+
+Every test under ``tests/e2e`` is marked ``e2e`` and ``slow`` here, from its folder: ``pytest -m
+"not slow"`` (or ``pytest tests/unit``) is the fast tier. Shared helpers are in ``tests/support.py``.
 
 PostgreSQL is the real server at 127.0.0.1:5432 (override with DAPO_TEST_POSTGRES_URL); each
 test gets a fresh database `dapo_test_<hex>`, dropped afterwards. If the server is unreachable
@@ -11,14 +14,28 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
+
+
+E2E = Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the end-to-end tree's tests `e2e` and `slow` (real Ray, `dapo-ablate` processes, training)."""
+    for item in items:
+        if E2E in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -33,15 +50,25 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="module")
 def local_ray(request: pytest.FixtureRequest) -> Iterator[None]:
-    """One small local Ray for the requesting module, whose functions (its cheap cell functions)
-    travel to Ray's workers by value: by reference the workers would have to import the test module."""
+    """One small local Ray for the requesting module, whose functions (its cheap cell functions),
+    and those of every test module it imported (`support`'s, a fast part's), travel to Ray's workers
+    by value: by reference the workers would have to import the test modules."""
     import ray
 
-    ray.cloudpickle.register_pickle_by_value(request.module)
+    for module in test_modules(request.module):
+        ray.cloudpickle.register_pickle_by_value(module)
     ray.init(address="local", num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
              log_to_driver=False, logging_level=logging.ERROR)
     yield
     ray.shutdown()
+
+
+def test_modules(requesting: ModuleType) -> list[ModuleType]:
+    """The requesting test module and every loaded module from the tests' folders (not the package)."""
+    tests = Path(__file__).resolve().parent
+    loaded = [module for module in list(sys.modules.values())
+              if module is not requesting and tests in Path(getattr(module, "__file__", None) or "/").resolve().parents]
+    return [requesting, *loaded]
 
 
 POSTGRES_ADMIN_URL = os.environ.get(

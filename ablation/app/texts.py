@@ -1,7 +1,7 @@
 """What the command line shows before any work starts: help texts, default values, and the
 command lines its hints print. Importable without pydantic, pandas, Ray, MLflow or torch, so that
 every `dapo-ablate COMMAND --help` answers at once; the commands import the rest of the app layer
-inside their functions (tests/test_cli_startup.py holds both: what `--help` imports, and that
+inside their functions (tests/unit/test_cli_startup.py holds both: what `--help` imports, and that
 the values copied here equal the ones the layers below check against)."""
 
 from __future__ import annotations

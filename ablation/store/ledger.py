@@ -1,7 +1,7 @@
 """The run ledger: which runs each experiment needs, who is running them, and what they produced.
 
 `Ledger` is a narrow storage interface (a `typing.Protocol`: what the drivers, the pool and the
-reports call) with two implementations, one test suite run against both (tests/test_ledger.py):
+reports call) with two implementations, one test suite run against both (tests/unit/test_ledger.py):
 `SQLLedger` over one SQL database (SQLite by default, PostgreSQL for clusters), and `MemoryLedger`
 (`ablation.store.memory_ledger`), which keeps it all in this process, as Optuna's InMemoryStorage
 does. `connect_ledger(url)` opens either. Only the driver writes a ledger; any process may read a

@@ -1,5 +1,5 @@
 """A Ray head for real verl cells and the spec that runs them through ``dapo-ablate run`` (test
-support, shared by tests/test_verl_real.py and benchmarks/gpu_smoke_verl.py).
+support, shared by tests/e2e/test_verl_real.py and benchmarks/gpu_smoke_verl.py).
 
 `start_head` starts ``ray start --head`` with every port it would otherwise take from a fixed
 default chosen free (other Ray clusters may run on the machine) and GPUs real or fake; `verl_spec`

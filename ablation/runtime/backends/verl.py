@@ -1,7 +1,7 @@
 """TrainerConfig -> verl: the Hydra overrides of ``python3 -m verl.trainer.main_ppo`` for one cell.
 
 Pinned against verl 0.9.1 (``verl/trainer/config/ppo_trainer.yaml``; the test
-``tests/test_verl_compose.py`` composes every cell's overrides into that config). verl itself is
+``tests/unit/test_verl_compose.py`` composes every cell's overrides into that config). verl itself is
 never imported here: the overrides are plain strings, run on the cluster.
 
 The five toggles (on / off):

@@ -1,0 +1,54 @@
+"""The built-in family's second policy size and second task (transfer studies' model and task axes):
+the comparison task's problems, held-out split and verifier; the large policy; their config rules.
+
+Policies built here use a few warm-start steps (a separate cached checkpoint, seconds to build): the
+tests check the plumbing, benchmarks/builtin_settings.py measures the fully warm-started policies.
+
+End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_builtin_settings.py."""
+
+from __future__ import annotations
+
+import torch
+
+from dapo_ablate.core.config import TrainerConfig, build_trainer_config
+
+from tiny_configs import TINY_TRAINER
+
+
+# A few warm-start steps: a real checkpoint of the right shape and vocabulary, built in seconds.
+QUICK_WARMSTART = 3
+
+
+def _quick(overrides: dict) -> TrainerConfig:
+    """A one-step run on a barely warm-started policy. Its answers are all wrong and mostly truncated,
+    so truncated samples are trained on and a noisy verifier (45% of verdicts flipped) makes groups
+    mixed: the update then has nonzero advantages whatever the policy says."""
+    config = build_trainer_config({**TINY_TRAINER, "schedule": {"total_steps": 1, "eval_every": 1}})
+    return config.with_overrides({"model.builtin_warmup_steps": QUICK_WARMSTART, "algorithm.reward_flip": 0.45,
+                                  "techniques.overlong_filter": False, **overrides})
+
+
+def test_the_large_policy_loads_and_trains_one_step():
+    from dapo_ablate.core.trainer import _setup, _train_step
+
+    run = _setup(_quick({"model.builtin_size": "large"}), None)
+    assert 1_000_000 <= sum(p.numel() for p in run.model.parameters()) <= 2_000_000
+    assert run.model.config.hidden_size == 160 and run.model.config.num_hidden_layers == 4
+    before = {k: v.clone() for k, v in run.model.state_dict().items()}
+    signals = _train_step(run, 1)
+    assert signals["tokens_trained"] > 0 and signals["updates"] >= 1 and signals["grad_norm"] > 0
+    assert any(not torch.equal(before[k], v) for k, v in run.model.state_dict().items())
+    small = _setup(_quick({}), None)
+    assert sum(p.numel() for p in small.model.parameters()) < 400_000
+
+
+def test_the_comparison_task_trains_one_step_with_its_own_policy_and_verifier():
+    from dapo_ablate.core.trainer import _setup, train
+
+    config = _quick({"data.builtin_task": "comparison"})
+    run = _setup(config, None)
+    assert run.verifier.method == "comparison"
+    assert run.policy.tokenizer.convert_tokens_to_ids("less") != run.policy.tokenizer.unk_token_id
+    assert run.policy.encode_prompt("7+5?9+4=") == run.policy.tokenizer("7+5?9+4=", add_special_tokens=False)["input_ids"]
+    result = train(config)
+    assert result.steps == 1 and result.signals[0]["tokens_trained"] > 0 and result.signals[0]["grad_norm"] > 0

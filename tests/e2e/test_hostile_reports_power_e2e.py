@@ -1,0 +1,64 @@
+"""plan-seeds on hostile input (issue 23): more than MAX_FACTORS factors is one sentence before any
+work (30 factors hung, 13 took 130 s), and the plan itself is cheap: the family contrasts are
+built as contrast rows (no 2^k identity), and the smallest seed count is found by bisection on
+the monotone power, a dozen power evaluations instead of one per candidate.
+
+End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_hostile_reports_power.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dapo_ablate.reports import power
+
+from test_hostile_reports_power import _power_calls  # noqa: F401, F811 - shared with the fast part
+
+
+THIRTY = """
+import resource
+resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+from dapo_ablate.reports import ReportInputError
+from dapo_ablate.reports.power import plan_seeds
+try:
+    plan_seeds([f"f{i}" for i in range(30)], sigma=0.015, effect=0.02)
+except ReportInputError as error:
+    print("REFUSED:", error)
+"""
+
+
+def _linear_scan(effect, sigma, contrast, m, level, wanted):
+    """The reference: every n from 2 up (the code before issue 23)."""
+    unit = float(np.sum(np.asarray(contrast) ** 2))
+    for n in range(2, power.MAX_SEEDS + 1):
+        achieved = power.power_at(effect, sigma * np.sqrt(unit / n), power.welch_df(contrast, m, n), level)
+        if achieved >= wanted:
+            return n, achieved
+    return power.MAX_SEEDS + 1, float("nan")
+
+
+def test_thirty_factors_are_refused_not_planned():
+    """In a subprocess with 3 GiB of address space and a generous timeout: 2^30 cells would
+    need far more (and hung before issue 23); the refusal needs none of it."""
+    done = subprocess.run([sys.executable, "-c", THIRTY], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("REFUSED: plan-seeds got 30 factors"), done.stdout
+
+
+@pytest.mark.parametrize(("effect", "sigma"), [(0.02, 0.015), (0.02, 0.03), (0.05, 0.01)])
+def test_seeds_needed_bisects_and_matches_the_linear_scan(monkeypatch, effect, sigma):
+    contrast = np.array([1.0, -1.0, -1.0, 1.0] + [0.0] * 28)  # an order gap of the 2^5: 4 cells
+    expected = _linear_scan(effect, sigma, contrast, 32, 0.05 / 15, 0.8)
+    calls = _power_calls(monkeypatch)
+    n, achieved = power.seeds_needed(effect, sigma, contrast, 32, 0.05 / 15, 0.8)
+    assert n == expected[0] and (achieved == pytest.approx(expected[1]) or np.isnan(expected[1]))
+    assert len(calls) <= 2 + int(np.ceil(np.log2(power.MAX_SEEDS)))
+
+
+def test_twelve_factors_plan_in_both_designs():
+    table = power.plan_seeds([f"f{i}" for i in range(12)], sigma=0.015, effect=0.02)
+    assert list(table["cells"].unique()) == [4096, 2048]
+    assert (table["power"] >= 0.8).all()

@@ -1,0 +1,103 @@
+"""The sweep report as a person reads it: percentage points with the unit in every header and
+axis label, rounded knob values, a log axis for log-sampled knobs, integer trial ticks, the
+importance warning below 20 trials, error bars only where seeds give an interval, and the
+self-contained HTML page (names escaped).
+
+Studies are built with the sweep's own spec, Optuna distributions and sampler (no training): each
+trial's value and per-seed effects come from a known function of its knobs; the effects' means
+and intervals from `sweeps.trials.mean_with_ci`, as the runner computes them.
+
+End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_sweep_report.py."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from dapo_ablate.cli import sweep_cmd
+from dapo_ablate.reports.export import html_table, markdown_table
+from dapo_ablate.reports.pages import TEMPLATES
+from dapo_ablate.sweeps import study as studies
+from dapo_ablate.sweeps.report import HTML_PAGE, write_report
+from dapo_ablate.sweeps.knobs import knob_digits, knob_text
+from dapo_ablate.sweeps.report_data import shown_best
+from dapo_ablate.sweeps.spec import build_sweep
+
+from test_sweep_report import SPACE, accuracy, close_figures, fill, headers, report_of, sweep_data  # noqa: F401, F811 - shared with the fast part
+
+
+HOSTILE = "<img src=x onerror=alert(1)>&"
+
+
+def number_cells(page: str) -> list[str]:
+    """The cells of class "num" (right-aligned numbers) of every table on an HTML page."""
+    return re.findall(r'<td class="[^"]*\bnum\b[^"]*"\s*>(.*?)</td>', page, flags=re.S)
+
+
+def typer_app():
+    import typer
+
+    app = typer.Typer()
+    sweep_cmd.register(app)
+    return app
+
+
+def test_html_page_holds_the_tables_warning_and_figures_and_escapes_names(tmp_path):
+    report = report_of(8, seeds=2, name=f"study {HOSTILE}", factor=HOSTILE)
+    paths = {p.name for p in write_report(report, tmp_path)}
+    assert {HTML_PAGE, "report.md", "history.png", "knobs.png", "importances.png", "effects.png"} <= paths
+    page = (tmp_path / HTML_PAGE).read_text()
+    assert "<img src=x" not in page and "onerror=alert(1)>&" not in page
+    assert "study &lt;img src=x onerror=alert(1)&gt;&amp;" in page  # the title and the heading
+    assert f"effect.{HOSTILE} (pp)" in headers(page)  # a trials header, escaped on the page
+    assert {"avg@4 (pp)", "importance (% of variance)", "effect (pp)", "95% CI (pp)", "mean effect (pp)"} <= set(headers(page))
+    for title in ("Best setting", "Parameter importances (fANOVA)", "Factor effects across knob settings", "Trials"):
+        assert f"<h2>{title}</h2>" in page
+    assert '<p class="warning"><strong>Warning: these importances rest on 7 complete trials, fewer than 20' in page
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    assert len(images) == 4 and all(base64.b64decode(data).startswith(b"\x89PNG") for data in images)
+    assert "<script" not in page and "http" not in page  # self-contained, nothing to load
+    # knob values rounded on the page, full precision in the CSV
+    trials = pd.read_csv(tmp_path / "trials.csv")
+    lr = report.best_params["lr"].iloc[0]
+    assert knob_text(lr, knob_digits(report.trials["lr"].dropna())) in number_cells(page)
+    assert trials["lr"].tolist() == pytest.approx(report.trials["lr"].tolist(), rel=1e-12)
+
+
+def test_pages_render_through_the_experiment_reports_templates_and_table_writers(tmp_path):
+    report = report_of(6, seeds=2)
+    write_report(report, tmp_path)
+    page = (tmp_path / HTML_PAGE).read_text()
+    # the experiment report's frame and CSS, its figure macro, its table writer (Styler, class "num")
+    assert page.startswith("<!DOCTYPE html>") and (TEMPLATES / "report.css").read_text().strip() in page
+    assert "<figure>\n<img alt=\"knobs.png\" src=\"data:image/png;base64," in page
+    assert '<figcaption class="caption">knobs.png: avg@4 (pp) against each knob' in page
+    table = page[page.index("<h2>Best setting</h2>"):page.index("<h2>Parameter importances")]
+    shown = shown_best(report)
+    assert '<div class="scroll">' + html_table(shown.frame, [c in shown.numeric for c in shown.frame.columns]) in table
+    text = (tmp_path / "report.md").read_text()
+    assert markdown_table(shown.frame, [c in shown.numeric for c in shown.frame.columns]) in text
+    assert "**Figure** `knobs.png`: avg@4 (pp) against each knob" in text
+
+
+def test_sweep_report_command_writes_the_page_for_a_stored_study(tmp_path):
+    data = sweep_data(ledger=f"sqlite:///{tmp_path}/ledger.db", output_dir=str(tmp_path / "runs"), factors=["clip_higher"])
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data))
+    spec = build_sweep(data)
+    study = studies.open_study(spec, studies.open_storage(spec, heartbeat=False))
+    fill(study, spec, 5, seeds=1, pruned=2)
+    app = typer_app()
+    result = CliRunner().invoke(app, ["sweep-report", str(path), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert HTML_PAGE in result.output
+    page = (tmp_path / "r" / HTML_PAGE).read_text()
+    assert "Trial " in page and "one seed per setting, so no interval" in page
+    assert "CI (pp)" not in page and "CI above 0" not in page  # one seed: no interval column promised
+    assert "4 complete, 1 pruned" in page
+    assert (tmp_path / "r" / "units.csv").is_file()

@@ -1,0 +1,43 @@
+"""Verifier: extraction, normalisation, exact and math-verify matching, and its bounds.
+
+End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_verifier.py."""
+
+import pickle
+
+import pytest
+
+from dapo_ablate.core.verifier import (
+    Verifier,
+    verify,
+)
+
+from test_verifier import BOUND_S  # noqa: F401, F811 - shared with the fast part
+
+
+def test_works_after_a_timeout():
+    assert verify("Answer: 9^{9^{9^{9}}}", "1", method="math_verify", timeout_s=BOUND_S) is False
+    assert verify("Answer: \\frac{1}{2}", "0.5", method="math_verify")
+
+
+def test_verifier_batch_and_pickle():
+    verifier = pickle.loads(pickle.dumps(Verifier(method="auto")))
+    responses = ["Answer: 42", "Answer: 41", "Answer: \\frac{1}{2}", "Answer: \\frac{1}{3}", "junk",
+                 "Answer: 9^{9^{9^{9}}}"]
+    answers = ["42", "42", "0.5", "0.5", "1", "1"]
+    assert verifier(responses, answers) == [True, False, True, False, False, False]
+
+
+def test_verify_in_a_ray_worker():
+    ray = pytest.importorskip("ray")
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = ray.remote(lambda v, r, a: v(r, a))
+        verdicts = ray.get(
+            remote.remote(Verifier(), ["Answer: \\frac{1}{2}", "Answer: 9^{9^{9^{9}}}"], ["0.5", "1"])
+        )
+        assert verdicts == [True, False]
+    finally:
+        if started_here:
+            ray.shutdown()

@@ -1,0 +1,110 @@
+"""Overlong Filtering's loss for verl equals the built-in trainer's, on the same tensors.
+
+`overlong_filtered_policy_loss` (registered in verl as ``dapo_overlong_filter``) must equal
+``dapo_ablate.core.algorithms.clipped_policy_loss`` with the truncated rows masked, to 1e-6, for
+both aggregations and with and without the dual clip. It is plain torch, so this runs here without
+verl; verl's registry hook and verl's own V1 loss path are tested in the verl environment
+(tests/e2e/test_verl_v1_loss.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dapo_ablate.ablation.runtime.backends.verl import NO_DUAL_CLIP
+from dapo_ablate.ablation.runtime.backends.verl_loss import (
+    MAX_RESPONSE_LEN_ENV,
+    LossSettings,
+    overlong_filtered_policy_loss,
+    register,
+    truncated_rows,
+    verl_policy_loss,
+)
+from dapo_ablate.core.algorithms import clipped_policy_loss
+
+
+B, T = 12, 16
+
+
+class ActorConfig(dict):
+    """The fields verl's ActorConfig gives a policy loss (a dict with attribute access, like verl's BaseConfig)."""
+
+    __getattr__ = dict.__getitem__
+
+
+def batch(seed: int) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, T, (B,), generator=generator)
+    lengths[[1, 4, 7, 10]] = T  # four responses cut at the ceiling
+    mask = (torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float64)
+    old = -torch.rand(B, T, generator=generator, dtype=torch.float64) * 3
+    new = old + torch.randn(B, T, generator=generator, dtype=torch.float64) * 0.4  # ratios well past the clip bounds
+    advantages = torch.randn(B, generator=generator, dtype=torch.float64)
+    return {"old": old, "new": new, "mask": mask, "adv": advantages}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("token_level", [True, False])
+@pytest.mark.parametrize("clip_ratio_c", [None, 3.0])
+def test_equals_the_builtin_clipped_loss_with_truncated_rows_masked(seed: int, token_level: bool, clip_ratio_c: float | None):
+    b = batch(seed)
+    truncated = truncated_rows(b["mask"], T)
+    assert truncated.tolist() == [i in (1, 4, 7, 10) for i in range(B)]
+    expected, _ = clipped_policy_loss(
+        b["new"], b["old"], b["adv"], b["mask"] * (~truncated).unsqueeze(-1), eps_low=0.2, eps_high=0.28,
+        token_level=token_level, clip_ratio_c=clip_ratio_c,
+    )
+    got, metrics = overlong_filtered_policy_loss(
+        b["old"], b["new"], b["adv"].unsqueeze(-1).expand(B, T), b["mask"],
+        LossSettings(0.2, 0.28, T, clip_ratio_c=clip_ratio_c if clip_ratio_c is not None else NO_DUAL_CLIP,
+                     loss_agg_mode="token-mean" if token_level else "seq-mean-token-mean"),
+    )
+    assert abs(float(got) - float(expected)) < 1e-6
+    assert metrics["actor/overlong_filtered_frac"] == pytest.approx(4 / B)
+    # and filtering matters: the unfiltered loss differs
+    unfiltered, _ = clipped_policy_loss(b["new"], b["old"], b["adv"], b["mask"], 0.2, 0.28, token_level, clip_ratio_c)
+    assert abs(float(unfiltered) - float(expected)) > 1e-4
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_verls_entry_point_with_its_global_counts_equals_the_filtered_loss(mode: str, monkeypatch):
+    """Through the registered signature, with verl's global_batch_info of one rank and two
+    micro-batches: the micro-batch losses add up to the filtered loss of the whole batch."""
+    monkeypatch.setenv(MAX_RESPONSE_LEN_ENV, str(T))
+    b = batch(3)
+    full, _ = overlong_filtered_policy_loss(b["old"], b["new"], b["adv"].unsqueeze(-1).expand(B, T), b["mask"],
+                                            LossSettings(0.2, 0.28, T, clip_ratio_c=3.0, loss_agg_mode=mode))
+    info = {"dp_size": 1, "batch_num_tokens": int(b["mask"].sum()), "global_batch_size": B}
+    config = ActorConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, global_batch_info=info)
+    # two micro-batches with the same kept share of tokens / rows (two truncated rows each)
+    order = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    halves = [order[:6], order[6:]]
+    kept_share = [float((b["mask"][h] * (~truncated_rows(b["mask"][h], T)).unsqueeze(-1)).sum()) / float(b["mask"][h].sum()) for h in halves]
+    total = 0.0
+    for h in halves:
+        loss, _ = verl_policy_loss(b["old"][h], b["new"][h], b["adv"][h].unsqueeze(-1).expand(len(h), T), b["mask"][h], mode, config)
+        total += float(loss)
+    whole, _ = verl_policy_loss(b["old"], b["new"], b["adv"].unsqueeze(-1).expand(B, T), b["mask"], mode, config)
+    assert abs(float(whole) - float(full)) < 1e-6  # one micro-batch: exact
+    if mode == "seq-mean-token-mean" or abs(kept_share[0] - kept_share[1]) < 1e-12:
+        assert abs(total - float(full)) < 1e-6
+
+
+def test_rollout_importance_weights_are_refused(monkeypatch):
+    monkeypatch.setenv(MAX_RESPONSE_LEN_ENV, str(T))
+    b = batch(0)
+    config = ActorConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, global_batch_info={})
+    with pytest.raises(ValueError, match="tis_cap"):
+        verl_policy_loss(b["old"], b["new"], b["adv"].unsqueeze(-1).expand(B, T), b["mask"], "token-mean", config, torch.ones(B, T))
+
+
+def test_registration_without_verl_is_a_no_op():
+    try:
+        import verl  # noqa: F401
+    except ImportError:
+        assert register() is False
+    else:  # where verl is installed, the loss is in its registry under the name the overrides use
+        from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+        assert register() is True and get_policy_loss_fn("dapo_overlong_filter") is verl_policy_loss

@@ -1,0 +1,160 @@
+"""The house rules of the code, checked so that a change that breaks one fails the build:
+
+- the layers of pyproject.toml's import-linter contracts hold (cli -> app -> sweeps -> reports ->
+  runtime -> store -> experiment -> core; reports import nothing of ablation; the CLI imports
+  only the app layer);
+- no import cycle exists between our modules, counting imports inside functions and under
+  TYPE_CHECKING (so no in-function import can hide one);
+- no function is over 60 lines, no signature over 7 parameters (``self`` / ``cls`` not counted),
+  outside the few listed below with their reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import ROOT
+
+
+PACKAGES = ("core", "ablation", "sweeps", "reports", "cli")
+MAX_LINES, MAX_PARAMS = 60, 7
+
+# (module path, function): why its signature may be longer
+SIGNATURE_EXCEPTIONS = {
+    ("core/algorithms.py", "clipped_policy_loss"): "the documented math API (DESIGN: core contracts), 8 parameters",
+    ("cli/report_cmd.py", "report"): "a Typer command: its parameters are the command's options",
+    ("cli/plan_seeds_cmd.py", "plan_seeds"): "a Typer command: its parameters are the command's options",
+    ("cli/train_cmd.py", "train"): "a Typer command: its parameters are the command's options",
+}
+
+
+def _functions(path: Path):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+
+
+def _params(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    args = node.args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    count = len(names) + bool(args.vararg) + bool(args.kwarg)
+    return count - (1 if names and names[0] in ("self", "cls") else 0)
+
+
+def test_no_function_is_over_60_lines_or_7_parameters():
+    too_long, too_wide = [], []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            for node in _functions(path):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_LINES:
+                    too_long.append(f"{relative}:{node.lineno} {node.name} ({lines} lines)")
+                if _params(node) > MAX_PARAMS and (relative, node.name) not in SIGNATURE_EXCEPTIONS:
+                    too_wide.append(f"{relative}:{node.lineno} {node.name} ({_params(node)} parameters)")
+    assert not too_long, f"functions over {MAX_LINES} lines: {too_long}"
+    assert not too_wide, f"signatures over {MAX_PARAMS} parameters (use an options dataclass): {too_wide}"
+
+
+def test_the_size_check_counts_what_it_should(tmp_path: Path):
+    path = tmp_path / "m.py"
+    path.write_text("class A:\n    def f(self, a, b, c, d, e, f, g, *, h): pass\n\ndef g(*args, **kwargs): pass\n")
+    counts = {node.name: _params(node) for node in _functions(path)}
+    assert counts == {"f": 8, "g": 2}
+
+
+def test_no_import_cycle_between_our_modules():
+    grimp = pytest.importorskip("grimp")
+    graph = grimp.build_graph(*(f"dapo_ablate.{p}" for p in PACKAGES), include_external_packages=False)
+    cycles = _cycles(graph)
+    assert not cycles, f"import cycles (imports inside functions and TYPE_CHECKING count): {cycles}"
+
+
+def _cycles(graph) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_layer_contracts_hold():
+    lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    if lint is None:
+        pytest.skip("import-linter is not installed (pip install -e '.[test]')")
+    result = subprocess.run([lint, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "0 broken" in result.stdout
+
+
+def test_every_package_folder_is_listed_for_installation():
+    """A wheel (and a non-editable install on a cluster node) holds only the packages pyproject
+    lists: a new subpackage missing there works in a checkout and is absent everywhere else."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        "dapo_ablate." + ".".join(init.parent.relative_to(ROOT).parts)
+        for package in PACKAGES
+        for init in (ROOT / package).rglob("__init__.py")
+    }
+    assert found <= listed, f"packages missing from pyproject's [tool.setuptools] packages: {sorted(found - listed)}"
+
+
+def _shadowed(tree: ast.Module) -> list[str]:
+    """Names a module imports and then defines again at its top level (a def, a class or an
+    assignment): the later one silently replaces the import for every use in the module."""
+    imported = {alias.asname or alias.name.split(".")[0] for node in tree.body
+                if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}  # fmt: skip
+    defined = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    defined += [target.id for node in tree.body if isinstance(node, ast.Assign) for target in node.targets
+                if isinstance(target, ast.Name)]  # fmt: skip
+    return sorted(imported & set(defined))
+
+
+def test_no_module_redefines_a_name_it_imports():
+    found = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
+        for name in _shadowed(ast.parse(path.read_text(), str(path)))
+    ]  # fmt: skip
+    assert not found, f"an import replaced by a definition of the same name: {found}"
+
+
+def test_the_shadowing_check_sees_a_def_over_an_import():
+    tree = ast.parse("from x import metric_column, y as z\n\ndef metric_column(): pass\nz = 1\nw = 2\n")
+    assert _shadowed(tree) == ["metric_column", "z"]

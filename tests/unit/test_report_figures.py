@@ -1,0 +1,222 @@
+"""Report pages (Jinja2 templates) and the report's figures, on simulated factorials.
+
+The tests of this code that start Ray, `dapo-ablate` processes or training are in tests/e2e/test_report_figures_e2e.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dapo_ablate.reports import PAPER_FACTORS, analyze, write_report
+from dapo_ablate.reports.pages import TEMPLATES
+from dapo_ablate.reports.simulate import simulate_results
+
+
+FACTORS = list(PAPER_FACTORS)
+
+PLANTED = {
+    ("overlong_filter",): 0.06,
+    ("dynamic_sampling",): 0.08,
+    ("clip_higher", "dynamic_sampling"): 0.03,
+}
+
+
+def _curves(results: pd.DataFrame) -> pd.DataFrame:
+    """Evaluation curves that climb linearly to each run's final value over 4 steps."""
+    return pd.concat(
+        [
+            results.assign(
+                step=step,
+                **{"avg@32": results["avg@32"] * step / 4, "tokens_generated": results["tokens_generated"] * step / 4},
+            )
+            for step in range(5)
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def results() -> pd.DataFrame:
+    return simulate_results(FACTORS, 0.30, PLANTED, seeds=2, noise_sd=0.01, rng=0)
+
+
+@pytest.fixture(scope="module")
+def report_dir(results, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    write_report(results, FACTORS, out, curves=_curves(results))
+    return out
+
+
+# -- figures -------------------------------------------------------------------------------------
+def _signals(results: pd.DataFrame) -> pd.DataFrame:
+    """Per-step signals: entropy falls more slowly with clip_higher on; clip fractions per bound."""
+    rows = []
+    for _, run in results.iterrows():
+        for step in range(1, 6):
+            rows.append({
+                **{f: run[f] for f in FACTORS}, "seed": run["seed"], "step": step,
+                "entropy": 1.0 - step * (0.1 - 0.05 * run["clip_higher"]) + 0.01 * run["seed"],
+                "clipfrac_low": 0.01, "clipfrac_high": 0.02 + 0.01 * run["seed"],
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _figure(monkeypatch, draw):
+    """The matplotlib figure ``draw()`` builds (captured before it is rendered, left open)."""
+    from dapo_ablate.reports import plots
+
+    captured = []
+    monkeypatch.setattr(plots, "figure_png", lambda figure, rect=None: captured.append(figure) or b"")
+    draw()
+    return captured[0]
+
+
+def _titles(monkeypatch, draw) -> list[str]:
+    """The titles of the figure's titled, visible axes (a twin axis has none)."""
+    figure = _figure(monkeypatch, draw)
+    return [axis.get_title() for axis in figure.axes if axis.get_visible() and axis.get_title()]
+
+
+def test_templates_ship_inside_the_package():
+    names = {path.name for path in TEMPLATES.iterdir()}
+    assert {"report.md.j2", "report.html.j2", "transfer.md.j2", "transfer.html.j2"} <= names
+
+
+def test_html_page_escapes_text_from_the_results(tmp_path):
+    factors = ["<b>a</b>", "b&c"]
+    table = simulate_results(factors, 0.3, {("<b>a</b>",): 0.1}, seeds=2, rng=1)
+    write_report(table, factors, tmp_path, formats=("html",))
+    page = (tmp_path / "report.html").read_text()
+    assert "<b>a</b>" not in page and "&lt;b&gt;a&lt;/b&gt;" in page
+
+
+def test_interaction_means_are_the_two_by_two_marginal_means(results):
+    from dapo_ablate.reports.report import interaction_means
+
+    analysis = analyze(results, FACTORS)
+    means = interaction_means(analysis)
+    assert len(means) == 4 * 10  # every pair of five factors, 2 x 2 means each
+    # balanced full design: a marginal mean is the plain mean of the runs at those two levels
+    ch_ds = means[(means["a"] == "clip_higher") & (means["b"] == "dynamic_sampling")].set_index(["a_level", "b_level"])
+    plain = results.groupby(["clip_higher", "dynamic_sampling"])["avg@32"].mean()
+    for levels, value in plain.items():
+        assert ch_ds.loc[levels, "mean"] == pytest.approx(value, abs=1e-12)
+        assert ch_ds.loc[levels, "ci_low"] < value < ch_ds.loc[levels, "ci_high"]
+    # the interaction effect (-1/+1 coding) is half the difference of the two lines' slopes
+    m = ch_ds["mean"]
+    effect = analysis.effects.set_index("term").loc["clip_higher:dynamic_sampling", "effect"]
+    assert (m[1, 1] - m[0, 1] - m[1, 0] + m[0, 0]) / 2 == pytest.approx(effect, abs=1e-12)
+    assert bool(ch_ds["supported"].iloc[0])  # the planted +3 pp interaction is a claim
+
+
+def test_interaction_plots_need_every_cell():
+    from dapo_ablate.reports.report import interaction_means
+
+    partial = simulate_results(FACTORS, 0.30, PLANTED, seeds=2, cells=[0, 1, 3, 7, 15, 31], rng=2)
+    assert interaction_means(analyze(partial, FACTORS)).empty
+
+
+def test_order_table_shows_distinct_comparisons(results, report_dir):
+    text = (report_dir / "orderings.md").read_text()
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| overlong_filter")]
+    cells = [[cell.strip() for cell in row] for row in rows]
+    assert [row[1] for row in cells] == ["1", "2", "3", "4", "5", "all"]
+    assert [row[2] for row in cells] == ["1", "4", "6", "4", "1", "16"]  # not 24 orderings at positions 1 and 5
+    assert cells[0][6:8] == ["", ""] and cells[4][6:8] == ["", ""]  # one comparison: no min / max
+    assert "n_orderings" in pd.read_csv(report_dir / "orderings.csv").columns  # the CSV keeps its contract
+
+
+def test_learning_curves_overlay_draws_every_cell_on_one_axis(monkeypatch, results):
+    from dapo_ablate.reports import plots
+
+    figure = _figure(monkeypatch, lambda: plots.curves_overlay_plot(_curves(results), FACTORS, "avg@32", True))
+    (axis,) = figure.axes
+    assert len(axis.get_lines()) == 32 and axis.get_ylabel() == "avg@32 (pp)"
+    labels = [text.get_text() for text in axis.get_legend().get_texts()]
+    finals = [float(label.rsplit(": ", 1)[1]) for label in labels]
+    assert len(labels) == 32 and finals == sorted(finals, reverse=True)  # legend by final mean
+    baseline = next(line for line in axis.get_lines() if line.get_label().startswith("GRPO: "))
+    assert baseline.get_linestyle() == "--" and baseline.get_color() == "black"
+
+
+def test_signals_by_technique_one_panel_per_signal_and_factor(monkeypatch, results):
+    from dapo_ablate.reports import plots
+    from dapo_ablate.reports.report import signals_table
+
+    signals = signals_table(_signals(results), FACTORS)
+    assert (signals["pg_clipfrac"] == signals["clipfrac_low"] + signals["clipfrac_high"]).all()
+    assert plots.signal_columns(signals) == ["entropy", "pg_clipfrac"]  # clipfrac_low is constant: left out
+    titles = _titles(monkeypatch, lambda: plots.signals_plot(signals, FACTORS))
+    assert len(titles) == 5 and titles == ["OF", "CH", "SP", "TL", "DS"]  # the titled top row
+    figure = _figure(monkeypatch, lambda: plots.signals_plot(signals, FACTORS))
+    assert len(figure.axes) == 2 * 5
+
+
+def test_signals_per_cell_one_panel_per_signal_one_line_per_cell(monkeypatch, results):
+    from dapo_ablate.reports import plots
+    from dapo_ablate.reports.report import signals_table
+
+    signals = signals_table(_signals(results), FACTORS)  # entropy and pg_clipfrac vary
+    figure = _figure(monkeypatch, lambda: plots.signals_by_cell_plot(signals, FACTORS))
+    shown = [axis for axis in figure.axes if axis.get_visible()]
+    assert [axis.get_title() for axis in shown] == ["actor/entropy", "actor/pg_clipfrac"]
+    assert all(len(axis.get_lines()) == 32 for axis in shown)
+    (legend,) = figure.legends
+    assert len(legend.get_texts()) == 32 and legend.get_texts()[0].get_text() == "GRPO"
+    baseline = shown[0].get_lines()[0]
+    assert baseline.get_linestyle() == "--" and baseline.get_color() == "black"
+    entropy = {line.get_label(): line.get_ydata() for line in shown[0].get_lines()}
+    assert entropy["CH"][-1] > entropy["GRPO"][-1]  # clip-higher keeps entropy up in _signals
+
+
+def test_a_signal_only_one_technique_moves_is_compared_over_its_runs(monkeypatch, results):
+    """train/num_gen_batches is 1 without dynamic sampling: in the other columns it is drawn over
+    the runs with DS on (no flat 1.5 line with a 0.5-2.5 band made of DS's own effect)."""
+    from dapo_ablate.reports import plots
+    from dapo_ablate.reports.report import signals_table
+
+    signals = _signals(results)
+    signals["gen_rounds"] = 1 + signals["dynamic_sampling"] * (1 + (signals["step"] + signals["seed"]) % 2)
+    signals = signals_table(signals, FACTORS)
+    assert plots.signal_owner(signals, "gen_rounds", FACTORS) == "dynamic_sampling"
+    assert plots.signal_owner(signals, "entropy", FACTORS) is None
+    figure = _figure(monkeypatch, lambda: plots.signals_plot(signals, FACTORS))
+    axes = figure.axes[2 * 5: 3 * 5]  # the third signal row (entropy, pg_clipfrac, gen_rounds)
+    assert axes[0].get_ylabel() == "train/num_gen_batches"
+    notes = [[text.get_text() for text in axis.texts] for axis in axes]
+    assert notes[:4] == [["runs with DS on"]] * 4 and notes[4] == []
+    for axis in axes[:4]:  # over DS-on runs only: both levels' means are 2 to 3, never the 1.5 mixture
+        for line in axis.get_lines():
+            assert (line.get_ydata() >= 2).all()
+
+
+def test_signals_without_a_step_column_are_refused(results, tmp_path):
+    from dapo_ablate.reports import ReportInputError
+
+    with pytest.raises(ReportInputError, match="the training signals lack column 'step'"):
+        write_report(results, FACTORS, tmp_path, signals=_signals(results).drop(columns="step"))
+
+
+def test_cumulative_figure_has_one_panel_per_ordering_shown(monkeypatch, results):
+    from dapo_ablate.reports import plots
+    from dapo_ablate.reports.pages import cumulative_display
+    from dapo_ablate.reports.report import REPORT_ORDERINGS_SHOWN
+
+    analysis = analyze(results, FACTORS, orderings=[list(PAPER_FACTORS), list(reversed(PAPER_FACTORS))])
+    shown = cumulative_display(analysis, REPORT_ORDERINGS_SHOWN)
+    assert shown.loc[shown["ordering"] == "paper", "paper"].tolist() == [30, 36, 38, 41, 42, 50]
+    figure = _figure(monkeypatch, lambda: plots.cumulative_plot(shown, "avg@32", True, 0.95, "GRPO", "paper"))
+    titled = [axis for axis in figure.axes if axis.get_title()]
+    assert [axis.get_title() for axis in titled] == ["ordering paper", "ordering DS>TL>SP>CH>OF"]
+    # the axis fits the data (not from 0): every mean and interval inside, with little to spare
+    low, high = titled[0].get_ylim()
+    values = 100 * shown[["mean", "ci_low", "ci_high"]].to_numpy(float)
+    assert low > 0 and low <= values.min() and high >= values.max()
+    assert (high - low) < 1.3 * (values.max() - values.min())
+    # each value is written to the right of its point, clear of the interval's caps
+    labels = [text for text in titled[0].texts if text.get_text() != "no cell"]
+    assert len(labels) == 6 and all(text.xyann[0] > 0 and text.get_ha() == "left" for text in labels)
+    # the paper's numbers on their own axis, beside the paper ordering only
+    twins = [axis for axis in figure.axes if not axis.get_title()]
+    assert len(twins) == 1 and [round(y) for y in twins[0].get_lines()[0].get_ydata()] == [30, 36, 38, 41, 42, 50]
