@@ -110,6 +110,8 @@ def status(spec_path: Path = SPEC_ARG, overrides: Optional[list[str]] = OVERRIDE
     typer.echo("  ".join(f"{name} {count}" for name, count in found.counts.items()))
     for line in found.looks:
         typer.echo(line)
+    if found.answer:
+        typer.echo(found.answer)
     if found.note:
         typer.echo(found.note)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import factorial
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import pandas as pd
@@ -39,6 +39,9 @@ from .multiplicity import lenth_bar, lenth_margins
 from .options import ReportOptions, report_options
 from .orderings import cumulative_means, path_masks, position_summary, resolve_orderings
 from .table import PAPER_AIME_AVG32, cell_label, cell_masks, describe_cell, validate_results
+
+if TYPE_CHECKING:
+    from .decision import Decision
 
 Statistic = Callable[[np.ndarray], np.ndarray]  # [..., 2**k] -> [..., out], linear
 INTERVAL_COLUMNS = ["table", "row", "column", "estimate", "se", "df", "ci_low", "ci_high", "se_method"]
@@ -84,6 +87,8 @@ class Analysis:
     compute_curves: pd.DataFrame = field(default_factory=pd.DataFrame)  # compute_curves.CURVE_EFFECT_COLUMNS
     table_notes: dict[str, str] = field(default_factory=dict)  # table name -> the line under it (how made, or why empty)
     looks: pd.DataFrame = field(default_factory=pd.DataFrame)  # looks.LOOK_TABLE_COLUMNS (adaptive designs)
+    look_lines: list[str] = field(default_factory=list)  # one line per look, then the last look's terms (adaptive)
+    decision: Decision | None = None  # what the data support by the design's rule (decision.decision_of)
 
 
 class CellValues:
@@ -169,7 +174,10 @@ def _cells_table(values: CellValues, factors: list[str]) -> pd.DataFrame:
 
 
 def _cumulative_table(values: CellValues, paths: list[tuple[str, list[str]]], factors: list[str]) -> pd.DataFrame:
+    """One row per (ordering, step); ``observed`` False where the step's cell was not run (a
+    fraction's mean is then the fitted model's prediction)."""
     rows = []
+    run = set(int(mask) for mask in values.fit.masks)
     for name, path in paths:
         masks = path_masks(path, factors)
         labels = [f"{name} step {s}" for s in range(len(masks))]
@@ -187,6 +195,7 @@ def _cumulative_table(values: CellValues, paths: list[tuple[str, list[str]]], fa
                     "delta": delta.estimate[step],
                     "delta_ci_low": delta.ci_low[step],
                     "delta_ci_high": delta.ci_high[step],
+                    "observed": int(masks[step]) in run,
                 }
             )
     return pd.DataFrame(rows)

@@ -76,6 +76,14 @@ class Headline:
     best: tuple[BestCell, ...]
     above_full: int  # observed cells whose estimated mean is above the full cell's
     n_cells: int  # observed cells
+    full_observed: bool = True  # the full cell was run (else its mean is the fitted model's prediction)
+    baseline_observed: bool = True  # the baseline cell was run
+
+    @property
+    def predicted(self) -> list[str]:
+        """The names of the headline's cells that were not run (their means are predictions)."""
+        return [name for name, seen in ((self.full_name, self.full_observed), (self.baseline_name, self.baseline_observed))
+                if not seen]
 
     @property
     def beat_full(self) -> tuple[BestCell, ...]:
@@ -136,6 +144,8 @@ def headline(analysis: Analysis, top: int = TOP_CELLS) -> Headline:
         best=tuple(best),
         above_full=int((analysis.cells["mean"] > values.point[full]).sum()),
         n_cells=len(analysis.cells),
+        full_observed=full in set(int(m) for m in analysis.fit.masks),
+        baseline_observed=0 in set(int(m) for m in analysis.fit.masks),
     )
 
 
@@ -154,7 +164,9 @@ def headline_lines(h: Headline) -> list[str]:
         gain = (
             f"{h.full_name[0].upper()}{h.full_name[1:]} vs {h.baseline_name}: {amount(h.gain.estimate, h.percent)} "
             f"{interval(h.gain.ci_low, h.gain.ci_high, h.percent)} ({conf}{_p(h.gain.p_value)}); {h.metric} "
-            f"{_level(h.full_mean, h.percent)} vs {_level(h.baseline_mean, h.percent)}."
+            f"{_level(h.full_mean, h.percent)} vs {_level(h.baseline_mean, h.percent)}"
+            + (f"; PREDICTED: {' and '.join(h.predicted)} not run, its mean is the fitted model's prediction."
+               if h.predicted else ".")
         )
     else:
         gain = (
@@ -190,11 +202,15 @@ def headline_lines(h: Headline) -> list[str]:
     return lines
 
 
-def headline_metrics(h: Headline, prefix: str = "headline/") -> dict[str, float]:
-    """The headline as MLflow metrics (fractions, as stored): ``<prefix>full_vs_baseline``,
+def headline_metrics(h: Headline, prefix: str = "headline/", keep_nan: bool = False) -> dict[str, float]:
+    """The headline as MLflow metrics (fractions, as stored): ``<prefix>full_observed`` and
+    ``baseline_observed`` (1: the cell was run; 0: its mean is the fitted model's prediction), ``full_vs_baseline``,
     ``ci_low``, ``ci_high``, ``p_value``, ``full``, ``baseline``, ``best_cell_<metric>`` and its
-    ``best_cell_ci_low`` / ``best_cell_ci_high``, ``best_vs_full``. NaN values are left out."""
+    ``best_cell_ci_low`` / ``best_cell_ci_high``, ``best_vs_full``. NaN values are left out, unless
+    `keep_nan` (a headline replacing an earlier one logs every key, NaN where it has no value)."""
     metrics = {
+        "full_observed": float(h.full_observed),  # 0: the full cell was not run (its mean is predicted)
+        "baseline_observed": float(h.baseline_observed),
         "full_vs_baseline": h.gain.estimate,
         "ci_low": h.gain.ci_low,
         "ci_high": h.gain.ci_high,
@@ -202,15 +218,15 @@ def headline_metrics(h: Headline, prefix: str = "headline/") -> dict[str, float]
         "full": h.full_mean,
         "baseline": h.baseline_mean,
     }
-    if h.best:
-        top = h.best[0]
-        metrics |= {
-            f"best_cell_{h.metric}": top.mean.estimate,
-            "best_cell_ci_low": top.mean.ci_low,
-            "best_cell_ci_high": top.mean.ci_high,
-            "best_vs_full": top.vs_full.estimate,
-        }
-    return {prefix + key: float(value) for key, value in metrics.items() if np.isfinite(value)}
+    top = h.best[0] if h.best else None
+    nan = float("nan")
+    metrics |= {
+        f"best_cell_{h.metric}": top.mean.estimate if top else nan,
+        "best_cell_ci_low": top.mean.ci_low if top else nan,
+        "best_cell_ci_high": top.mean.ci_high if top else nan,
+        "best_vs_full": top.vs_full.estimate if top else nan,
+    }
+    return {prefix + key: float(value) for key, value in metrics.items() if keep_nan or np.isfinite(value)}
 
 
 def headlines(

@@ -39,8 +39,9 @@ def table_captions(analysis: Analysis) -> dict[str, str]:
         f"the ceiling{unit}, on the compute to reach half the gain (midpoint_ratio: with / without the technique, "
         f"below 1 is faster) and on the final {analysis.metric}{unit}, with {conf}s and Holm-adjusted p-values over "
         "both curve parameters; verdict: moves the ceiling, only the speed, both, neither, or not enough data.",
-        "looks": "Looks of the adaptive design: at each look, the runs so far, the alpha spent, and every term's estimate "
-        f"with its repeated {conf} (valid over all looks together){unit} and decision.",
+        "looks": "One row per look and term: the runs so far, the alpha spent, the term's estimate with its repeated "
+        f"{conf} (valid over all looks together){unit} and the decision the look made (the experiment's claims are "
+        "the last look's supported terms).",
         "cumulative": f"Cumulative tables: each step adds one factor to the row above; delta is the gain over it, with {conf}.{paper}",
         "orderings": "Order dependence: each factor's gain by the position at which an ordering adds it, and over all orderings (mean with "
         f"{conf}, min, max, share of orderings in which it helps). comparisons: the distinct cell pairs (with and without the "
@@ -112,6 +113,6 @@ def _environment() -> jinja2.Environment:
 
 def render_page(template: str, **context) -> str:
     """Render ``reports/templates/<template>`` (ending in exactly one newline); every page also
-    gets ``empty_supported``."""
-    page = _environment().get_template(template).render(empty_supported=EMPTY_SUPPORTED, **context)
+    gets ``empty_supported`` (EMPTY_SUPPORTED unless the context gives its own)."""
+    page = _environment().get_template(template).render(**{"empty_supported": EMPTY_SUPPORTED, **context})
     return page.rstrip("\n") + "\n"

@@ -130,8 +130,12 @@ def _cumulative_panel(axis, rows: pd.DataFrame, scale: float, percent: bool, pap
     x = np.arange(len(rows))
     mean = rows["mean"].to_numpy(float) * scale
     low, high = rows["ci_low"].to_numpy(float) * scale, rows["ci_high"].to_numpy(float) * scale
-    axis.errorbar(x, mean, yerr=_error_bars(mean, low, high), fmt="o-", color=ON_COLOUR, capsize=4, markersize=5,
-                  linewidth=1.2, label="this experiment")  # fmt: skip
+    observed = rows["observed"].to_numpy(bool) if "observed" in rows else np.ones(len(rows), dtype=bool)
+    axis.errorbar(x, mean, yerr=_error_bars(mean, low, high), fmt="-", color=ON_COLOUR, capsize=4, linewidth=1.2)
+    axis.plot(x[observed], mean[observed], "o", color=ON_COLOUR, markersize=5, label="observed (cell run)")
+    if not observed.all():  # a fraction's unrun cells: the fitted model's prediction, drawn hollow
+        axis.plot(x[~observed], mean[~observed], "o", markerfacecolor="white", markeredgecolor=ON_COLOUR, markersize=6,
+                  label="predicted (cell not run)")  # fmt: skip
     for xi, value in zip(x, mean):
         if np.isnan(value):  # a cell the design lacks (an incomplete design or a fraction)
             axis.annotate("no cell", (xi, 0.02), xycoords=("data", "axes fraction"), ha="center", fontsize=7,
@@ -140,6 +144,7 @@ def _cumulative_panel(axis, rows: pd.DataFrame, scale: float, percent: bool, pap
         axis.annotate(f"{value:.1f}" if percent else f"{value:.3g}", (xi, value), xytext=(7, 0),
                       textcoords="offset points", ha="left", va="center", fontsize=7, zorder=5,
                       bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85})  # fmt: skip
+    handles = axis.get_legend_handles_labels()[0] if not observed.all() else []
     if "paper" in rows and rows["paper"].notna().any():
         twin = axis.twinx()
         twin.plot(x, rows["paper"].to_numpy(float), "D--", color=PAPER_COLOUR, markersize=4, linewidth=1,
@@ -147,7 +152,8 @@ def _cumulative_panel(axis, rows: pd.DataFrame, scale: float, percent: bool, pap
         twin.set_ylabel("paper (pp)" if percent else "paper", fontsize=7, color=PAPER_COLOUR)
         twin.tick_params(labelsize=7, colors=PAPER_COLOUR)
         handles = axis.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
-        axis.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    if handles:
+        axis.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
     axis.set_xlim(-0.5, len(rows) - 0.3)  # room for the last value's label
 
 

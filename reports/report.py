@@ -22,11 +22,12 @@ from .curve_plots import curve_png
 from .export import TableFiles, display_frame, to_html, to_markdown, units_table, write_csv, write_table
 from .headline import cell_values
 from .inference import estimate
+from .decision import adaptive_decision
 from .looks import look_sentences, looks_table, write_looks
 from .options import ReportOptions, report_options
 from .orderings import comparisons_at
 from .pages import TABLES, FigureView, cumulative_display, render_page, table_captions
-from .summary import EMPTY_SUPPORTED, summary_sections
+from .summary import empty_supported, summary_sections
 from .table import ReportInputError, cell_label, validate_curves
 from .transfer_report import write_transfer_report
 
@@ -40,14 +41,15 @@ def _figure_captions(analysis: Analysis) -> dict[str, str]:
     """What each figure shows, for the pages (one caption per PNG file)."""
     conf, metric, k = f"{analysis.confidence:.0%} CI", analysis.metric, len(analysis.factors)
     paper = (
-        f" Grey hatched bars: the DAPO paper's numbers for the same steps ({PAPER_LABEL}, avg@32): another model, data "
-        "set and budget, so compare the shape of the path, not its level."
+        f" Grey diamonds (dashed line, right-hand axis): the DAPO paper's numbers for the same steps ({PAPER_LABEL}, avg@32): "
+        "another model, data set and budget, so compare the shape of the path, not its level."
         if analysis.paper_reference and analysis.percent
         else ""
     )
     return {
-        "cumulative.png": f"Cumulative path along each ordering shown: each bar is the cell with the factors up to it "
-        f"switched on ({metric}, mean with {conf}); a step's gain is its bar minus the bar before.{paper}",
+        "cumulative.png": f"Cumulative path along each ordering shown: each point is the cell with the factors up to it "
+        f"switched on ({metric}, mean with {conf}); a step's gain is its point minus the point before. Filled points "
+        f"are cells that were run; hollow ones were not run, their mean is the fitted model's prediction.{paper}",
         "shapley.png": f"Shapley value (mean gain over all orderings) and Banzhaf value (= main effect) of each factor, "
         f"with {conf}s.",
         "effects.png": f"Forest plot: each factor's Shapley value (top) and each main effect and two-factor interaction "
@@ -218,9 +220,9 @@ FIGURE_AFTER = {
 }
 
 
-def _empty(name: str) -> str:
-    """What an empty table means: no claim passed, or the design does not give the table."""
-    return "No claims: no statistic passes its family's adjusted test." if name == "claims" else "Not computed."
+def _empty(name: str, analysis: Analysis) -> str:
+    """What an empty table means: nothing is supported, or the design does not give the table."""
+    return f"No claims. {empty_supported(analysis)}" if name == "claims" else "Not computed."
 
 
 @dataclass(frozen=True)
@@ -251,7 +253,7 @@ def _blocks(analysis: Analysis, figures: dict[str, bytes] | list[str], html_page
             for figure in FIGURE_AFTER.get(name, [])
             if figure in figures
         ]
-        blocks.append(TableBlock(title, captions[name], rendered if len(table) else "", _empty(name), note, shown_figures))
+        blocks.append(TableBlock(title, captions[name], rendered if len(table) else "", _empty(name, analysis), note, shown_figures))
     return blocks
 
 
@@ -269,6 +271,7 @@ def report_markdown(analysis: Analysis, figures: list[str]) -> str:
         metric=analysis.metric,
         summary=list(summary_sections(analysis).items()),
         blocks=_blocks(analysis, figures, html_page=False),
+        empty_supported=empty_supported(analysis),
     )
 
 
@@ -279,6 +282,7 @@ def report_html(analysis: Analysis, figures: dict[str, bytes]) -> str:
         title=f"Ablation report: {analysis.metric}",
         summary=list(summary_sections(analysis).items()),
         blocks=_blocks(analysis, figures, html_page=True),
+        empty_supported=empty_supported(analysis),
     )
 
 
@@ -344,9 +348,11 @@ def report_analysis(
     the sentence saying why there are none; returns the curve fits too (for the figure)."""
     analysis = analyze(results, factors, options=options, curves=curves)
     analysis.levels = tuple(info for info in options.levels if info.name in factors)
-    if options.looks:
+    if options.looks:  # an adaptive design: its looks decide (decision.adaptive_decision), shown first
         analysis.looks = looks_table(options.looks)
-        analysis.table_notes["looks"] = " ".join(look_sentences(options.looks, options.looks_alpha)[-1:])
+        analysis.look_lines = look_sentences(options.looks, options.looks_alpha)
+        analysis.decision = adaptive_decision(options.looks, options.looks_alpha, analysis.percent)
+        analysis.claims = analysis.decision.claims
     analysis.compute_curves = pd.DataFrame(columns=CURVE_EFFECT_COLUMNS)
     if curves is None:
         analysis.table_notes["compute_curves"] = "Not computed: the runs logged no evaluation curve (a results CSV has final values only)."
@@ -413,4 +419,4 @@ def echo_summary(analysis: Analysis, echo: Callable[[str], None]) -> None:
         for line in lines:
             echo(f"  - {line}")
         if not lines:
-            echo(f"  {EMPTY_SUPPORTED}")
+            echo(f"  {empty_supported(analysis)}")

@@ -11,12 +11,19 @@ from __future__ import annotations
 import numpy as np
 
 from .analysis import Analysis
-from .claims import amount, claim_sentence, unsupported_sentences
+from .claims import amount, unsupported_sentences
+from .decision import ADAPTIVE, Decision, decision_of
 from .design import defining_relation, roman
 from .headline import headline, headline_lines
 from .table import factor_label
 
 EMPTY_SUPPORTED = "None: no statistic passes its family's adjusted test."
+EMPTY_LOOKS = "None: no term has crossed its group-sequential boundary at any look."
+
+
+def empty_supported(analysis: Analysis) -> str:
+    """What an empty "Supported by the data" says, by the rule that decided it."""
+    return EMPTY_LOOKS if decision_of(analysis).rule == ADAPTIVE else EMPTY_SUPPORTED
 
 
 def design_line(analysis: Analysis) -> str:
@@ -111,8 +118,8 @@ def _lenth_line(analysis: Analysis) -> list[str]:
     ]
 
 
-def _method_lines(analysis: Analysis) -> list[str]:
-    adjustment = analysis.guarantee.sentence()
+def _method_lines(analysis: Analysis, decision: Decision) -> list[str]:
+    adjustment = decision.guarantee
     methods = set(analysis.intervals["se_method"])
     return [
         f"Intervals ({analysis.confidence:.0%}): {analysis.ci_method}.",
@@ -125,23 +132,33 @@ def _method_lines(analysis: Analysis) -> list[str]:
 
 
 def summary_sections(analysis: Analysis) -> dict[str, list[str]]:
-    """{"Headline", "Design", "Supported by the data", "Not supported by the data", "Described", "Method"}:
-    lists of lines. The headline opens it: full vs baseline with its interval, and the best cells.
+    """{"Headline", ("Looks",) "Design", "Supported by the data", "Not supported by the data", "Described",
+    "Method"}: lists of lines. The headline opens it: full vs baseline with its interval, and the
+    best cells; an adaptive design's looks come next, since they are its decision.
 
-    "Supported by the data" has exactly one sentence per row of ``analysis.claims`` (none when it
-    is empty: renderers then print EMPTY_SUPPORTED, not as a list item).
+    "Supported by the data" has exactly one sentence per row of claims.csv, the experiment's one
+    decision (`decision.decision_of`: an adaptive design's looks, else the adjusted tests); none
+    when it is empty (renderers then print EMPTY_SUPPORTED, not as a list item).
     """
-    supported = [claim_sentence(row, analysis.percent) for row in analysis.claims.itertuples(index=False)]
-    unsupported = unsupported_sentences(analysis.tests, analysis.percent) + _lenth_line(analysis)
+    decision = decision_of(analysis)
+    if decision.rule == ADAPTIVE:
+        unsupported = [*decision.not_supported,
+                       "The effects, Shapley values and orderings in the tables below are fixed-design statistics of the "
+                       "same runs: they ignore that the design looked at its data on the way, so they describe, they do "
+                       "not decide."]
+    else:
+        unsupported = unsupported_sentences(analysis.tests, analysis.percent) + _lenth_line(analysis)
     if analysis.design.kind == "fraction" and analysis.aliases:
         unsupported.append("Aliased terms cannot be told apart: see the alias chains under Design.")
     unsupported += analysis.notes
     unsupported.append("Everything here holds for this model, data, budget and metric; other settings may differ.")
+    looks = {"Looks": analysis.look_lines} if analysis.look_lines else {}
     return {
         "Headline": headline_lines(headline(analysis)),
+        **looks,
         "Design": _design_lines(analysis),
-        "Supported by the data": supported,
+        "Supported by the data": decision.sentences(),
         "Not supported by the data": unsupported,
         "Described": _described(analysis) or ["Nothing further."],
-        "Method": _method_lines(analysis),
+        "Method": _method_lines(analysis, decision),
     }

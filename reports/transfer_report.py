@@ -16,7 +16,8 @@ import pandas as pd
 from dapo_ablate.core.contracts import SETTING_COLUMN
 
 from . import plots
-from .claims import CLAIM_COLUMNS, amount, claim_sentence, interval, short_term
+from .claims import CLAIM_COLUMNS, amount, interval, short_term
+from .decision import TRANSFER, Decision
 from .export import TableFiles, display_frame, to_html, to_markdown, write_csv, write_table
 from .headline import headline, headline_lines
 from .pages import TABLES, FigureView, cumulative_display, render_page, table_captions
@@ -48,6 +49,12 @@ def claims_frame(transfer: TransferAnalysis) -> pd.DataFrame:
     across = transfer.claims.copy()
     across.insert(0, SETTING_COLUMN, "all")
     return pd.concat([own, across], ignore_index=True)[[SETTING_COLUMN, *CLAIM_COLUMNS]]
+
+
+def transfer_decision(transfer: TransferAnalysis) -> Decision:
+    """The study's one decision: every row of claims.csv (each setting's own claims, then the
+    transfer claims), under the report's one guarantee."""
+    return Decision(TRANSFER, claims_frame(transfer), transfer.guarantee.sentence(), transfer.percent)
 
 
 def _attribution(transfer: TransferAnalysis) -> str:
@@ -158,13 +165,13 @@ def _method_lines(transfer: TransferAnalysis) -> list[str]:
 
 
 def transfer_sections(transfer: TransferAnalysis) -> dict[str, list[str]]:
-    """The transfer summary: each setting's headline (full vs baseline), settings, supported claims (one per transfer row of claims.csv),
-    not supported, verdicts and rank agreement (described), method."""
-    percent = transfer.percent
+    """The transfer summary: each setting's headline (full vs baseline), settings, supported claims
+    (one per row of claims.csv: each setting's own, then the transfer claims), not supported,
+    verdicts and rank agreement (described), method."""
     return {
         "Headline": [f"{name}: {headline_lines(headline(transfer.analyses[name]))[0]}" for name in transfer.settings],
         "Settings": [f"{name}: {design_line(transfer.analyses[name])}" for name in transfer.settings],
-        "Supported by the data": [claim_sentence(r, percent) for r in transfer.claims.itertuples(index=False)],
+        "Supported by the data": transfer_decision(transfer).sentences(),
         "Not supported by the data": _not_supported(transfer),
         "Transfer verdicts": _verdict_lines(transfer),
         "Rank agreement": _rank_lines(transfer),

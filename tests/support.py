@@ -9,6 +9,8 @@ by ``tests/conftest.py`` from the folder). This module, ``tiny_configs`` and ``v
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import socket
 import time
@@ -88,6 +90,22 @@ def counting_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:
         "signals": [{"step": 1, "reward": 0.0}, {"step": 2, "reward": 0.5}],
         "tokens_generated": 100, "tokens_discarded": 10, "wall_s": 0.1,
     }
+
+
+PLANTED = {"dynamic_sampling": 0.08, "clip_higher": 0.03}
+"""The effects `planted_cell` plants (fractions of avg@32); every other technique does nothing."""
+
+
+def planted_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:
+    """A run whose avg@32 is 0.40 plus `PLANTED`'s effects of the techniques that are on, plus a
+    deterministic noise of at most +-1.5 pp drawn from (techniques, seed, setting's config)."""
+    count_call(run_dir)
+    techniques = config["techniques"]
+    blob = json.dumps([sorted(techniques.items()), config["schedule"]["seed"], config["rollout"]], sort_keys=True)
+    noise = (int(hashlib.sha256(blob.encode()).hexdigest()[:8], 16) / 16**8 - 0.5) * 0.03
+    accuracy = 0.40 + sum(effect for name, effect in PLANTED.items() if techniques.get(name)) + noise
+    return {"metrics": {"avg@32": accuracy}, "eval_curve": [{"step": 0, "avg@32": 0.40}, {"step": 2, "avg@32": accuracy}],
+            "signals": [{"step": 1, "reward": 0.0}], "tokens_generated": 100, "tokens_discarded": 0, "wall_s": 0.1}
 
 
 # -- what a run left ----------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from dapo_ablate.ablation.experiment.plan import format_plan
 from dapo_ablate.ablation.experiment.spec import SpecError, run_root
 from dapo_ablate.ablation.runtime.backends.verl import VerlTranslationError
 from dapo_ablate.ablation.runtime.backends.verl_plan import format_verl_jobs, uses_verl, verl_jobs
-from dapo_ablate.ablation.runtime.executor import ExperimentSummary, RunOptions, run_experiment
+from dapo_ablate.ablation.runtime.executor import ExperimentSummary, RunOptions, check_name_binding, run_experiment
 from dapo_ablate.ablation.runtime.preflight import check_contexts, preflight
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError
@@ -62,6 +62,7 @@ def validate(experiment: Experiment, address: str | None = None) -> Validation:
     spec, plan = experiment.spec, experiment.plan
     with user_errors(*ERRORS):
         preflight(spec, address if address is not None else spec.executor.address)
+        check_name_binding(spec)  # as `run` refuses it: a name bound to another design
         check_contexts(spec)
         verl = check_verl(experiment)
     plan_text = format_plan(plan, calibration=run_time_calibration(spec, plan))  # measured run times, once any exist
@@ -133,6 +134,9 @@ class Status:
     other runs (other overrides): how to reach them."""
     looks: list[str] = field(default_factory=list)
     """design: adaptive: the current look, its decisions, the alpha spent and the budget left."""
+    answer: str | None = None
+    """Once every planned run is done: the headline and what the data support, the lines `run`
+    ended with (`app.report.finished_answer`)."""
 
     @property
     def has_jobs(self) -> bool:
@@ -163,7 +167,12 @@ def status(experiment: Experiment) -> Status:
     hint = other_runs_hint(experiment, "status") if counts.get(NEW) == len(rows) else None
     with user_errors(*ERRORS):
         looks = look_lines(experiment.spec, experiment.plan)
-    return Status(rows, counts, f"none of these runs is in the ledger: {hint}" if hint else None, looks)
+    answer = None
+    if rows and counts.get("done") == len(rows):  # every run done: the answer `run` ended with, computed the same way
+        from dapo_ablate.ablation.app.report import finished_answer  # the statistics load only now
+
+        answer = finished_answer(experiment)
+    return Status(rows, counts, f"none of these runs is in the ledger: {hint}" if hint else None, looks, answer)
 
 
 UI_HOST = "127.0.0.1"

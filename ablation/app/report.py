@@ -33,7 +33,7 @@ from dapo_ablate.ablation.store.tracking import Tracker
 from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
 from dapo_ablate.core.contracts import DEFAULT_METRIC, FactorInfo
 from dapo_ablate.reports import ReportInputError, ReportOptions, load_results_csv, write_report
-from dapo_ablate.reports.headline import headline_lines, log_parent_headline
+from dapo_ablate.reports.answer import Answer, experiment_answer, log_answer
 
 ERRORS = (ReportInputError, ResultsError, LedgerError, *SPEC_ERRORS)
 STORE_RUN_HINT = "run `dapo-ablate run` on the spec of {name!r} first"
@@ -62,15 +62,15 @@ class ReportOutcome:
     out: Path
 
     def claims_line(self) -> str:
-        """What claims.csv holds, for the console (a header-only file reads as "no claims", not as empty)."""
+        """What claims.csv holds, for the console (a header-only file reads as "nothing supported", not as empty)."""
         path = self.written.get("claims.csv")
         if path is None or not path.exists():
             return ""
         rows = len(pd.read_csv(path))
         if not rows:
-            return "claims.csv: header only: no statistic passes its family's adjusted test"
-        return (f"claims.csv: {rows} claim{'s that pass their' if rows > 1 else ' that passes its'} family's adjusted test "
-                "(the summary's \"Supported by the data\"; values as fractions, units.csv)")
+            return "claims.csv: header only: nothing is supported by the data"
+        return (f"claims.csv: {rows} claim{'s' if rows > 1 else ''}, one row per sentence of the summary's \"Supported by "
+                "the data\" (values as fractions, units.csv)")
 
 
 def report(request: ReportRequest) -> ReportOutcome:
@@ -85,14 +85,13 @@ def report(request: ReportRequest) -> ReportOutcome:
             experiment = load_experiment(request.spec, request.overrides)
             spec, plan = experiment.spec, experiment.plan
             table, factors, curves, design, logger = experiment_results(experiment)
-            levels = tuple(FactorInfo(f.name, f.low, f.high) for f in plan.factors)  # what 0 / 1 stand for
             options = replace(request.options, metric=request.metric or spec.metric, design=request.options.design or design,
-                              levels=levels, looks=tuple(adaptive_looks(spec)),
+                              levels=factor_levels(plan), looks=tuple(adaptive_looks(spec)),
                               looks_alpha=spec.adaptive.alpha if spec.adaptive else None)
             factors, extra, name = request.factors or factors, {"curves": curves, "signals": load_signals(spec, plan)}, spec.name
         written = write_staged(request.out, lambda folder: write_report(table, factors, folder, options=options, **extra))
-        if logger is not None:
-            log_headline(logger, name, table, factors, options.metric, options.confidence)
+        if logger is not None:  # the report's own answer (its options) replaces the parent's, as one unit
+            log_answer_to(logger, name, experiment_answer(table, factors, options, options.looks, options.looks_alpha))
     if logger is not None:
         logger.log_artifacts(str(request.out), "report")
     return ReportOutcome(written, request.out)
@@ -184,44 +183,71 @@ def load_signals(spec: ExperimentSpec, plan: Plan) -> pd.DataFrame | None:
     return pd.DataFrame(rows) if rows else None
 
 
-def log_headline(logger: Any, experiment_name: str, results: pd.DataFrame, factors: list[str], metric: str,
-                 confidence: float) -> dict:
-    """Put the headline (full vs baseline with CI, best cell) on the experiment's MLflow parent run
-    (``reports.headline.log_parent_headline``) and return it by setting. ``logger``: a
-    `ParentRunLogger`; one that names no tracking URI and parent run logs nothing (returns {})."""
+def log_answer_to(logger: Any, experiment_name: str, answer: Answer) -> bool:
+    """Put the answer (headline and decision) on the experiment's MLflow parent run as one unit
+    (``reports.answer.log_answer``); False when ``logger`` names no tracking URI and parent run."""
     uri, parent_id = getattr(logger, "tracking_uri", None), getattr(logger, "parent_run_id", None)
     if not (uri and parent_id):
-        return {}
-    return log_parent_headline(Tracker(uri, None, experiment_name), parent_id, results, factors, metric, confidence)
+        return False
+    retry_transient(lambda: log_answer(Tracker(uri, None, experiment_name), parent_id, answer),
+                    "log the headline to the MLflow parent run", store=MLFLOW)
+    return True
+
+
+def factor_levels(plan: Plan) -> tuple[FactorInfo, ...]:
+    """What each factor's 0 and 1 stand for."""
+    return tuple(FactorInfo(f.name, f.low, f.high) for f in plan.factors)
+
+
+def answer_options(spec: ExperimentSpec, plan: Plan, **fields: Any) -> ReportOptions:
+    """The report's options for an experiment: its metric, design, factors' levels and (adaptive)
+    looks; `fields` set others (``adjust``, ``confidence``, ...)."""
+    return ReportOptions(**{"metric": spec.metric, "design": plan.design, "levels": factor_levels(plan),
+                            "looks": tuple(adaptive_looks(spec)),
+                            "looks_alpha": spec.adaptive.alpha if spec.adaptive else None, **fields})
 
 
 def experiment_headline(spec: ExperimentSpec, plan: Plan, records: list[dict[str, Any]], parent_id: str | None,
                         confidence: float = 0.95) -> str:
-    """The headline of the plan's finished runs (`records`, as a driver holds them), logged to the
-    MLflow parent run `parent_id`; the sentence back, or one saying why there is none."""
+    """The answer of the plan's finished runs (`records`, as a driver holds them): headline and what
+    the data support, as `report` computes them with its default options; logged to the MLflow
+    parent run `parent_id` as one unit. The lines back, or one saying why there is none."""
     if not records:
         return f"no headline: experiment {spec.name!r} has no finished runs yet"
-    return _headline(spec, lambda: experiment_tables(spec, plan, records, parent_id), confidence)
+    return _answer_lines(spec, plan, lambda: experiment_tables(spec, plan, records, parent_id), confidence, log=True)
 
 
 def log_experiment_headline(spec_path: str | Path | ExperimentSpec, confidence: float = 0.95) -> str:
     """`experiment_headline` of the experiment ``spec_path`` names (a path, or the spec itself),
     its finished runs read from the ledger."""
     spec = spec_path if isinstance(spec_path, ExperimentSpec) else load_spec(spec_path)
-    return _headline(spec, lambda: load_experiment_results(spec), confidence)
+    from dapo_ablate.ablation.store.results import spec_plan
+
+    try:
+        plan = spec_plan(spec)
+    except (LedgerError, *SPEC_ERRORS) as error:
+        return f"no headline: {error}"
+    return _answer_lines(spec, plan, lambda: load_experiment_results(spec), confidence, log=True)
 
 
-def _headline(spec: ExperimentSpec, tables: Any, confidence: float) -> str:
+def finished_answer(experiment: Experiment) -> str | None:
+    """What `status` shows once every planned run is done: the same lines as the end of `run`
+    (nothing is logged); None while runs are left, or when the answer cannot be computed."""
+    lines = _answer_lines(experiment.spec, experiment.plan, lambda: load_experiment_results(experiment.spec), 0.95, log=False)
+    return None if lines.startswith("no headline") else lines
+
+
+def _answer_lines(spec: ExperimentSpec, plan: Plan, tables: Any, confidence: float, *, log: bool) -> str:
     try:
         table, factors, _, _, logger = tables()
-        found = retry_transient(lambda: log_headline(logger, spec.name, table, factors, spec.metric, confidence),
-                                "log the headline to the MLflow parent run", store=MLFLOW)
-        if not found:
+        answer = experiment_answer(table, factors, answer_options(spec, plan, confidence=confidence),
+                                   looks=adaptive_looks(spec), looks_alpha=spec.adaptive.alpha if spec.adaptive else None)
+        if log and not log_answer_to(logger, spec.name, answer):
             return f"no headline: experiment {spec.name!r} has no MLflow parent run"
-    except (ResultsError, ReportInputError, ExecutorError) as error:  # ExecutorError: the MLflow store stayed down
+    except (ResultsError, ReportInputError, ExecutorError, LedgerError) as error:  # ExecutorError: MLflow stayed down
         return f"no headline: {error}"
-    return " ".join(f"{name + ': ' if name else ''}{headline_lines(h)[0]}" for name, h in found.items())
+    return "\n".join(answer.lines())
 
 
-__all__ = ["ParentRunLogger", "ReportOutcome", "ReportRequest", "experiment_headline", "load_signals", "log_experiment_headline",
-           "log_headline", "report"]
+__all__ = ["ParentRunLogger", "ReportOutcome", "ReportRequest", "answer_options", "experiment_headline", "finished_answer",
+           "load_signals", "log_answer_to", "log_experiment_headline", "report"]

@@ -10,6 +10,7 @@ saying so, and add how to reach the runs that were trained: the same overrides, 
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from dapo_ablate.ablation.experiment.design import Plan
 from dapo_ablate.ablation.experiment.fractions import DesignError
 from dapo_ablate.ablation.experiment.overrides import OverrideError, load_spec_with_overrides
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec, SpecError, load_spec_file, run_root
-from dapo_ablate.ablation.runtime.executor import SPEC_RECORD, SWEEP_RECORD, located
+from dapo_ablate.ablation.runtime.executor import SPEC_RECORD, SWEEP_RECORD, located, repair_record
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.store.results import ResultsError, spec_plan, status_rows
 from dapo_ablate.core.config import ConfigError
@@ -50,7 +51,13 @@ class Experiment:
 
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
     """The spec at `path` (a YAML file, or an experiment folder holding the `SPEC_RECORD` its
-    last `run` wrote) with `overrides` (KEY=VALUE by dotted path) applied, and its plan."""
+    last `run` wrote) with `overrides` (KEY=VALUE by dotted path) applied, and its plan. A folder's
+    record that an earlier version's refused `run` rewrote is restored first (`repair_record`; a
+    note on stderr says so)."""
+    if Path(path).is_dir() and (Path(path) / SPEC_RECORD).is_file():
+        repaired = repair_record(Path(path))  # a record an earlier version's refused `run` rewrote
+        if repaired:
+            print(f"note: {repaired}", file=sys.stderr, flush=True)
     with user_errors(*ERRORS):
         spec = load_spec_with_overrides(ExperimentSpec, spec_file(path, SPEC_RECORD), overrides, kind="spec")
     with user_errors(*ERRORS, LedgerError):

@@ -44,7 +44,9 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import yaml
 
-from dapo_ablate.ablation.experiment.spec import ExperimentSpec, SpecError, run_root, validate_spec
+from dapo_ablate.core.config import ConfigError
+
+from dapo_ablate.ablation.experiment.spec import ExperimentSpec, SpecError, load_spec_file, run_root, validate_spec
 from dapo_ablate.ablation.runtime.adaptive import AdaptiveScheduler, LookPolicy
 from dapo_ablate.ablation.runtime.factorial import ExperimentSummary, FactorialScheduler, RunOptions
 from dapo_ablate.ablation.runtime.cell import submits_jobs
@@ -53,7 +55,8 @@ from dapo_ablate.ablation.runtime.ray_connect import connect_ray
 from dapo_ablate.ablation.runtime.signals import Interrupted, StopSignals, sigterm_as_interrupt, stopped_at_start
 from dapo_ablate.ablation.runtime.task import resolve_cell_fn
 from dapo_ablate.ablation.store.adaptive_state import adaptive_state
-from dapo_ablate.ablation.store.ledger import DONE, FAILED, PENDING, RUNNING, Ledger, connect_ledger
+from dapo_ablate.ablation.store.binding import check_binding, experiment_digest
+from dapo_ablate.ablation.store.ledger import DONE, FAILED, PENDING, RUNNING, Ledger, LedgerError, connect_ledger
 from dapo_ablate.ablation.store.results import open_ledger
 from dapo_ablate.ablation.store.tracking import Tracker, absolute_tracking_uri, default_artifact_location, open_tracker, sqlite_path
 from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
@@ -100,9 +103,11 @@ def run_experiment(spec: ExperimentSpec, plan: Plan, *, address: str | None = No
     finished = rerun_finished(spec, plan, address)
     if finished is not None:
         return finished
+    check_name_binding(spec)  # a name bound to another design is refused before Ray starts, and writes nothing
     # a database server is checked before Ray starts; a SQLite ledger is only created after
     open_first = lambda: None if sqlite_path(spec.ledger) else connect_ledger(spec.ledger)  # noqa: E731
-    with session(spec, address, open_first=open_first, checked=True) as (stop, ledger):  # rerun_finished checked it
+    # the spec is recorded by the scheduler once the ledger and MLflow accept it (`FactorialScheduler.record`)
+    with session(spec, address, open_first=open_first, checked=True, record=False) as (stop, ledger):
         options = replace(options or RunOptions(), local=not address)
         if spec.design == "adaptive":
             if policy is None:
@@ -110,6 +115,7 @@ def run_experiment(spec: ExperimentSpec, plan: Plan, *, address: str | None = No
             scheduler = AdaptiveScheduler(spec, plan, fn, options, policy, ledger=ledger, check_stop=stop.check)
         else:
             scheduler = FactorialScheduler(spec, plan, fn, options, ledger=ledger, check_stop=stop.check)
+        scheduler.record = lambda: record_spec(spec)
         try:
             summary = scheduler.run()
         except KeyboardInterrupt:
@@ -124,13 +130,16 @@ def run_experiment(spec: ExperimentSpec, plan: Plan, *, address: str | None = No
 
 @contextmanager
 def session(spec: Any, address: str | None, *, open_first: Callable[[], T] = lambda: None,
-            interrupted: type[Interrupted] = Interrupted, checked: bool = False) -> Iterator[tuple[StopSignals, T]]:
+            interrupted: type[Interrupted] = Interrupted, checked: bool = False,
+            record: bool = True) -> Iterator[tuple[StopSignals, T]]:
     """What every driver (a factorial's, a sweep's) runs inside: the checks (`preflight`), then
     `open_first()` (a database server opened before Ray starts, so its mistake is reported at
     once; its value is yielded), then Ray (joined, or a local one started and shut down at the
-    end), then the resolved spec recorded in its folder (`record_spec`), with Ctrl-C and SIGTERM
-    as one clean cancel (`signals`). A stop before the block starts raises `interrupted` (nothing
-    was run). `checked`: `preflight` passed just before (it is not run twice)."""
+    end), then (`record`) the resolved spec recorded in its folder (`record_spec`), with Ctrl-C and
+    SIGTERM as one clean cancel (`signals`). A stop before the block starts raises `interrupted`
+    (nothing was run). `checked`: `preflight` passed just before (it is not run twice). An
+    experiment's driver records its spec itself (``record=False``), once its stores have accepted
+    it: a spec its name's binding refuses must leave the folder's record as it was."""
     with sigterm_as_interrupt() as stop:
         started_ray = False
         try:
@@ -144,7 +153,8 @@ def session(spec: Any, address: str | None, *, open_first: Callable[[], T] = lam
         stop.install()  # again: Ray's start-up puts its own SIGTERM handler (an abort) in place
         try:
             try:  # after every check, Ray's refusals included (a mistake writes nothing), before any run
-                record_spec(spec)
+                if record:
+                    record_spec(spec)
             except KeyboardInterrupt:
                 raise interrupted(bool(stop.received)) from None
             yield stop, opened
@@ -218,6 +228,47 @@ def _same_spec(stored: dict[str, Any], spec: ExperimentSpec) -> bool:
         return {key: value for key, value in located(data).items() if key != "executor"}
 
     return comparable(stored) == comparable(spec.to_dict())
+
+
+def check_name_binding(spec: ExperimentSpec) -> None:
+    """LedgerError when the spec's name is bound in its (existing) ledger to another design or is
+    a sweep's (`store.binding`); reads only. The driver checks it again under its lock."""
+    ledger = open_ledger(spec)
+    if ledger is None:
+        return
+    with ledger:
+        check_binding(ledger.get_experiment(spec.name), spec, ledger.url)
+
+
+def repair_record(folder: Path) -> str | None:
+    """Restore an experiment folder's `SPEC_RECORD` that holds another design than the one its
+    name is bound to in its ledger (a `run` refused for its binding rewrote it before 0.2): the
+    ledger's spec of that name (the last one it accepted), with the record's stores, is written
+    back. The sentence saying so, or None when the record is the bound design (or cannot be
+    judged: no ledger, no such experiment, a record that does not load)."""
+    path = folder / SPEC_RECORD
+    try:
+        recorded = load_spec_file(ExperimentSpec, path, kind="spec")
+        ledger = open_ledger(recorded)
+        if ledger is None:
+            return None
+        with ledger:
+            bound = ledger.get_experiment(recorded.name)
+    except (SpecError, ConfigError, LedgerError):
+        return None
+    if bound is None or bound.digest is None or bound.digest == experiment_digest(recorded) or "space" in bound.spec:
+        return None
+    stores = {key: getattr(recorded, key) for key in ("ledger", "output_dir")}
+    try:
+        restored = validate_spec(ExperimentSpec, {**bound.spec, **stores, "tracking": recorded.tracking.model_dump(mode="json")},
+                                 f"the ledger's spec of {recorded.name!r}")
+    except (SpecError, ConfigError):
+        return None
+    if experiment_digest(restored) != bound.digest or run_root(restored).resolve() != folder.resolve():
+        return None
+    record_spec(restored)
+    return (f"{path} held another spec than the one {recorded.name!r} is bound to in its ledger (a refused `run` of an "
+            f"earlier version rewrote it); restored it from the ledger's record")
 
 
 # ------------------------------------------------------------------------------- the record

@@ -134,6 +134,10 @@ class FactorialScheduler:
         """Lines for the display, gathered before it starts."""
         self.verl_jobs: dict[str, Any] = {}
         """Run id -> its verl job (`backends.verl_job.VerlJob`), for verl runs."""
+        self.record: Callable[[], Any] = lambda: None
+        """Records the spec in the experiment's folder (`executor.record_spec`), called once the
+        ledger and MLflow have accepted it and before any store is written: a spec they refuse
+        leaves the folder as it was."""
         self.live: dict[str, str] = {}
         """Ledger run id -> MLflow id of the child runs of the runs in flight."""
         self.pool: RunPool | None = None
@@ -227,6 +231,7 @@ class FactorialScheduler:
         record = self.ledger.get_experiment(self.name)
         self.tracker.check_parent(record.mlflow_parent_run_id if record else None, self.digest)
         self._check_verl_cluster()
+        self.record()
         self._open_ledger_experiment()
         record = self.ledger.get_experiment(self.name)
         tags = {"dapo.design": self.plan.design, "dapo.factors": ",".join(f.name for f in self.plan.factors),

@@ -89,6 +89,8 @@ def experiment_tables(
     driver already holds, e.g. `ExperimentSummary.records`) and the MLflow parent run's id."""
     factors = [factor.name for factor in plan.factors]
     logger = ParentRunLogger(spec.tracking.uri, parent_id) if parent_id else None
+    order = {run.run_id: i for i, run in enumerate(plan.runs)}  # plan order, whoever read the records: one answer
+    records = sorted(records, key=lambda record: order.get(record["run_id"], len(order)))
     results, curves = results_frame(records, factors), curves_frame(records, factors)
     if plan.settings:  # a transfer study: the `setting` column, first
         setting_of = {run.run_id: run.setting for run in plan.runs}

@@ -161,7 +161,7 @@ class Tracker:
         latest = retry_transient(lambda: self.client.get_run(parent_id).data.metrics, "read the MLflow parent run", store=MLFLOW)
         now = int(time.time() * 1000)
         numbers = {names.mlflow_safe(key): float(value) for key, value in metrics.items() if _is_number(value)}
-        batch = [Metric(key, value, now, step) for key, value in numbers.items() if latest.get(key) != value]
+        batch = [Metric(key, value, now, step) for key, value in numbers.items() if not _same_value(latest.get(key), value)]
         if batch:
             retry_transient(lambda: self.client.log_batch(parent_id, metrics=batch), "log the headline", store=MLFLOW)
 
@@ -490,6 +490,11 @@ def _tags(tags: dict[str, str]) -> list[Any]:
 
 def _param_value(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (list, tuple, dict)) else str(value)
+
+
+def _same_value(latest: float | None, value: float) -> bool:
+    """The parent's latest value of a metric is this one (NaN counts as the same as NaN)."""
+    return latest is not None and (latest == value or (math.isnan(latest) and math.isnan(value)))
 
 
 def _is_number(value: Any) -> bool:

@@ -51,7 +51,7 @@ def test_report_from_a_results_csv(app, results_csv, tmp_path):
     assert result.exit_code == 0, result.output
     assert "check passed" in result.output and "wrote 22 files" in result.output
     claims = len(pd.read_csv(out / "claims.csv"))
-    assert f"claims.csv: {claims} claims that pass their family's adjusted test" in result.output
+    assert f"claims.csv: {claims} claims, one row per sentence" in result.output
     assert (
         (out / "shapley.csv").exists() and (out / "report.md").exists() and not (out / "report.html").exists()
     )
@@ -259,4 +259,4 @@ def test_a_header_only_claims_csv_is_said_to_hold_no_claims(app, tmp_path):
     result = invoke(app, "--results", _write(tmp_path, table), "--out", str(tmp_path / "out"), "--format", "csv")
     assert result.exit_code == 0, result.output
     assert len(pd.read_csv(tmp_path / "out" / "claims.csv")) == 0
-    assert "claims.csv: header only: no statistic passes its family's adjusted test" in result.output
+    assert "claims.csv: header only: nothing is supported by the data" in result.output

@@ -75,6 +75,7 @@ def test_csv_columns_follow_the_contract(report_dir):
         "delta",
         "delta_ci_low",
         "delta_ci_high",
+        "observed",  # False: the cell was not run, its mean is the fitted model's prediction
     ]
     assert list(read("shapley").columns) == [
         "factor",
