@@ -20,8 +20,8 @@ def plan_seeds(
     ),
     overrides: Optional[list[str]] = typer.Argument(None, help=texts.SPEC_OVERRIDES_HELP, show_default=False),
     results: Optional[Path] = typer.Option(None, "--results", help="Pilot results CSV instead of a spec."),
-    effect: float = typer.Option(..., "--effect", help="Size to detect, in metric units (0.02 = 2 pp of avg@32)."),
-    sd: Optional[float] = typer.Option(None, "--sd", help="Run-to-run sd of the metric, instead of a pilot's."),
+    effect: float = typer.Option(..., "--effect", help=f"Size to detect, {texts.UNIT_HELP}."),
+    sd: Optional[float] = typer.Option(None, "--sd", help=f"Run-to-run sd of the metric, instead of a pilot's; {texts.UNIT_HELP}."),
     metric: Optional[str] = typer.Option(None, "--metric", help="Metric column (default: the spec's, else avg@32)."),
     factors: Optional[str] = typer.Option(None, "--factors", help="Factor columns of a pilot CSV, e.g. a,b."),
     power: float = typer.Option(0.8, "--power", help="Power wanted for each family."),
@@ -49,9 +49,11 @@ def plan_seeds(
                                overrides)
     found = app.plan_seeds(request)
     metric, sd, source, table = found.metric, found.sd, found.source, found.table
+    pp = app.is_accuracy(metric)
+    size, noise = (f"{effect:g} pp", f"{100 * sd:.3g} pp") if pp else (f"{effect:g}", f"{sd:.4g}")
     typer.echo(
-        f"Seeds per cell to claim a statistic of size {effect:g} ({metric}) with {power:.0%} power at the report's "
-        f"{adjust} adjustment (alpha {1 - confidence:.2g}); run noise sd {sd:.4g} from {source}:"
+        f"Seeds per cell to claim a statistic of size {size} ({metric}) with {power:.0%} power at the report's "
+        f"{adjust} adjustment (alpha {1 - confidence:.2g}); run noise sd {noise} from {source}:"
     )
     typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     typer.echo(

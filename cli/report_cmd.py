@@ -49,10 +49,10 @@ def report(
         help="With one seed per cell, test effects one by one (Lenth's ME) instead of the experiment-wise SME.",
     ),
     equivalence_margin: float = typer.Option(
-        0.02,
+        2.0,
         "--equivalence-margin",
         help="Transfer studies: a term 'transfers' only when every pair of settings is shown within this margin "
-        "(two one-sided tests), in the metric's units (0.02 = 2 pp of an accuracy); otherwise 'inconclusive'.",
+        f"(two one-sided tests), {texts.UNIT_HELP}; otherwise 'inconclusive'.",
     ),
 ) -> None:
     """Effects, interactions, order dependence and Shapley values of a factorial, with exact CIs,
@@ -67,8 +67,9 @@ def report(
 
     options = app.ReportOptions(orderings=parse_orderings(orderings), formats=parse_list(formats) or [],
                                 confidence=confidence, design=design, echo=typer.echo, adjust=adjust,
-                                per_effect_tests=per_effect_tests, equivalence_margin=equivalence_margin)
-    request = app.ReportRequest(out, spec, results, metric, parse_list(factors), options, overrides=overrides)
+                                per_effect_tests=per_effect_tests)
+    request = app.ReportRequest(out, spec, results, metric, parse_list(factors), options, overrides=overrides,
+                                margin=equivalence_margin)
     outcome = app.report(request)
     typer.echo(f"wrote {len(outcome.written)} files to {out}")
     claims = outcome.claims_line()

@@ -89,6 +89,8 @@ class Analysis:
     looks: pd.DataFrame = field(default_factory=pd.DataFrame)  # looks.LOOK_TABLE_COLUMNS (adaptive designs)
     look_lines: list[str] = field(default_factory=list)  # one line per look, then the last look's terms (adaptive)
     decision: Decision | None = None  # what the data support by the design's rule (decision.decision_of)
+    held_on: tuple[str, ...] = ()  # techniques on in every run without being factors (ReportOptions.held_on)
+    provenance: tuple[str, ...] = ()  # what produced the results (ReportOptions.provenance)
 
 
 class CellValues:
@@ -331,7 +333,17 @@ def noise_model(fit: CellFit, design: DesignInfo, effects: EffectContrasts, conf
     return Noise(float("nan"), 0.0, NONE), None
 
 
-def _ci_method(fit: CellFit, noise: Noise, lenth: dict | None) -> str:
+def _df_range(intervals: pd.DataFrame) -> str:
+    """The df the report's intervals use, as read from intervals.csv: "3.0" or "from 1.2 to 7.4"."""
+    df = pd.to_numeric(intervals["df"], errors="coerce").dropna() if "df" in intervals else pd.Series(dtype=float)
+    df = df[np.isfinite(df)]
+    if df.empty:
+        return "none"
+    low, high = float(df.min()), float(df.max())
+    return f"{low:.1f}" if abs(high - low) < 0.05 else f"from {low:.1f} to {high:.1f}"
+
+
+def _ci_method(fit: CellFit, noise: Noise, lenth: dict | None, intervals: pd.DataFrame) -> str:
     if noise.method == NONE:
         return "one run per cell and no basis for Lenth's method: no intervals"
     if noise.method == LENTH:
@@ -342,20 +354,22 @@ def _ci_method(fit: CellFit, noise: Noise, lenth: dict | None) -> str:
         )
     blocks = "with seeds as blocks" if fit.blocked else "without seed blocks (the cells do not share seeds)"
     return (
-        f"t intervals from the cell-means model {blocks} ({fit.df:.0f} residual df); each statistic c'mu "
-        "has its SE from every cell's own residual variance (sum_j W_j s_j^2, Welch-Satterthwaite df: se and df "
-        "in intervals.csv), so a noisier cell widens exactly the statistics that lean on it; no resampling, "
-        "no pre-test"
+        f"t intervals from the cell-means model {blocks}; each statistic c'mu has its SE from every cell's own "
+        "residual variance (sum_j W_j s_j^2) and its own Welch-Satterthwaite df (here "
+        f"{_df_range(intervals)}; se and df of each in intervals.csv), so a noisier cell widens exactly the "
+        "statistics that lean on it; no resampling, no pre-test"
     )
 
 
-def _effects_method(design: DesignInfo, effects: EffectContrasts) -> str:
+def _effects_method(design: DesignInfo, effects: EffectContrasts, noise: Noise) -> str:
     if not effects.names:
         return (
             "the observed cells cannot separate main effects from interactions, so no factorial effects are "
             "reported; gains between observed cells are path gains (cumulative.csv, claims of kind step)"
         )
-    text = "effect = mean of the +1 cells minus mean of the -1 cells (2 x OLS coefficient, -1/+1 coding), same model and df"
+    df = (f"Lenth's df ({noise.df:.1f}) for every effect" if noise.method == LENTH
+          else "each with its own SE and Welch-Satterthwaite df (effects.csv: se, df)")
+    text = f"effect = mean of the +1 cells minus mean of the -1 cells (2 x OLS coefficient, -1/+1 coding), {df}"
     if design.kind == "fraction":
         text += "; aliased terms are named as their whole chain (a:b = c:d), never one member alone"
     if effects.model_based:
@@ -504,9 +518,9 @@ def analyze(
         order_gaps=order_gaps,
         claims=claims_table(tests),
         tests=tests,
-        intervals=_intervals_table(values.records),
-        ci_method=_ci_method(fit, model.noise, model.lenth),
-        effects_method=_effects_method(info, model.contrasts),
+        intervals=(intervals := _intervals_table(values.records)),
+        ci_method=_ci_method(fit, model.noise, model.lenth, intervals),
+        effects_method=_effects_method(info, model.contrasts, model.noise),
         values_source=_values_source(info),
         fit=fit,
         all_effects=all_effects,
@@ -519,6 +533,7 @@ def analyze(
         lenth=lenth_rule(model.lenth, claims, guarantee, simultaneous_effects(model.lenth, claims), _tested_effects(tests)),
         guarantee=guarantee,
         values=values,
+        held_on=tuple(options.held_on), provenance=tuple(options.provenance),
     )
 
 

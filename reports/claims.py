@@ -105,6 +105,8 @@ class Guarantee:
     alpha: float
     families: tuple[str, ...]  # the families that have tests, in order
     scope: str = ""  # what the families pool, e.g. "each pooled over the 3 settings"
+    simultaneous: tuple[str, ...] = ()  # families held to Lenth's simultaneous margin (one run per cell), not `adjust`
+    simultaneous_m: int = 0  # the effects that margin is simultaneous over
 
     @property
     def n_families(self) -> int:
@@ -114,6 +116,9 @@ class Guarantee:
         """The summary's method line for the claims, in words that match what was computed."""
         names = ", ".join(self.families) or "none"
         scope = f"; {self.scope}" if self.scope else ""
+        if self.simultaneous and self.adjust != "none":
+            scope += (f"; the {' and '.join(self.simultaneous)} famil{'ies use' if len(self.simultaneous) > 1 else 'y uses'} "
+                      f"Lenth's simultaneous margin over the {self.simultaneous_m} effects (Sidak) instead, one run per cell")
         if self.adjust == "none":
             return (
                 f"Claims: raw p-values, no adjustment (families: {names}{scope}): each sentence holds at "
@@ -155,7 +160,11 @@ def adjust_tests(
     """
     tests = tests.reset_index(drop=True).copy()
     families = tuple(dict.fromkeys(tests.loc[tests["p_value"].notna(), "family"]))
-    guarantee = Guarantee(options.adjust, options.alpha, families, scope)
+    simultaneous = tuple(
+        family for family in families if sidak_m is not None and family in ("attribution", "interactions")
+        and not (bonferroni_counts or {}).get(family) and tests.loc[tests["family"] == family, "kind"].isin(["main", "interaction"]).all()
+    )  # as `_within` decides
+    guarantee = Guarantee(options.adjust, options.alpha, families, scope, simultaneous, sidak_m or 0)
     adjusted = np.full(len(tests), np.nan)
     for family, rows in tests.groupby("family", sort=False):
         within = _within(rows, options, sidak_m, (bonferroni_counts or {}).get(family))
@@ -297,8 +306,8 @@ def unsupported_sentences(tests: pd.DataFrame, percent: bool) -> list[str]:
             lines.append(f"{text}: no interval, so no claim either way.")
         else:
             lines.append(
-                f"{text} {interval(row.ci_low, row.ci_high, percent)} (adjusted p = {row.p_adjusted:.2g}): "
-                "not distinguishable from zero with these seeds."
+                f"{text} {interval(row.ci_low, row.ci_high, percent)} (unadjusted CI; adjusted p = {row.p_adjusted:.2g}): "
+                "not distinguishable from zero after the family's adjustment."
             )
     interactions = open_rows[open_rows["family"] == "interactions"]
     if len(interactions):

@@ -115,6 +115,11 @@ def _difference(a: int, b: int):
     return lambda v: v[..., [a]] - v[..., [b]]
 
 
+def baseline_name(held_on: tuple[str, ...] = ()) -> str:
+    """The all-off cell, named by what is on in it: techniques the base config keeps on throughout."""
+    return f"baseline (all factors off; {', '.join(held_on)} on throughout)" if held_on else "baseline (all off)"
+
+
 def headline(analysis: Analysis, top: int = TOP_CELLS) -> Headline:
     """Full vs baseline and the ``top`` best observed cells of ``analysis`` (module docstring)."""
     factors, values = analysis.factors, cell_values(analysis)
@@ -137,7 +142,7 @@ def headline(analysis: Analysis, top: int = TOP_CELLS) -> Headline:
         percent=analysis.percent,
         confidence=analysis.confidence,
         full_name=f"full DAPO ({full_label})" if paper else f"all factors on ({full_label})",
-        baseline_name="GRPO" if paper else "baseline (all off)",
+        baseline_name="GRPO" if paper else baseline_name(analysis.held_on),
         full_mean=float(values.point[full]),
         baseline_mean=float(values.point[0]),
         gain=_compare(values, _difference(full, 0)),

@@ -54,6 +54,12 @@ class ReportOptions:
     writes looks.csv / looks.md and shows them on its pages; empty for any other design."""
     looks_alpha: float | None = None
     """The family-wise alpha the looks spent (the adaptive spec's ``alpha``), for their summary."""
+    held_on: tuple[str, ...] = ()
+    """Techniques on in every run without being factors (the base trainer config's): the baseline
+    is named by them ("baseline (all factors off; SP, TL on throughout)")."""
+    provenance: tuple[str, ...] = field(default=(), compare=False)
+    """What produced the results (experiment, spec and overrides, trainer, data, stores, versions,
+    date), one line each: the report opens with them."""
     echo: Callable[[str], None] | None = field(default=None, compare=False)
     """Receives the plain-language summary, one line per call (e.g. ``print``); None: silent."""
 

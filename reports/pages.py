@@ -49,7 +49,9 @@ def table_captions(analysis: Analysis) -> dict[str, str]:
         "the others), shared by many orderings, so min and max are left empty there. orderings.csv keeps n_orderings.",
         "shapley": f"Shapley values (mean gain over all orderings) and Banzhaf values (mean over edges = main effect), {conf}{unit}.",
         "effects": f"Factorial effects (-1/+1 coding, effect = 2 x OLS coefficient): main effects and two-factor interactions "
-        f"(aliased terms named as their whole chain), {conf}{unit}, Welch-Satterthwaite df, raw and family-adjusted p-values.",
+        f"(aliased terms named as their whole chain), {conf}{unit}, "
+        + ("Lenth's df (one run per cell)" if analysis.lenth is not None else "each effect's Welch-Satterthwaite df")
+        + ", raw and family-adjusted p-values.",
         "leave_one_out": f"Leave-one-out (full minus full without the factor) and add-one (baseline plus the factor minus baseline), {conf}{unit}.",
         "compute": "Compute per cell (means over seeds): tokens generated include those discarded by dynamic sampling; "
         f"gain is over the baseline{unit}; gain_per_added_mtok divides it by the million tokens the cell generated "

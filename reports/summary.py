@@ -132,9 +132,10 @@ def _method_lines(analysis: Analysis, decision: Decision) -> list[str]:
 
 
 def summary_sections(analysis: Analysis) -> dict[str, list[str]]:
-    """{"Headline", ("Looks",) "Design", "Supported by the data", "Not supported by the data", "Described",
-    "Method"}: lists of lines. The headline opens it: full vs baseline with its interval, and the
-    best cells; an adaptive design's looks come next, since they are its decision.
+    """{("What produced it",) "Headline", ("Looks",) "Design", "Supported by the data", "Not supported by
+    the data", "Described", "Method"}: lists of lines. What produced the results opens it (when
+    known: `ReportOptions.provenance`), then the headline: full vs baseline with its interval, and
+    the best cells; an adaptive design's looks come next, since they are its decision.
 
     "Supported by the data" has exactly one sentence per row of claims.csv, the experiment's one
     decision (`decision.decision_of`: an adaptive design's looks, else the adjusted tests); none
@@ -153,7 +154,9 @@ def summary_sections(analysis: Analysis) -> dict[str, list[str]]:
     unsupported += analysis.notes
     unsupported.append("Everything here holds for this model, data, budget and metric; other settings may differ.")
     looks = {"Looks": analysis.look_lines} if analysis.look_lines else {}
+    provenance = {"What produced it": list(analysis.provenance)} if analysis.provenance else {}
     return {
+        **provenance,
         "Headline": headline_lines(headline(analysis)),
         **looks,
         "Design": _design_lines(analysis),

@@ -167,8 +167,10 @@ def _method_lines(transfer: TransferAnalysis) -> list[str]:
 def transfer_sections(transfer: TransferAnalysis) -> dict[str, list[str]]:
     """The transfer summary: each setting's headline (full vs baseline), settings, supported claims
     (one per row of claims.csv: each setting's own, then the transfer claims), not supported,
-    verdicts and rank agreement (described), method."""
+    verdicts and rank agreement (described), method; what produced it first, when known."""
+    provenance = transfer.analyses[transfer.settings[0]].provenance
     return {
+        **({"What produced it": list(provenance)} if provenance else {}),
         "Headline": [f"{name}: {headline_lines(headline(transfer.analyses[name]))[0]}" for name in transfer.settings],
         "Settings": [f"{name}: {design_line(transfer.analyses[name])}" for name in transfer.settings],
         "Supported by the data": transfer_decision(transfer).sentences(),
@@ -191,7 +193,8 @@ def _pages_context(transfer: TransferAnalysis, html_page: bool) -> dict:
         "metric": transfer.metric,
         "summary": list(transfer_sections(transfer).items()),
         "tables": tables,
-        "settings": [(name, list(summary_sections(transfer.analyses[name]).items())) for name in transfer.settings],
+        "settings": [(name, [(heading, lines) for heading, lines in summary_sections(transfer.analyses[name]).items()
+                             if heading != "What produced it"]) for name in transfer.settings],
     }
 
 

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from dapo_ablate.ablation.app.adaptive import look_lines, look_policy
 from dapo_ablate.ablation.app.errors import UserError, user_errors
+from dapo_ablate.ablation.app.provenance import origin_of
 from dapo_ablate.ablation.app.specs import Experiment, load_experiment, other_runs_hint, shown  # noqa: F401 - the CLI's
 from dapo_ablate.ablation.app.texts import command_line
 from dapo_ablate.ablation.experiment.fractions import DesignError
@@ -112,7 +113,7 @@ def run(experiment: Experiment, address: str | None = None, options: RunOptions 
     check_verl(experiment)
     with user_errors(*ERRORS):
         summary = run_experiment(experiment.spec, experiment.plan, address=address, cell_fn=cell_fn, options=options,
-                                 policy=look_policy(experiment.spec))
+                                 policy=look_policy(experiment.spec), origin=origin_of(experiment))
     browse = command_line("ui", shown(run_root(experiment.spec)))
     if summary.interrupted or summary.exit_code != 0:
         return RunOutcome(summary, browse=browse)

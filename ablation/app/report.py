@@ -13,12 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from dapo_ablate.ablation.app.errors import UserError, user_errors
+from dapo_ablate.ablation.app.provenance import experiment_provenance, held_on, results_provenance
+from dapo_ablate.ablation.app.units import metric_units
 from dapo_ablate.ablation.app.specs import ERRORS as SPEC_ERRORS
 from dapo_ablate.ablation.app.specs import Experiment, load_experiment, other_runs_hint
 from dapo_ablate.ablation.experiment.design import Plan
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec, load_spec
+from dapo_ablate.ablation.runtime.executor import record_data
 from dapo_ablate.ablation.store.adaptive_state import adaptive_state
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.store.results import (
@@ -54,6 +58,8 @@ class ReportRequest:
     factors: list[str] | None = None
     options: ReportOptions = field(default_factory=ReportOptions)
     overrides: list[str] | None = None
+    margin: float | None = None
+    """--equivalence-margin as typed: pp for an accuracy metric (`units`); None: the options' own."""
 
 
 @dataclass(frozen=True)
@@ -77,24 +83,40 @@ def report(request: ReportRequest) -> ReportOutcome:
     """Write the report's files; with a spec, attach them and the headline to the experiment's
     MLflow parent run."""
     with user_errors(*ERRORS):
+        record = None
         if request.results is not None:
             metric = request.metric or DEFAULT_METRIC
             table, factors = load_results_csv(request.results, request.factors, metric)
-            options, logger, extra, name = replace(request.options, metric=metric), None, {}, ""
+            options = replace(request.options, metric=metric, provenance=results_provenance(request.results, len(table)))
+            logger, extra, name = None, {}, ""
         else:
             experiment = load_experiment(request.spec, request.overrides)
             spec, plan = experiment.spec, experiment.plan
             table, factors, curves, design, logger = experiment_results(experiment)
+            provenance = experiment_provenance(experiment, len(table), getattr(logger, "parent_run_id", None))
             options = replace(request.options, metric=request.metric or spec.metric, design=request.options.design or design,
-                              levels=factor_levels(plan), looks=tuple(adaptive_looks(spec)),
-                              looks_alpha=spec.adaptive.alpha if spec.adaptive else None)
+                              levels=factor_levels(plan), looks=tuple(adaptive_looks(spec)), held_on=held_on(spec),
+                              looks_alpha=spec.adaptive.alpha if spec.adaptive else None, provenance=provenance)
             factors, extra, name = request.factors or factors, {"curves": curves, "signals": load_signals(spec, plan)}, spec.name
-        written = write_staged(request.out, lambda folder: write_report(table, factors, folder, options=options, **extra))
+            record = yaml.safe_dump(record_data(spec), sort_keys=False, allow_unicode=True, width=120)
+        if request.margin is not None:
+            options = replace(options, equivalence_margin=metric_units("--equivalence-margin", request.margin, options.metric))
+        written = write_staged(request.out, lambda folder: {
+            **write_report(table, factors, folder, options=options, **extra), **_write_record(folder, record)})
         if logger is not None:  # the report's own answer (its options) replaces the parent's, as one unit
             log_answer_to(logger, name, experiment_answer(table, factors, options, options.looks, options.looks_alpha))
     if logger is not None:
         logger.log_artifacts(str(request.out), "report")
     return ReportOutcome(written, request.out)
+
+
+def _write_record(folder: Path, record: str | None) -> dict[str, Path]:
+    """The resolved spec the report was made from, as spec.yaml in the report's folder."""
+    if record is None:
+        return {}
+    (folder / "spec.yaml").write_text("# The resolved spec this report was made from (dapo-ablate report).\n" + record,
+                                      encoding="utf-8")
+    return {"spec.yaml": folder / "spec.yaml"}
 
 
 def adaptive_looks(spec: ExperimentSpec) -> list[dict[str, Any]]:
@@ -202,7 +224,7 @@ def factor_levels(plan: Plan) -> tuple[FactorInfo, ...]:
 def answer_options(spec: ExperimentSpec, plan: Plan, **fields: Any) -> ReportOptions:
     """The report's options for an experiment: its metric, design, factors' levels and (adaptive)
     looks; `fields` set others (``adjust``, ``confidence``, ...)."""
-    return ReportOptions(**{"metric": spec.metric, "design": plan.design, "levels": factor_levels(plan),
+    return ReportOptions(**{"metric": spec.metric, "design": plan.design, "levels": factor_levels(plan), "held_on": held_on(spec),
                             "looks": tuple(adaptive_looks(spec)),
                             "looks_alpha": spec.adaptive.alpha if spec.adaptive else None, **fields})
 

@@ -10,6 +10,7 @@ import pandas as pd
 
 from dapo_ablate.ablation.app.errors import UserError, user_errors
 from dapo_ablate.ablation.app.specs import load_experiment
+from dapo_ablate.ablation.app.units import is_accuracy, metric_units  # noqa: F401 - is_accuracy: the CLI's
 from dapo_ablate.ablation.experiment.spec import SpecError
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.store.results import ResultsError, load_experiment_results
@@ -25,7 +26,7 @@ class SeedsRequest:
     """The pilot: an experiment `spec` (a spec file with its command-line `overrides`, or the
     experiment folder its `run` recorded the spec in), a results CSV `results`, or `sd` with
     `factors`; the effect size to detect, the power wanted, and the report's confidence and
-    adjustment."""
+    adjustment. `effect` and `sd` are in pp for an accuracy metric (`units`)."""
 
     effect: float
     spec: Path | None = None
@@ -49,12 +50,18 @@ class SeedPlan:
 
 
 def plan_seeds(request: SeedsRequest) -> SeedPlan:
+    """`effect` and `sd` are typed in pp for an accuracy metric (`units`); the plan's sd comes back
+    in the metric's stored units."""
     with user_errors(ReportInputError, SpecError, ConfigError):
         names, metric, pilot = _pilot(request)
         if not names:
             raise UserError("no factors: pass --factors a,b,... with --sd")
-        sd, source = (request.sd, "--sd") if request.sd is not None else pilot_sigma(pilot, names, metric)
-        table = seeds_table(names, sd, request.effect, request.power, 1 - request.confidence, request.adjust)
+        effect = metric_units("--effect", request.effect, metric)
+        if request.sd is not None:
+            sd, source = metric_units("--sd", request.sd, metric), "--sd"
+        else:
+            sd, source = pilot_sigma(pilot, names, metric)
+        table = seeds_table(names, sd, effect, request.power, 1 - request.confidence, request.adjust)
     return SeedPlan(table, metric, sd, source)
 
 

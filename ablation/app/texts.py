@@ -56,3 +56,5 @@ def command_line(command: str, target: object, overrides: Sequence[str] = (), *o
     ``dapo-ablate report examples/mini.yaml 'seeds=[0, 1]' --out DIR``."""
     words = [PROGRAM, command, str(target), *overrides, *options]
     return " ".join(shlex.quote(word) for word in words)
+UNIT_HELP = "in percentage points for an accuracy metric (2 = 2 pp of avg@32), else in the metric's own units"
+"""How every accuracy difference a user types reads (`app.units`)."""

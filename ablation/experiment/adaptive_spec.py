@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from dapo_ablate.ablation.experiment.spec_errors import SpecProblem
+
+MIN_PP = 0.1
+"""The smallest accuracy difference a spec can mean, in pp (the CLI's `app.units.MIN_PP` too)."""
 
 
 class AdaptiveSpec(BaseModel):
@@ -33,5 +38,17 @@ class AdaptiveSpec(BaseModel):
     spending: Literal["obrien_fleming", "pocock"] = "obrien_fleming"
     """Lan-DeMets alpha-spending function: O'Brien-Fleming-type (spends little early) or Pocock-type."""
     effect_of_interest: float = Field(2.0, gt=0)
-    """Smallest effect worth finding, in percentage points of the metric: a term whose interval
-    lies inside +/- this is decided `not supported` (futility)."""
+    """Smallest effect worth finding, in percentage points of the metric (as `plan-seeds --effect`
+    and `report --equivalence-margin` take them): a term whose interval lies inside +/- this is
+    decided `not supported` (futility)."""
+
+    @field_validator("effect_of_interest")
+    @classmethod
+    def _in_pp(cls, value: float) -> float:
+        if value < MIN_PP:
+            raise SpecProblem(f"{value:g} is in percentage points ({value:g} pp is less than one problem in a thousand); "
+                              f"for {100 * value:g} pp write effect_of_interest: {100 * value:g}", "adaptive.effect_of_interest")
+        if value > 100:
+            raise SpecProblem(f"{value:g} is in percentage points and cannot exceed 100; e.g. 2 for 2 pp",
+                              "adaptive.effect_of_interest")
+        return value

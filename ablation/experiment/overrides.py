@@ -86,7 +86,7 @@ def load_spec_with_overrides(model: type, path: str | Path, items: list[str] | N
         raise SpecError(str(err).replace("config file", f"{kind} file", 1)) from None
     for key, value in values.items():
         set_in_file_data(data, key, value, path.parent)
-    return validate_spec(model, data, source=f"{path} with overrides", base=path.parent)
+    return validate_spec(model, data, source=f"{path} with overrides", base=path.parent, from_file=True)
 
 
 def field_paths(model: type, prefix: str = "", like: str = "") -> list[str]:

@@ -126,12 +126,54 @@ class TrackingSpec(_Section):
     """Artifact root of the MLflow experiment; None: MLflow's default (beside the SQLite store)."""
 
 
+def _from_folder(value: str, base: Path, *, url: bool) -> str:
+    """A relative path (or the path of a relative ``sqlite:///`` URL) read from `base`; anything
+    else as given (an absolute path, a server URL, ``~``)."""
+    if url:
+        if not value.startswith("sqlite:///") or value.startswith("sqlite:////"):
+            return value
+        path = value[len("sqlite:///"):]
+        if not path or path.startswith(("~", ":memory:")) or Path(path).is_absolute():
+            return value
+        return f"sqlite:///{(base / path).resolve()}"
+    if value.startswith("~") or Path(value).is_absolute():
+        return value
+    return str((base / value).resolve())
+
+
 class TrainerBasedSpec(_Section):
     """What the experiment and sweep specs share: a `trainer` read from a YAML file or a mapping,
     a `metric` checked against that trainer's eval_k, and the spec's dump and digest.
 
     Each spec declares its fields itself: pydantic puts inherited fields first, and a spec's field
     order is its dump's order and decides which of several errors is reported."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stores_from_the_spec_folder(cls, data: Any, info: ValidationInfo) -> Any:
+        """One rule for relative paths: a spec file's relative paths (its `trainer` file, a SQLite
+        `ledger` or `tracking.uri`, `tracking.artifact_location`, `output_dir`, and their defaults
+        under dapo-runs/) are read from the spec file's folder, whatever folder the command runs
+        in. A spec built in code (no file) keeps them relative to the current folder."""
+        base = (info.context or {}).get("spec_folder")
+        if not isinstance(data, dict) or base is None:
+            return data
+        data = {"ledger": DEFAULT_LEDGER, "output_dir": DEFAULT_OUTPUT_DIR, **data}  # the defaults follow the rule too
+        if isinstance(data.get("ledger"), str):
+            data["ledger"] = _from_folder(data["ledger"], base, url=True)
+        if isinstance(data.get("output_dir"), str) and data["output_dir"].strip():
+            data["output_dir"] = _from_folder(data["output_dir"], base, url=False)
+        tracking = {"uri": DEFAULT_TRACKING_URI, **data["tracking"]} if isinstance(data.get("tracking"), dict) else data.get("tracking")
+        if tracking is None:
+            tracking = {"uri": DEFAULT_TRACKING_URI}
+        if isinstance(tracking, dict):
+            tracking = dict(tracking)
+            if isinstance(tracking.get("uri"), str):
+                tracking["uri"] = _from_folder(tracking["uri"], base, url=True)
+            if isinstance(tracking.get("artifact_location"), str) and "://" not in tracking["artifact_location"]:
+                tracking["artifact_location"] = _from_folder(tracking["artifact_location"], base, url=False)
+            data["tracking"] = tracking
+        return data
 
     @field_validator("trainer", mode="before", check_fields=False)
     @classmethod
@@ -508,13 +550,16 @@ def load_spec_file(model: type[SpecT], path: str | Path, kind: str) -> SpecT:
         data = read_yaml(path)
     except ConfigError as err:
         raise SpecError(str(err).replace("config file", f"{kind} file", 1)) from None
-    return validate_spec(model, data, source=str(path), base=path.parent)
+    return validate_spec(model, data, source=str(path), base=path.parent, from_file=True)
 
 
-def validate_spec(model: type[SpecT], data: dict[str, Any], source: str, base: str | Path = ".") -> SpecT:
-    """Validate a plain dict as `model` (relative files resolve against `base`), or raise SpecError."""
+def validate_spec(model: type[SpecT], data: dict[str, Any], source: str, base: str | Path = ".",
+                  from_file: bool = False) -> SpecT:
+    """Validate a plain dict as `model` (a relative `trainer` file resolves against `base`), or
+    raise SpecError. `from_file`: the data are a spec file's, in the folder `base`: its relative
+    stores resolve against that folder too (`TrainerBasedSpec._stores_from_the_spec_folder`)."""
     try:
-        return model.model_validate(data, context={"base": Path(base)})
+        return model.model_validate(data, context={"base": Path(base), "spec_folder": Path(base) if from_file else None})
     except ValidationError as err:
         raise SpecError(format_spec_error(err, source, model)) from None
 

@@ -33,6 +33,7 @@ must be a path every node sees, e.g. a shared filesystem.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -84,7 +85,7 @@ RECORD_HEADER = (
 
 def run_experiment(spec: ExperimentSpec, plan: Plan, *, address: str | None = None,
                    cell_fn: Callable[..., dict[str, Any]] | None = None, options: RunOptions | None = None,
-                   policy: LookPolicy | None = None) -> ExperimentSummary:
+                   policy: LookPolicy | None = None, origin: dict[str, Any] | None = None) -> ExperimentSummary:
     """Run every run of `plan` that is not done yet; see the module docstring for the steps.
     design: adaptive: `plan` is the plan as it stands (`store.adaptive_state.current_plan`) and
     `policy` makes its looks (`runtime.adaptive`); the experiment grows until a look stops it.
@@ -94,13 +95,14 @@ def run_experiment(spec: ExperimentSpec, plan: Plan, *, address: str | None = No
     a concurrency limit over ``executor.max_concurrent``, failed runs given a fresh budget
     (`RunOptions`; its `local` is set from the address here). Raises ExecutorError /
     LedgerError for a user's mistake before writing anything, and `Interrupted` for a Ctrl-C or
-    SIGTERM before the driver started.
+    SIGTERM before the driver started. `origin`: where the spec came from, recorded beside it
+    (`record_origin`).
     """
     address = address if address is not None else spec.executor.address
     fn = resolve_cell_fn(cell_fn)
     if submits_jobs(fn):  # the real trainer: a prompt + response ceiling beyond a model's context fails every run
         check_contexts(spec)
-    finished = rerun_finished(spec, plan, address)
+    finished = rerun_finished(spec, plan, address, origin)
     if finished is not None:
         return finished
     check_name_binding(spec)  # a name bound to another design is refused before Ray starts, and writes nothing
@@ -115,7 +117,7 @@ def run_experiment(spec: ExperimentSpec, plan: Plan, *, address: str | None = No
             scheduler = AdaptiveScheduler(spec, plan, fn, options, policy, ledger=ledger, check_stop=stop.check)
         else:
             scheduler = FactorialScheduler(spec, plan, fn, options, ledger=ledger, check_stop=stop.check)
-        scheduler.record = lambda: record_spec(spec)
+        scheduler.record = lambda: record_spec(spec, origin)
         try:
             summary = scheduler.run()
         except KeyboardInterrupt:
@@ -166,7 +168,8 @@ def session(spec: Any, address: str | None, *, open_first: Callable[[], T] = lam
 
 
 # ----------------------------------------------------------------------- a finished experiment
-def rerun_finished(spec: ExperimentSpec, plan: Plan, address: str | None) -> ExperimentSummary | None:
+def rerun_finished(spec: ExperimentSpec, plan: Plan, address: str | None,
+                   origin: dict[str, Any] | None = None) -> ExperimentSummary | None:
     """A rerun of a finished experiment, without Ray: when the ledger shows every planned run done
     and MLflow a FINISHED child run for each, the checks pass, the spec is recorded (its folder,
     the ledger, the parent's spec.json), the parent run is marked FINISHED and the summary comes
@@ -185,7 +188,7 @@ def rerun_finished(spec: ExperimentSpec, plan: Plan, address: str | None) -> Exp
                 if found is None:
                     return None
                 records, parent_id, tracker = found
-                record_spec(spec)
+                record_spec(spec, origin)
                 ledger.ensure_experiment(spec.name, spec.to_dict())
             retry_transient(lambda: tracker.log_dict(parent_id, spec.to_dict(), "spec.json"), "log the spec", store=MLFLOW)
             retry_transient(lambda: tracker.end_parent(parent_id, "FINISHED"), "end the MLflow parent run", store=MLFLOW)
@@ -277,9 +280,36 @@ def record_name(spec: Any) -> str:
     return SPEC_RECORD if isinstance(spec, ExperimentSpec) else SWEEP_RECORD
 
 
-def record_spec(spec: Any) -> Path:
+ORIGIN_RECORD = "origin.json"
+"""Beside an experiment's `SPEC_RECORD`: where the spec it records came from (the spec file, the
+command line's overrides, the base trainer file) and when it was run (`record_spec`'s `origin`),
+so that a report of the folder can say what produced it."""
+
+
+def record_origin(folder: Path, origin: dict[str, Any]) -> None:
+    """`origin` (JSON-able) into ``folder/ORIGIN_RECORD``, whole, with the time it was recorded;
+    a `run` of the folder itself (its record) keeps the origin already there."""
+    from dapo_ablate.core.atomic import write_text
+
+    path = folder / ORIGIN_RECORD
+    if path.is_file() and Path(origin.get("spec") or "").resolve() in (folder.resolve(), (folder / SPEC_RECORD).resolve()):
+        return
+    write_text(path, json.dumps({**origin, "recorded": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, indent=1))
+
+
+def read_origin(folder: Path) -> dict[str, Any]:
+    """The folder's `ORIGIN_RECORD` ({} when absent or unreadable: an earlier version's folder)."""
+    try:
+        data = json.loads((folder / ORIGIN_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def record_spec(spec: Any, origin: dict[str, Any] | None = None) -> Path:
     """Write the resolved spec (`record_data`) into its folder ``run_root(spec)`` as YAML, atomically
-    (a reader sees the previous record or this one, whole); the file's path."""
+    (a reader sees the previous record or this one, whole), and `origin` beside it
+    (`record_origin`); the record's path."""
     folder = run_root(spec)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / record_name(spec)
@@ -297,6 +327,8 @@ def record_spec(spec: Any) -> Path:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+    if origin is not None:
+        record_origin(folder, origin)
     return path
 
 

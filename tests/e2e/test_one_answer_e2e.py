@@ -112,3 +112,30 @@ def test_every_output_gives_the_same_answer(design: str, tmp_path: Path):
         assert list(report_md.split("\n## ")[2:3]) == [report_md.split("\n## ")[2]] and report_md.split("\n## ")[2].startswith("Looks")
         assert report_md.count("Looks of the adaptive design") <= 1
         assert "adaptive looks" in tags["dapo.claims.rule"]
+
+
+def test_a_report_opens_with_what_produced_it(tmp_path: Path):
+    """A run made with an override of a trainer file, factors OF and CH with TL held on in the base:
+    the report opens with the experiment, the command and its override as a difference from the
+    base file, what is held on, the stores and the versions; the baseline is named by what is on;
+    the report folder holds the resolved spec."""
+    import yaml
+
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump({**STAND_IN_CELL_TRAINER, "techniques": {"soft_overlong": False, "dynamic_sampling": False}}))
+    spec_path = write_spec(tmp_path, name="made-of", trainer="base.yaml", factors=["overlong_filter", "clip_higher"],
+                           seeds=2, executor={"max_concurrent": 2, "lease_s": 600})
+    run = dapo_ablate("run", str(spec_path), "trainer.algorithm.eps_high=0.31", "--no-progress", cwd=tmp_path)
+    assert "baseline (all factors off; TL on throughout)" in run.stdout
+    folder = tmp_path / "out" / "made-of"
+    dapo_ablate("report", str(folder), "--out", str(tmp_path / "report"), cwd=tmp_path)
+    report_md = (tmp_path / "report" / "report.md").read_text()
+    assert report_md.split("\n## ")[1].startswith("What produced it")
+    produced = " ".join(page_section(report_md, "What produced it"))
+    for words in ("Experiment made-of: full design over 2 factors, seeds 0, 1; 8 of 8 planned runs done",
+                  "trainer.algorithm.eps_high=0.31", f"differs from its base file {tmp_path / 'base.yaml'}",
+                  "algorithm.eps_high 0.28 -> 0.31", "Held on in every run (not factors, from the base config): TL",
+                  f"ledger sqlite:///{tmp_path}/out/ledger.db", "Versions: dapo-ablate ", "report made 20"):
+        assert words in produced, (words, produced)
+    assert "baseline (all factors off; TL on throughout)" in " ".join(page_section(report_md, "Headline"))
+    recorded = yaml.safe_load((tmp_path / "report" / "spec.yaml").read_text())
+    assert recorded["trainer"]["algorithm"]["eps_high"] == 0.31 and recorded["name"] == "made-of"

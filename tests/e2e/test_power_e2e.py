@@ -38,10 +38,10 @@ def test_plan_is_monotone_in_effect_and_noise_and_reaches_the_power():
 def test_cli_from_a_pilot_csv_and_from_a_stated_sd(app, tmp_path):
     path = tmp_path / "pilot.csv"
     simulate_results(FACTORS, 0.3, {}, seeds=2, noise_sd=0.02, rng=1).to_csv(path, index=False)
-    out = CliRunner().invoke(app, ["plan-seeds", "--results", str(path), "--effect", "0.03"])
+    out = CliRunner().invoke(app, ["plan-seeds", "--results", str(path), "--effect", "3"])
     assert out.exit_code == 0, out.output
     assert "half fraction" in out.output and "interactions" in out.output and "residual" in out.output
-    out = CliRunner().invoke(app, ["plan-seeds", "--sd", "0.02", "--factors", ",".join(FACTORS), "--effect", "0.03"])
+    out = CliRunner().invoke(app, ["plan-seeds", "--sd", "2", "--factors", ",".join(FACTORS), "--effect", "3"])
     assert out.exit_code == 0, out.output and "--sd" in out.output
 
 

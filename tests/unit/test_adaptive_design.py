@@ -60,6 +60,8 @@ def test_the_looks_runs_join_the_plan_and_a_cell_outside_stage_one_folds_over():
     ({"adaptive": {"spending": "haybittle"}}, "`adaptive.spending`"),
     ({"settings": [{"name": "a", "overrides": {}}, {"name": "b", "overrides": {}}]}, "does not take transfer settings"),
     ({"factors": THREE, "resolution": 5}, "no 2^(3-p) fraction of 3 factors reaches resolution V"),
+    ({"adaptive": {"effect_of_interest": 0.02}}, "for 2 pp write effect_of_interest: 2"),  # a fraction typed: pp, as everywhere
+    ({"adaptive": {"effect_of_interest": 150}}, "cannot exceed 100"),
 ])
 def test_bad_adaptive_specs_are_one_sentence(fields, words):
     with pytest.raises(SpecError) as raised:

@@ -57,11 +57,14 @@ def test_pilot_sigma_recovers_the_run_noise_with_seed_blocks():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--sd", "0.02", "--effect", "0.02"], "--factors"),
-        (["--sd", "-1", "--factors", "a,b,c", "--effect", "0.02"], "--sd"),
-        (["--sd", "0.02", "--factors", "a,b,c", "--effect", "0"], "--effect"),
-        (["--sd", "0.02", "--factors", "a,b,c", "--effect", "0.02", "--adjust", "bonf"], "--adjust"),
-        (["--effect", "0.02"], "spec YAML"),
+        (["--sd", "2", "--effect", "2"], "--factors"),
+        (["--sd", "-1", "--factors", "a,b,c", "--effect", "2"], "--sd"),
+        (["--sd", "2", "--factors", "a,b,c", "--effect", "0"], "--effect"),
+        (["--sd", "2", "--factors", "a,b,c", "--effect", "2", "--adjust", "bonf"], "--adjust"),
+        (["--effect", "2"], "spec YAML"),
+        (["--sd", "2", "--factors", "a,b,c", "--effect", "0.02"], "for 2 pp write --effect 2"),  # a fraction typed
+        (["--sd", "0.015", "--factors", "a,b,c", "--effect", "2"], "for 1.5 pp write --sd 1.5"),
+        (["--sd", "2", "--factors", "a,b,c", "--effect", "200"], "cannot exceed 100"),
     ],
 )
 def test_bad_input_is_one_sentence_and_exit_2(app, args, message):
@@ -98,8 +101,21 @@ def test_plan_by_hand_for_the_interactions_family():
     assert len(half_fraction(5)) == 16
 
 
+def test_sizes_typed_in_pp_plan_what_the_same_fractions_plan():
+    """`--effect 2 --sd 1.5` (pp, as every page shows accuracies) is the plan of 0.02 and 0.015 in
+    the stored fractions; the console says pp."""
+    from dapo_ablate.cli.main import app as main_app
+
+    out = CliRunner().invoke(main_app, ["plan-seeds", "--sd", "1.5", "--factors", "a,b,c", "--effect", "2"])
+    assert out.exit_code == 0, out.output
+    assert "size 2 pp (avg@32)" in out.output and "run noise sd 1.5 pp" in out.output
+    expected = plan_seeds(["a", "b", "c"], 0.015, 0.02)
+    shown = CliRunner().invoke(main_app, ["plan-seeds", "--sd", "1.5", "--factors", "a,b,c", "--effect", "2"]).output
+    assert expected.to_string(index=False, float_format=lambda v: f"{v:.3g}") in shown
+
+
 def test_plan_seeds_is_a_command_of_the_app():
     from dapo_ablate.cli.main import app as main_app
 
-    out = CliRunner().invoke(main_app, ["plan-seeds", "--sd", "0.015", "--factors", "a,b,c", "--effect", "0.02"])
+    out = CliRunner().invoke(main_app, ["plan-seeds", "--sd", "1.5", "--factors", "a,b,c", "--effect", "2"])
     assert out.exit_code == 0 and "full 2^3" in out.output and "resolution 3" in out.output, out.output

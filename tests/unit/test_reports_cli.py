@@ -208,6 +208,9 @@ def test_report_from_a_spec_logs_to_mlflow(app, tmp_path, monkeypatch):
     monkeypatch.setattr(app_report, "load_experiment_results", lambda spec: (results, FACTORS, None, "full", Logger()))
     monkeypatch.setattr(app_report, "load_signals", lambda spec, plan: None)  # no training signals
     monkeypatch.setattr(app_report, "load_experiment", load_experiment)
+    monkeypatch.setattr(app_report, "experiment_provenance", lambda experiment, done, parent: (f"{done} runs, a stand-in",))
+    monkeypatch.setattr(app_report, "held_on", lambda spec: ())
+    monkeypatch.setattr(app_report, "record_data", lambda spec: {"name": spec.name})
     out = tmp_path / "out"
     result = invoke(app, str(tmp_path / "factorial.yaml"), "seeds=[0,1]", "--out", str(out), "--format", "csv")
     assert result.exit_code == 0, result.output

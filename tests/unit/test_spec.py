@@ -1,5 +1,6 @@
 """ExperimentSpec: loading, defaults, canonical forms, and one-sentence errors naming the field."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -227,3 +228,32 @@ def test_more_factors_than_a_report_analyses_are_refused():
     with pytest.raises(SpecError) as err:  # 13 factors: a fraction would plan them, no report could read them
         build_spec({"name": "x", "trainer": {}, "design": "fractional", "factors": [*TECHNIQUES, *knobs]})
     assert "`factors`" in str(err.value) and "at most 12" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_relative_paths_in_a_spec_file_are_read_from_its_folder_wherever_the_command_runs(tmp_path, monkeypatch):
+    """One rule: `trainer`, a SQLite ledger and tracking store, the artifact location and output_dir
+    (and their defaults) resolve against the spec file's folder, so `validate ../proj/spec.yaml`
+    from another folder finds the same runs."""
+    project = tmp_path / "proj" / "specs"
+    project.mkdir(parents=True)
+    (project / "trainer.yaml").write_text(yaml.safe_dump({"schedule": {"total_steps": 3}}))
+    spec_file = project / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump({
+        "name": "rel", "trainer": "trainer.yaml", "factors": ["clip_higher"],
+        "ledger": "sqlite:///../runs/ledger.db", "tracking": {"uri": "sqlite:///../runs/mlflow.db", "artifact_location": "art"},
+        "output_dir": "../runs"}))
+    seen = []
+    for where in (tmp_path, project, tmp_path / "proj"):
+        monkeypatch.chdir(where)
+        spec = load_spec(os.path.relpath(spec_file, where))
+        seen.append((spec.ledger, spec.tracking.uri, spec.tracking.artifact_location, spec.output_dir))
+        assert spec.trainer.schedule.total_steps == 3
+    assert seen[0] == seen[1] == seen[2] == (
+        f"sqlite:///{tmp_path / 'proj' / 'runs' / 'ledger.db'}", f"sqlite:///{tmp_path / 'proj' / 'runs' / 'mlflow.db'}",
+        str(project / "art"), str(tmp_path / "proj" / "runs"))
+    spec_file.write_text(yaml.safe_dump({"name": "rel", "trainer": "trainer.yaml", "factors": ["clip_higher"]}))
+    monkeypatch.chdir(tmp_path)
+    spec = load_spec(spec_file)  # the defaults follow the same rule
+    assert (spec.ledger, spec.output_dir) == (f"sqlite:///{project / 'dapo-runs' / 'ledger.db'}", str(project / "dapo-runs"))
+    built = build_spec({"name": "code", "trainer": {}, "factors": ["clip_higher"]})  # built in code: relative to the current folder
+    assert built.ledger == "sqlite:///dapo-runs/ledger.db"

@@ -300,7 +300,7 @@ def test_planted_flip_and_constant_effect_on_the_readme_design_with_three_seeds(
         (lambda t: t.assign(setting=t["setting"].where(t.index != 4, "")), [], ["setting", "empty", "data row 5"]),
         (lambda t: pd.concat([t, t.iloc[[0]]], ignore_index=True), [], ["more than one row", "setting 'x'"]),
         (lambda t: t.assign(**{"avg@32": t["avg@32"].where(t["setting"] != "y", np.nan)}), [], ["setting 'y'", "avg@32"]),
-        (lambda t: t, ["--equivalence-margin", "2"], ["--equivalence-margin 2", "0.02 for 2 percentage points"]),
+        (lambda t: t, ["--equivalence-margin", "0.02"], ["--equivalence-margin 0.02", "for 2 pp write --equivalence-margin 2"]),
     ],
 )
 def test_bad_transfer_input_exits_2_with_one_sentence(tmp_path, change, extra, words):
