@@ -26,7 +26,11 @@ differences of logs: exp(effect) is the ratio of the compute to half the gain (b
 **Verdict per technique**: its main effects on A and on log C_mid are tested together (Holm over
 the 2 x k tests at ``alpha``): moves the ceiling (A only), only the speed (C_mid only), both,
 neither (neither interval excludes 0: no evidence of a change, not proof of none), or not
-enough data (no interval: too few fitted runs or seeds).
+enough data: no interval (too few fitted runs or seeds), an interval that says nothing (on A
+wider than MAX_ASYMPTOTE_CI, on the midpoint ratio spanning more than MAX_MIDPOINT_RATIO_SPAN),
+or curves that have not bent within the compute observed (MAX_EDGE_SHARE), where A and C_mid
+trade off. The final metric's effect is the report's own main effect (effects.csv), the same
+interval on every page.
 
 Input: an evaluation-curve table, one row per (run, evaluation): the factor columns (0/1),
 ``seed``, ``step``, the metric, the cumulative compute column (``tokens_generated``, as
@@ -67,6 +71,16 @@ CURVE_EFFECT_COLUMNS = [
     "final_effect", "final_ci_low", "final_ci_high", "verdict",
 ]  # fmt: skip
 CEILING, SPEED, BOTH, NEITHER, NOT_ENOUGH = "moves the ceiling", "only the speed", "both", "neither", "not enough data"
+MAX_ASYMPTOTE_CI = 0.5
+"""An interval on the asymptote wider than this (half the range of an accuracy) says nothing: its
+verdict is "not enough data", not "neither"."""
+MAX_MIDPOINT_RATIO_SPAN = 100.0
+"""An interval on the midpoint ratio spanning more than this factor (e.g. 0.1x to 10x) says nothing."""
+MAX_EDGE_SHARE = 0.5
+"""When more than this share of the fitted runs reach half their gain beyond their data (their
+midpoint past their last evaluation, or at the grid's edge), the curves
+have not bent within the compute observed: the asymptote and the midpoint trade off, and every
+verdict is "not enough data" (simulated: a speed-only technique then shows a spurious ceiling effect)."""
 
 
 def saturating_curve(compute, r0, asymptote, midpoint, steepness) -> np.ndarray:
@@ -324,6 +338,10 @@ def technique_effects(runs: pd.DataFrame, factors: list[str], alpha: float = 0.0
     empty = pd.DataFrame({"term": factors, **{c: np.nan for c in ("estimate", "ci_low", "ci_high", "p_value")}})
     a, c, f = (parts[name] if parts[name] is not None else empty for name in ("asymptote", "log_midpoint", "final"))
     verdict, adj_a, adj_c = verdicts(a["p_value"].to_numpy(float), c["p_value"].to_numpy(float), alpha)
+    width_a = (a["ci_high"] - a["ci_low"]).to_numpy(float)
+    width_c = (c["ci_high"] - c["ci_low"]).to_numpy(float)
+    vague = ~((width_a <= MAX_ASYMPTOTE_CI) & (width_c <= np.log(MAX_MIDPOINT_RATIO_SPAN)))  # NaN counts as vague
+    verdict = [NOT_ENOUGH if uninformative else v for v, uninformative in zip(verdict, vague)]
     return pd.DataFrame({
         "term": factors,
         "asymptote_effect": a["estimate"], "asymptote_ci_low": a["ci_low"], "asymptote_ci_high": a["ci_high"],
@@ -374,5 +392,14 @@ def analyze_curves(
         notes.append(
             f"{int(runs['at_edge'].sum())} runs reach half their gain beyond their data: their asymptote is an "
             "extrapolation."
+        )
+    fitted = runs[runs["fitted"]]
+    unbent = fitted["at_edge"] | (fitted["midpoint"] > fitted["final_compute"])  # half the gain only past the data
+    if len(fitted) and unbent.mean() > MAX_EDGE_SHARE:
+        effects["verdict"] = NOT_ENOUGH
+        notes.append(
+            f"Most fitted runs ({int(unbent.sum())} of {len(fitted)}) have not bent toward a "
+            "ceiling within the compute observed, so ceiling and speed cannot be told apart: every verdict is "
+            "\"not enough data\" (train longer, past the bend)."
         )
     return CurveAnalysis(compute, steepness, runs, cells, effects, notes)

@@ -37,8 +37,11 @@ def table_captions(analysis: Analysis) -> dict[str, str]:
         f"seed the others ran), sd over seeds, {conf} of {analysis.metric}{unit}; seed_ci: the {conf} over new seeds.",
         "compute_curves": f"Compute curves: each technique's effect on the asymptote A of the fitted saturating curve, "
         f"the ceiling{unit}, on the compute to reach half the gain (midpoint_ratio: with / without the technique, "
-        f"below 1 is faster) and on the final {analysis.metric}{unit}, with {conf}s and Holm-adjusted p-values over "
-        "both curve parameters; verdict: moves the ceiling, only the speed, both, neither, or not enough data.",
+        f"below 1 is faster), with {conf}s and Holm-adjusted p-values over both curve parameters, and the final "
+        f"{analysis.metric}{unit} (the main effect of the effects table, the same interval); verdict: moves the ceiling, "
+        "only the speed, both, neither (no evidence of a change), or not enough data (no interval, an interval that says "
+        "nothing, or curves that have not bent within the compute observed). Asymptotes and midpoints beyond the compute "
+        "observed are extrapolations (predicted, not observed).",
         "looks": "One row per look and term: the runs so far, the alpha spent, the term's estimate with its repeated "
         f"{conf} (valid over all looks together){unit} and the decision the look made (the experiment's claims are "
         "the last look's supported terms).",

@@ -366,7 +366,7 @@ def report_analysis(
     except ReportInputError as error:
         analysis.table_notes["compute_curves"] = f"Not computed: {error}."
         return analysis, None
-    analysis.compute_curves, analysis.table_notes["compute_curves"] = fitted.effects, " ".join(fitted.notes)
+    analysis.compute_curves, analysis.table_notes["compute_curves"] = with_final_effects(fitted.effects, analysis), " ".join(fitted.notes)
     outside = int((~fitted.runs["asymptote"].between(0, 1) & fitted.runs["fitted"]).sum()) if analysis.percent else 0
     if outside:
         analysis.table_notes["compute_curves"] += (
@@ -374,6 +374,17 @@ def report_analysis(
             "curves have not bent toward a ceiling within the data, so the effects on the asymptote are extrapolations; "
             "train longer (more evaluations past the bend) before reading them.")
     return analysis, fitted
+
+
+def with_final_effects(effects: pd.DataFrame, analysis: Analysis) -> pd.DataFrame:
+    """The compute-curve table with each technique's effect on the final metric taken from the
+    report's effects table, so one quantity carries one interval on the page (its main effect on
+    the final evaluation, every run counted), not a second one from the fitted runs only."""
+    main = analysis.effects.set_index("term")
+    table = effects.copy()
+    for column, source in (("final_effect", "effect"), ("final_ci_low", "ci_low"), ("final_ci_high", "ci_high")):
+        table[column] = table["term"].map(main[source]).astype(float)
+    return table
 
 
 def _csv_tables(analysis: Analysis, written: dict[str, Path]) -> dict[str, pd.DataFrame]:

@@ -141,3 +141,37 @@ def test_a_factor_named_like_tex_math_is_drawn_as_written():
     table = _curves(4).rename(columns={"a": "$\\foo$"})
     factors = ["$\\foo$", "b", "c"]
     assert curve_png(analyze_curves(table, factors), table, factors, "avg@32", True)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_curves_that_have_not_bent_within_the_data_get_not_enough_data():
+    """Midpoints far beyond the compute observed (the curves still rise at the last evaluation): A and
+    C_mid trade off, so no technique is said to move the ceiling or the speed, or neither."""
+    far = _curves(0, points=np.concatenate([[0.0], np.geomspace(2e4, 2e6, 8)]))  # C_mid 3e6: past the last evaluation
+    result = analyze_curves(far, FACTORS)
+    assert set(result.effects["verdict"]) == {NOT_ENOUGH}
+    assert any("have not bent toward a ceiling" in note for note in result.notes)
+
+
+def test_an_interval_that_says_nothing_is_not_enough_data_not_neither():
+    noisy = _curves(1, seeds=2, noise=0.2)  # evaluations drowned in noise: the fits' intervals span everything
+    effects = analyze_curves(noisy, FACTORS).effects
+    wide = (effects["asymptote_ci_high"] - effects["asymptote_ci_low"] > 0.5) | (
+        effects["midpoint_ci_high"] - effects["midpoint_ci_low"] > np.log(100))
+    assert wide.any()
+    assert set(effects.loc[wide, "verdict"]) == {NOT_ENOUGH}
+
+
+def test_the_report_shows_one_interval_for_the_final_metric(tmp_path):
+    """compute_curves.csv's final-metric effect is the effects table's main effect, interval and all."""
+    from dapo_ablate.reports import write_report
+
+    curves = _curves(2)
+    last = curves.sort_values("step").groupby("run_id").tail(1)
+    results = last[["a", "b", "c", "seed", "avg@32", "tokens_generated"]].assign(tokens_discarded=0.0, wall_s=1.0)
+    write_report(results, FACTORS, tmp_path, curves=curves, formats=["csv"])
+    effects = pd.read_csv(tmp_path / "effects.csv").set_index("term")
+    curve = pd.read_csv(tmp_path / "compute_curves.csv").set_index("term")
+    for term in FACTORS:
+        assert curve.loc[term, "final_effect"] == pytest.approx(effects.loc[term, "effect"])
+        assert (curve.loc[term, "final_ci_low"], curve.loc[term, "final_ci_high"]) == pytest.approx(
+            (effects.loc[term, "ci_low"], effects.loc[term, "ci_high"]))
