@@ -39,7 +39,8 @@ def format_plan(plan: Plan, seconds_per_run: float | None = None, calibration: C
     lines += _block("supports", plan.supports)
     if plan.aliases:
         lines += _block("aliases", plan.aliases)
-    lines += _block("compute", _compute(plan.estimate(seconds_per_run, calibration)))
+    verl = plan.spec.trainer.backend == "verl" and seconds_per_run is None and calibration is None
+    lines += _block("compute", _compute(plan.estimate(seconds_per_run, calibration), verl))
     lines += _block(
         "results",
         [
@@ -149,7 +150,13 @@ def _orderings(plan: Plan) -> str:
     return text
 
 
-def _compute(est: ComputeEstimate) -> list[str]:
+def _compute(est: ComputeEstimate, verl: bool = False) -> list[str]:
+    """The compute block. A verl plan's time is its GPU-hour estimate (the verl jobs' block): one
+    estimate per plan, not a second one scaled from the CPU quickstart."""
+    tokens = f"at most ~{format_tokens(est.tokens_upper)} generated tokens (every response at the ceiling, one sampling round per step)"
+    if verl:
+        return [f"{est.runs} runs: time and GPU-hours in the verl jobs' estimate below (calibrated once runs have finished)",
+                tokens]
     if est.measured:
         source = "given"
     elif est.calibration is not None:
@@ -161,7 +168,7 @@ def _compute(est: ComputeEstimate) -> list[str]:
     lines = [
         f"{est.runs} runs x ~{format_duration(est.seconds_per_run)} each ({source})",
         f"{est.parallelism} at a time -> ~{format_duration(est.wall_s)} wall ({format_duration(est.run_seconds)} of run time)",
-        f"at most ~{format_tokens(est.tokens_upper)} generated tokens (every response at the ceiling, one sampling round per step)",
+        tokens,
     ]
     if est.real_model and not est.measured and est.calibration is None:
         lines.append("the scaling assumes the built-in model; time one run of a real model and pass its seconds instead")

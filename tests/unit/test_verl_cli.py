@@ -35,6 +35,8 @@ def test_validate_and_dry_run_print_the_32_verl_commands_and_gpu_hours_and_write
     assert len(lines) == 32
     hours = re.search(r"GPU-hours \(FLOP estimate[^)]*\): ([\d,]+) in all", result.output)
     assert hours and int(hours.group(1).replace(",", "")) > 0
+    assert "scaled from the built-in CPU quickstart" not in result.output  # one time estimate per plan: the GPU-hour one
+    assert "time and GPU-hours in the verl jobs' estimate below" in result.output
     plan = expand(load_spec(spec_path))
     by_name = {run.name: run for run in plan.runs}
     for line in lines:
