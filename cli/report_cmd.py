@@ -28,7 +28,7 @@ def report(
     out: Path = typer.Option(..., "--out", help="Directory for the report files."),
     metric: Optional[str] = typer.Option(None, "--metric", help="Metric column to analyse (default: the spec's metric, else avg@32)."),
     orderings: str = typer.Option("paper", "--orderings", help="paper | all | 'a,b,c;c,b,a'."),
-    formats: str = typer.Option(",".join(texts.REPORT_FORMATS), "--format", help="Any of md,csv,tex,html,png."),
+    formats: str = typer.Option(",".join(texts.REPORT_FORMATS), "--format", help="Any of md,csv,tex,html,png; add pdf,svg for vector figures (papers)."),
     confidence: float = typer.Option(0.95, "--confidence", help="Confidence level of the intervals."),
     factors: Optional[str] = typer.Option(
         None, "--factors", help="Factor columns, e.g. a,b (default: the 0/1 columns or the spec's)."

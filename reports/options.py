@@ -18,8 +18,10 @@ from .claims import ClaimOptions
 from .table import ReportInputError
 
 FORMATS = ("csv", "md", "tex", "png", "html")
-"""The file formats a report can write: tables as csv / md / tex, figures as png, and the pages
-report.md (with md) and report.html (self-contained, with html)."""
+"""The file formats a report writes by default: tables as csv / md / tex, figures as png, and the
+pages report.md (with md) and report.html (self-contained, with html)."""
+VECTOR_FORMATS = ("pdf", "svg")
+"""Figures as vector files too, for papers, when asked for (`--format ...,pdf`)."""
 
 DEFAULT_MARGIN = 0.02
 """The transfer verdict's equivalence margin: 2 pp of an accuracy stored as a fraction."""
@@ -72,9 +74,10 @@ class ReportOptions:
         """The formats to write, checked together with the confidence level: ReportInputError
         (one sentence) for an unknown format or a confidence outside (0, 1)."""
         chosen = {self.formats} if isinstance(self.formats, str) else set(self.formats)
-        unknown = chosen - set(FORMATS)
+        unknown = chosen - set(FORMATS) - set(VECTOR_FORMATS)
         if unknown:
-            raise ReportInputError(f"unknown format {', '.join(sorted(unknown))}; choose from {','.join(FORMATS)}")
+            raise ReportInputError(f"unknown format {', '.join(sorted(unknown))}; choose from "
+                                   f"{','.join(FORMATS + VECTOR_FORMATS)}")
         if not 0 < self.confidence < 1:
             raise ReportInputError(f"confidence {self.confidence} is not between 0 and 1; use e.g. 0.95")
         return chosen

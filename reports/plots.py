@@ -6,6 +6,8 @@ are user text, so every figure draws "$" as it is, never as TeX math (``literal_
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import io
 
@@ -32,14 +34,39 @@ def literal_text(plot):
     return draw
 
 
+class FigureBytes(bytes):
+    """A figure's PNG bytes, with the same figure in the vector formats asked for (`vectors`:
+    format -> bytes), rendered from the same matplotlib figure."""
+
+    vectors: dict[str, bytes]
+
+
+_VECTOR_FORMATS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("vector_formats", default=())
+
+
+@contextlib.contextmanager
+def vector_formats(formats: tuple[str, ...]):
+    """Within the block, every figure is also rendered as each of `formats` (pdf, svg)."""
+    token = _VECTOR_FORMATS.set(tuple(formats))
+    try:
+        yield
+    finally:
+        _VECTOR_FORMATS.reset(token)
+
+
 def figure_png(figure, rect: tuple[float, float, float, float] = (0, 0, 1, 1)) -> bytes:
-    """Render a matplotlib figure to PNG bytes and close it; ``rect``: the part of the figure the
-    axes may fill (room left for a figure-level legend)."""
-    buffer = io.BytesIO()
+    """Render a matplotlib figure to PNG bytes (and the `vector_formats` asked for) and close it;
+    ``rect``: the part of the figure the axes may fill (room left for a figure-level legend)."""
     figure.tight_layout(rect=rect)
-    figure.savefig(buffer, format="png", dpi=110)
+    rendered = {}
+    for fmt in ("png", *_VECTOR_FORMATS.get()):
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format=fmt, dpi=110, **({"metadata": {"Date": None}} if fmt == "pdf" else {}))
+        rendered[fmt] = buffer.getvalue()
     plt.close(figure)
-    return buffer.getvalue()
+    out = FigureBytes(rendered.pop("png"))
+    out.vectors = rendered
+    return out
 
 
 def metric_scale(percent: bool) -> tuple[float, str]:

@@ -24,7 +24,7 @@ from .headline import cell_values
 from .inference import estimate
 from .decision import adaptive_decision
 from .looks import look_sentences, looks_table, write_looks
-from .options import ReportOptions, report_options
+from .options import VECTOR_FORMATS, ReportOptions, report_options
 from .orderings import comparisons_at
 from .pages import TABLES, FigureView, cumulative_display, render_page, table_captions
 from .summary import empty_supported, summary_sections
@@ -333,7 +333,8 @@ def write_report(
     written |= write_looks(options.looks, out, options.looks_alpha)
     written["units.csv"] = out / "units.csv"
     write_csv(units_table(_csv_tables(analysis, written), analysis.percent, factors), written["units.csv"])
-    figures = _figures(analysis, curves, signals, fitted) if chosen & {"png", "html"} else {}
+    with plots.vector_formats(tuple(sorted(chosen & set(VECTOR_FORMATS)))):
+        figures = _figures(analysis, curves, signals, fitted) if chosen & {"png", "html", *VECTOR_FORMATS} else {}
     written |= _write_pages(analysis, out, chosen, figures)
     if options.echo is not None:
         echo_summary(analysis, options.echo)
@@ -410,10 +411,14 @@ def _write_tables(analysis: Analysis, files: TableFiles) -> dict[str, Path]:
 def _write_pages(analysis: Analysis, out: Path, chosen: set[str], figures: dict[str, bytes]) -> dict[str, Path]:
     """The figures (png) and report.md / report.html, as ``chosen`` asks."""
     written: dict[str, Path] = {}
-    if "png" in chosen:
-        for name, png in figures.items():
+    for name, png in figures.items():
+        if "png" in chosen:
             written[name] = out / name
             written[name].write_bytes(png)
+        for fmt, data in getattr(png, "vectors", {}).items():  # the same figure as PDF / SVG, for papers
+            vector = Path(name).with_suffix(f".{fmt}").name
+            written[vector] = out / vector
+            written[vector].write_bytes(data)
     if "md" in chosen:
         written["report.md"] = out / "report.md"
         written["report.md"].write_text(report_markdown(analysis, list(figures) if "png" in chosen else []))

@@ -78,6 +78,10 @@ def train(config: TrainerConfig, out: Path, options: TrainOptions = TrainOptions
     check_inputs(config)
     check_out(config, out, force=options.force)
     check_writable(out)
+    finished = finished_result(config, out) if options.resume and not options.force else None
+    if finished is not None:  # the same config's run is done: its result, not a second training
+        say(f"{out / 'result.json'} holds this config's finished run: nothing to train (--force trains it again)")
+        return finished
     tracking = open_tracking(config, out, options)  # an unreachable store stops before --force removes anything
     if options.force:
         clear_out(out)
@@ -95,7 +99,27 @@ def train(config: TrainerConfig, out: Path, options: TrainOptions = TrainOptions
         raise
     if tracking:
         tracking.finish(result)
+        say(f"logged to MLflow {options.tracking_uri}: experiment {options.experiment!r}, run {tracking.run_id} "
+            f"(`mlflow ui --backend-store-uri {options.tracking_uri}`)")
     return result
+
+
+def finished_result(config: TrainerConfig, out: Path) -> Any | None:
+    """The `RunResult` in ``out/result.json`` when it is this config's whole run (its recorded
+    config equal to `config`, every step trained); None otherwise."""
+    from dapo_ablate.core.result import RunResult
+
+    path = out / "result.json"
+    if not path.is_file() or path.is_symlink():
+        return None
+    try:
+        result = RunResult.load(path)
+    except (OSError, ValueError, TypeError):
+        return None
+    recorded = getattr(result, "config", None)
+    if not isinstance(recorded, dict) or config_differences(recorded, config):
+        return None
+    return result if result.steps >= config.schedule.total_steps else None
 
 
 def open_tracking(config: TrainerConfig, out: Path, options: TrainOptions) -> Any | None:

@@ -171,3 +171,21 @@ def test_a_tracking_store_that_cannot_be_opened_names_the_option(tmp_path: Path)
     garbage.write_bytes(b"not a database" * 100)
     with pytest.raises(UserError, match="could not open the MLflow tracking store .*; check --tracking$"):
         open_train_run(f"sqlite:///{garbage}", "tiny", TrainerConfig(**TINY_TRAINER), tmp_path / "out", fresh=True)
+
+
+def test_the_same_config_into_a_finished_out_returns_its_result_and_trains_nothing(tmp_path):
+    config = tiny_config(tmp_path, total_steps=1, eval_every=0)
+    out = tmp_path / "out"
+    first = subprocess.run([COMMAND, "train", str(config), "--out", str(out), "--no-progress",
+                            "--tracking", f"sqlite:///{tmp_path / 'mlflow.db'}"],
+                           capture_output=True, text=True, timeout=EVENT_WAIT_S)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert f"logged to MLflow sqlite:///{tmp_path / 'mlflow.db'}: experiment 'tiny', run " in first.stdout
+    before = (out / "result.json").read_bytes()
+    again = subprocess.run([COMMAND, "train", str(config), "--out", str(out), "--no-progress"],
+                           capture_output=True, text=True, timeout=EVENT_WAIT_S)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "holds this config's finished run: nothing to train" in again.stdout
+    assert not step_lines(again.stdout)  # no step trained
+    assert (out / "result.json").read_bytes() == before
+    assert again.stdout.strip().splitlines()[-1] == first.stdout.strip().splitlines()[-1]  # the same closing line

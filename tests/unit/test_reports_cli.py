@@ -185,8 +185,17 @@ def test_spec_and_results_are_exclusive(app, results_csv, tmp_path):
 
 
 def test_unknown_format_exits_2(app, results_csv, tmp_path):
-    result = invoke(app, "--results", str(results_csv), "--out", str(tmp_path / "o"), "--format", "csv,pdf")
-    assert result.exit_code == 2 and "unknown format pdf" in result.output
+    result = invoke(app, "--results", str(results_csv), "--out", str(tmp_path / "o"), "--format", "csv,docx")
+    assert result.exit_code == 2 and "unknown format docx" in result.output
+
+
+def test_figures_as_pdf_and_svg_for_papers(app, results_csv, tmp_path):
+    out = tmp_path / "o"
+    result = invoke(app, "--results", str(results_csv), "--out", str(out), "--format", "csv,pdf,svg")
+    assert result.exit_code == 0, result.output
+    assert (out / "cumulative.pdf").read_bytes().startswith(b"%PDF")
+    assert b"<svg" in (out / "effects.svg").read_bytes()[:2000]
+    assert not list(out.glob("*.png"))  # only the formats asked for
 
 
 def test_report_from_a_spec_logs_to_mlflow(app, tmp_path, monkeypatch):
