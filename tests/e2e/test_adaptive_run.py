@@ -135,8 +135,10 @@ def test_an_adaptive_experiment_looks_grows_stops_and_resumes_after_a_kill(tmp_p
     assert "Look 1: 16 runs; " in shown and f"Look {len(found)}: {found[-1]['runs']} runs; " in shown
     assert "clip_higher: +" in shown and "(repeated CI over all looks), supported." in shown and "Runs: " in shown
     page = (tmp_path / "report" / "report.md").read_text()  # the looks and the compute curves are on the page too
-    looks_section = page[page.index("## Looks of the adaptive design"):page.index("## Claims")]
+    looks_section = page[page.index("## Looks\n"):page.index("## Design")]  # the looks decide: right after the headline
+    assert page.index("## Headline") < page.index("## Looks\n") < page.index("## Supported by the data")
     assert "Runs: " in looks_section and "fixed full factorial with the same power" in looks_section  # runs saved
+    assert page.count("## Looks of the adaptive design") == 1  # the looks table, once
     assert looks_section.count("| clip_higher ") == len(found)  # one row per look
     curves = pd.read_csv(tmp_path / "report" / "compute_curves.csv")
     assert list(curves["term"]) == ["overlong_filter", "clip_higher", "dynamic_sampling"]

@@ -16,6 +16,7 @@ import pytest
 from dapo_ablate.reports import power
 
 from test_hostile_reports_power import _power_calls  # noqa: F401, F811 - shared with the fast part
+from support import HANG_GUARD_S
 
 
 THIRTY = """
@@ -43,7 +44,7 @@ def _linear_scan(effect, sigma, contrast, m, level, wanted):
 def test_thirty_factors_are_refused_not_planned():
     """In a subprocess with 3 GiB of address space and a generous timeout: 2^30 cells would
     need far more (and hung before issue 23); the refusal needs none of it."""
-    done = subprocess.run([sys.executable, "-c", THIRTY], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", THIRTY], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("REFUSED: plan-seeds got 30 factors"), done.stdout
 

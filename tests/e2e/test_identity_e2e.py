@@ -38,7 +38,7 @@ from dapo_ablate.cli import run_cmd
 from dapo_ablate.cli.main import app
 
 from test_identity import TRAINER, stores  # noqa: F401, F811 - shared with the fast part
-from support import pythonpath_with_tests
+from support import HANG_GUARD_S, pythonpath_with_tests
 
 
 COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
@@ -65,7 +65,7 @@ def subprocess_command(argv: list[str], cwd: Path) -> subprocess.CompletedProces
     process = subprocess.Popen([COMMAND, *argv], cwd=cwd, env=environment, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        out, err = process.communicate(timeout=300)
+        out, err = process.communicate(timeout=HANG_GUARD_S)
     finally:
         kill_session(process.pid)
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)

@@ -23,6 +23,7 @@ from dapo_ablate.ablation.runtime.reaper import kill_session
 from test_ray_cluster import Head, client_env, short_root  # noqa: F401 - fixture
 from test_ray_cluster import done_runs, write_spec
 from tiny_configs import TINY_TRAINER
+from support import HANG_GUARD_S
 
 
 BIN = Path(sys.executable).parent
@@ -37,7 +38,7 @@ LIST_JOBS = (
 
 def list_jobs(head: Head) -> list[list[str]]:
     result = subprocess.run([sys.executable, "-c", LIST_JOBS, f"http://127.0.0.1:{head.dashboard_port}"],
-                            env=head.env, capture_output=True, text=True, timeout=120)
+                            env=head.env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -61,7 +62,7 @@ def wait_for_a_job(head: Head, driver: subprocess.Popen) -> None:
         ended = [(sid, status) for sid, status in jobs if status in ("FAILED", "STOPPED")]
         if ended:
             logs = subprocess.run([sys.executable, "-c", JOB_LOGS, f"http://127.0.0.1:{head.dashboard_port}", ended[0][0]],
-                                  env=head.env, capture_output=True, text=True, timeout=120)
+                                  env=head.env, capture_output=True, text=True, timeout=HANG_GUARD_S)
             pytest.fail(f"job {ended[0][0]} ended {ended[0][1]} before running: {logs.stdout}{logs.stderr[-1000:]}")
         if driver.poll() is not None:
             out, err = driver.communicate()
@@ -124,7 +125,7 @@ def test_sigkill_of_the_driver_while_a_job_runs_then_rerun_reattaches_and_record
         driver = start_driver(spec, head)
         wait_for_a_job(head, driver)
         kill_session(driver.pid)  # SIGKILL of the driver and everything in its session
-        driver.wait(timeout=60)
+        driver.wait(timeout=HANG_GUARD_S)
         assert driver.returncode == -signal.SIGKILL
         # the job outlives its driver: still running, or (on a slow, busy machine) already finished
         survivors = list_jobs(head)

@@ -17,6 +17,7 @@ import yaml
 from dapo_ablate.ablation.store.tracking import EXPERIMENT_KIND_TAG, RUN_ID_TAG, TRAINING_KIND, VERSION_TAG
 
 from tiny_configs import TINY_TRAINER
+from support import HANG_GUARD_S
 
 
 COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
@@ -78,7 +79,7 @@ def test_a_child_run_is_running_with_training_steps_while_its_run_trains(tmp_pat
         parent = client.get_run(run.data.tags["mlflow.parentRunId"])
         assert "full design" in parent.data.tags["mlflow.note.content"] and parent.data.params["design"] == "full"
         driver.send_signal(signal.SIGTERM)
-        assert driver.wait(timeout=120) == 143
+        assert driver.wait(timeout=HANG_GUARD_S) == 143
         assert client.get_run(seen).info.status == "KILLED"  # continued by the next `run`
         assert len(live_children(client, "live")) == 1  # max_concurrent 1: the other never started
     finally:

@@ -21,7 +21,7 @@ from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.runtime.reaper import kill_session
 
 from test_overrides import TRAINER, write_spec, write_sweep  # noqa: F401, F811 - shared with the fast part
-from support import pythonpath_with_tests
+from support import HANG_GUARD_S, pythonpath_with_tests
 
 
 COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
@@ -46,7 +46,7 @@ def command(*args: str, cwd: Path) -> subprocess.CompletedProcess:
         text=True, start_new_session=True,
     )
     try:
-        out, err = process.communicate(timeout=300)
+        out, err = process.communicate(timeout=HANG_GUARD_S)
     finally:
         kill_session(process.pid)
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)

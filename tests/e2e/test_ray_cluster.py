@@ -31,7 +31,7 @@ from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.runtime.reaper import kill_session
 
 from tiny_configs import TINY_TRAINER
-from support import free_port, pythonpath_with_tests
+from support import HANG_GUARD_S, free_port, pythonpath_with_tests
 
 
 BIN = Path(sys.executable).parent
@@ -67,7 +67,7 @@ class Head:
         )
         self.wait_ready()
 
-    def wait_ready(self, timeout: float = 180) -> None:
+    def wait_ready(self, timeout: float = HANG_GUARD_S) -> None:
         """Until the head has written its current-cluster file and its GCS answers."""
         address_file = self.root / "ray" / "ray_current_cluster"
         deadline = time.time() + timeout
@@ -88,7 +88,7 @@ class Head:
 
     def stop(self) -> None:
         kill_session(self.process.pid)
-        self.process.wait(timeout=60)
+        self.process.wait(timeout=HANG_GUARD_S)
 
 
 @pytest.fixture

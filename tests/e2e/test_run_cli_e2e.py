@@ -29,7 +29,7 @@ from dapo_ablate.cli import run_cmd
 from dapo_ablate.cli.main import app
 
 from test_run_cli import write_spec  # noqa: F401, F811 - shared with the fast part
-from support import pythonpath_with_tests
+from support import HANG_GUARD_S, pythonpath_with_tests
 
 
 COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
@@ -62,7 +62,7 @@ def start(spec_path: Path, *args: str, sleep_s: float, **env: str) -> subprocess
     )
 
 
-def finish(process: subprocess.Popen, timeout: float = 240) -> tuple[int, str, str]:
+def finish(process: subprocess.Popen, timeout: float = HANG_GUARD_S) -> tuple[int, str, str]:
     try:
         out, err = process.communicate(timeout=timeout)
     finally:
@@ -82,7 +82,7 @@ def status_counts(spec_path: Path) -> dict[str, int]:
         return {}
 
 
-def wait_for(spec_path: Path, process: subprocess.Popen, status: str, at_least: int, timeout: float = 180) -> None:
+def wait_for(spec_path: Path, process: subprocess.Popen, status: str, at_least: int, timeout: float = HANG_GUARD_S) -> None:
     deadline = time.time() + timeout
     while status_counts(spec_path).get(status, 0) < at_least:
         if process.poll() is not None:
@@ -187,7 +187,7 @@ def test_ray_processes_started_by_a_driver_die_with_it_after_sigkill(tmp_path: P
     driver.send_signal(signal.SIGKILL)
     driver.wait()
     try:
-        deadline = time.time() + 300  # a safety net for a broken watchdog, not a time budget
+        deadline = time.time() + HANG_GUARD_S  # a safety net for a broken watchdog, not a time budget
         while any(_start_time(pid) == start for pid, start in started) and time.time() < deadline:
             time.sleep(0.2)
         left = [pid for pid, start in started if _start_time(pid) == start]

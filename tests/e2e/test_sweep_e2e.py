@@ -33,7 +33,7 @@ from dapo_ablate.sweeps.trials import plan_trial
 
 from tiny_configs import TINY_TRAINER
 from test_sweep import TRAINER, trials, write_sweep  # noqa: F401, F811 - shared with the fast part
-from support import pythonpath_with_tests
+from support import HANG_GUARD_S, pythonpath_with_tests
 
 
 @pytest.fixture(scope="module")
@@ -333,7 +333,7 @@ def test_resume_after_the_driver_is_killed(tmp_path, ledger_url, shared_mlflow):
            "PYTHONPATH": pythonpath_with_tests()}
     command = [sys.executable, "-m", "dapo_ablate.cli.main", "sweep", str(path), "--no-progress"]
     driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 120
+    deadline = time.time() + HANG_GUARD_S
     done_before: dict[int, optuna.trial.FrozenTrial] = {}
     while time.time() < deadline and driver.poll() is None:
         time.sleep(0.3)
@@ -354,7 +354,7 @@ def test_resume_after_the_driver_is_killed(tmp_path, ledger_url, shared_mlflow):
     running_before = {t.number: t for t in found if t.state == TrialState.RUNNING}
     assert len(done_before) >= 2 and running_before
 
-    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
     assert f"{spec.name}: 6/6 trials finished" in rerun.stdout
     after = {t.number: t for t in trials(spec)}

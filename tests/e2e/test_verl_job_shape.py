@@ -36,7 +36,7 @@ import yaml
 from dapo_ablate.ablation.store.ledger import SQLLedger
 
 from test_ray_cluster import dapo_ablate_run, free_port, short_root  # noqa: F401 - fixture
-from support import pythonpath_with_tests
+from support import HANG_GUARD_S, pythonpath_with_tests
 
 
 BIN = Path(sys.executable).parent
@@ -123,7 +123,7 @@ SUBMITTED = (
 
 def submitted_jobs(cluster: "GpuCluster") -> list[dict]:
     result = subprocess.run([sys.executable, "-c", SUBMITTED, f"http://127.0.0.1:{cluster.dashboard_port}"],
-                            env=cluster.env, capture_output=True, text=True, timeout=300)
+                            env=cluster.env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

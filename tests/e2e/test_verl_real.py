@@ -41,6 +41,7 @@ from pathlib import Path
 import pytest
 
 from verl_env import require_verl
+from support import HANG_GUARD_S
 
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow]
@@ -99,7 +100,7 @@ def test_real_verl_jobs_per_cell_through_the_job_api_with_each_technique_visible
                 [sys.executable, "-c", "import json, sys; from ray.job_submission import JobSubmissionClient; "
                  "print(json.dumps({j.submission_id: [j.entrypoint, str(j.status)] for j in "
                  "JobSubmissionClient(sys.argv[1]).list_jobs() if j.submission_id}))", job_api],
-                env=env, capture_output=True, text=True, timeout=300)
+                env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
             assert listing.returncode == 0, listing.stderr[-2000:]
             jobs = json.loads(listing.stdout.strip().splitlines()[-1])
     finally:

@@ -27,7 +27,7 @@ from dapo_ablate.ablation.runtime.backends.verl_results import result_from_mlflo
 from dapo_ablate.ablation.experiment.identity import RunSpec
 from dapo_ablate.ablation.store.ledger import SQLLedger
 
-from support import ROOT
+from support import HANG_GUARD_S, ROOT
 
 
 pytestmark = pytest.mark.verl_env  # the verl environment's python, from this one (.ci/run's verl part)
@@ -90,7 +90,7 @@ def log_like_verl(logger: str, env: dict[str, str]) -> None:
                 pytest.fail(f"DAPO_REQUIRE_VERL=1 but DAPO_VERL_PYTHON ({python!r}) is not a python with verl installed")
             pytest.skip("no verl environment (set DAPO_VERL_PYTHON to its python; .ci/run builds one)")
         command = [python, "-c", IN_VERL, sysconfig.get_paths()["purelib"], json.dumps(VERL_CONFIG)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr[-3000:]
 
 

@@ -27,6 +27,7 @@ from verl.workers.config import FSDPActorConfig  # noqa: E402
 
 from dapo_ablate.ablation.runtime.backends import verl_loss  # noqa: E402  (registers dapo_overlong_filter)
 from dapo_ablate.ablation.runtime.backends.verl import MAX_RESPONSE_LEN_ENV  # noqa: E402
+from support import HANG_GUARD_S
 
 CEILING = 512
 PROMPT_LENS = [3, 4, 5]
@@ -115,6 +116,6 @@ def test_verl_imports_the_loss_module_named_in_the_jobs_environment():
     code = ("import verl; from verl.trainer.ppo.core_algos import get_policy_loss_fn; "
             f"print(get_policy_loss_fn({OVERLONG_FILTER_LOSS!r}).__module__)")
     result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "VERL_USE_EXTERNAL_MODULES": LOSS_MODULE},
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == LOSS_MODULE

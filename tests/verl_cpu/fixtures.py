@@ -107,6 +107,10 @@ def local_ray_overrides(temp_dir: str | os.PathLike) -> list[str]:
 SPECIAL_TOKENS = ["<|pad|>", "<unk>", "<|im_start|>", "<|im_end|>"]
 CHARACTERS = list("abcdefghijklmnopqrstuvwxyz0123456789 \n:,.!?+-=")
 TARGET_CHARACTERS = "abcdefghijklmnopqrstuvwxyz"
+ALWAYS_MISSED_EVERY = 4
+"""Every 4th training prompt has no target: its group is all wrong, so a Dynamic Sampling run evicts
+groups in every step it samples one (random groups alone are all-same 10-30% of the time, which
+left a 2-step run with no eviction about one time in eight)."""
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -172,6 +176,8 @@ def _rows(split: str, n: int, rng: random.Random) -> list[dict]:
     rows = []
     for index in range(n):
         targets = "".join(rng.sample(TARGET_CHARACTERS, rng.randint(1, 4)))
+        if split == "train" and index % ALWAYS_MISSED_EVERY == 0:
+            targets = ""  # no response can hit it: an all-wrong group, which Dynamic Sampling must evict
         rows.append({
             "data_source": DATA_SOURCE,
             "prompt": [{"role": "user", "content": f"use one of: {targets}"}],
@@ -184,7 +190,8 @@ def _rows(split: str, n: int, rng: random.Random) -> list[dict]:
 
 def write_dataset(folder: str | os.PathLike, n_train: int = 64, n_val: int = 8, seed: int = 0) -> tuple[Path, Path]:
     """``train.parquet`` and ``val.parquet`` in verl's RL format: prompt (chat list), data_source,
-    ability, reward_model.ground_truth (1-4 target letters), extra_info. Returns their paths."""
+    ability, reward_model.ground_truth (1-4 target letters; none for every ALWAYS_MISSED_EVERY-th
+    training prompt), extra_info. Returns their paths."""
     import pandas as pd
 
     folder = Path(folder)
