@@ -68,13 +68,16 @@ class Driver:
     nothing is in flight. `check_stop` raises KeyboardInterrupt for a Ctrl-C or SIGTERM whose own
     interrupt a library swallowed; it is asked at every step. Ray must be connected."""
 
+    pool_factory: Callable[..., Any] = RunPool
+    """Builds the pool from (ledger, host, cell_fn, settings, names=, on_event=): `RunPool` (Ray); the
+    driver's own tests run it on an in-process pool (tests/unit/test_driver.py)."""
+
     def __init__(self, scheduler: Scheduler, settings: PoolSettings, ledger: Ledger, host: str,
                  cell_fn: Callable[..., dict[str, Any]], *, check_stop: Callable[[], None] = lambda: None,
-                 tick_s: float | None = None, pool_factory: Callable[..., Any] = RunPool) -> None:
-        """`pool_factory`: builds the pool from (ledger, host, cell_fn, settings, names=, on_event=);
-        `RunPool` (Ray) but for the driver's own tests, which run it on an in-process pool."""
+                 tick_s: float | None = None) -> None:
         self.scheduler, self.check_stop, self.tick_s = scheduler, check_stop, tick_s
-        self.pool = pool_factory(ledger, host, cell_fn, settings, names=scheduler.run_name, on_event=scheduler.on_event)
+        self.pool = self.pool_factory(ledger, host, cell_fn, settings, names=scheduler.run_name,
+                                      on_event=scheduler.on_event)
 
     def run(self) -> None:
         scheduler, pool = self.scheduler, self.pool

@@ -59,10 +59,10 @@ def test_report_puts_the_headline_on_the_parent_run(local_ray, tmp_path: Path):
     assert metrics["headline/ci_low"] < 0.298 < metrics["headline/ci_high"]
     assert metrics["headline/best_cell_avg_at_32"] == pytest.approx(0.6005, abs=1e-9)
     assert parent.data.tags[BEST_CELL_TAG] == "OF+CH"
-    assert parent.data.tags[HEADLINE_TAG].startswith("All factors on (OF+CH) vs baseline (all off): +29.8 pp [")
+    assert parent.data.tags[HEADLINE_TAG].startswith("All factors on (OF+CH) vs baseline (all factors off; SP, TL, DS on throughout): +29.8 pp [")
     assert "Headline:" in result.output and "+29.8 pp" in result.output  # the console summary opens with it
     # what `dapo-ablate run` calls at its end: the same numbers, and the sentence back
-    assert log_experiment_headline(spec_path).startswith("All factors on (OF+CH) vs baseline (all off): +29.8 pp")
+    assert log_experiment_headline(spec_path).startswith("All factors on (OF+CH) vs baseline (all factors off; SP, TL, DS on throughout): +29.8 pp")
 
 
 def test_run_ends_with_the_headline_on_the_parent_run(local_ray, tmp_path: Path, monkeypatch):
@@ -78,7 +78,7 @@ def test_run_ends_with_the_headline_on_the_parent_run(local_ray, tmp_path: Path,
     monkeypatch.setenv(CELL_FN_ENV, "test_headline_e2e:noisy_cell")
     result = CliRunner().invoke(app, ["run", str(spec_path), "--no-progress"])
     assert result.exit_code == 0, result.output
-    assert "All factors on (OF+CH) vs baseline (all off): +29.8 pp [" in result.output
+    assert "All factors on (OF+CH) vs baseline (all factors off; SP, TL, DS on throughout): +29.8 pp [" in result.output
     spec = load_spec(spec_path)
     with SQLLedger(spec.ledger) as ledger:
         parent_id = ledger.get_experiment(spec.name).mlflow_parent_run_id

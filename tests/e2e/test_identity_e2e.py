@@ -128,7 +128,7 @@ def test_run_records_the_resolved_spec_in_the_experiment_folder_before_any_run(e
     assert recorded.trainer.schedule.total_steps == 8  # the override, applied
     assert [run.run_id for run in expand(recorded).runs] == [run.run_id for run in expand(spec).runs]
     assert recorded.ledger == f"sqlite:///{experiment['tmp']}/out/ledger.db" and Path(recorded.output_dir).is_absolute()
-    assert sorted(p.name for p in folder.iterdir() if not p.is_dir()) == ["spec.yaml"]  # no temporary file left
+    assert sorted(p.name for p in folder.iterdir() if not p.is_dir()) == ["origin.json", "spec.yaml"]  # no temporary file left
     rows = done_runs(spec)
     assert len(rows) == 4 and {row["metrics"]["recorded"] for row in rows.values()} == {1.0}  # there before each run
     with SQLLedger(spec.ledger) as ledger:  # the ledger and the MLflow parent keep the same spec
@@ -233,7 +233,7 @@ def test_rerunning_a_finished_experiment_starts_no_ray(experiment: dict[str, Any
     again = invoke(["run", "mini.yaml", *OVERRIDES, "--no-progress"], experiment["tmp"])
     assert again.exit_code == 0, again.output
     assert "mini: 4/4 runs done (0 now, 4 before), 0 failed, 0 not finished" in again.stdout
-    assert "All factors on (OF+CH) vs baseline (all off)" in again.stdout  # the headline, as after the run
+    assert "All factors on (OF+CH) vs baseline (all factors off; SP, TL, DS on throughout)" in again.stdout  # as after the run
     assert client.get_run(parent).info.status == "FINISHED"
 
 

@@ -287,7 +287,7 @@ def test_ui_on_a_copy_points_the_copys_store_at_its_own_artifacts(original: Path
     monkeypatch.chdir(copy)
     result = CliRunner().invoke(app, ["ui", "spec.yaml", "--port", "5056"])
     assert result.exit_code == 0, result.output
-    assert len(asked) == 1 and "sqlite:///dapo-runs/mlflow.db" in asked[0]  # the copy's store (cwd: the copy)
+    assert len(asked) == 1 and f"sqlite:///{copy / 'dapo-runs' / 'mlflow.db'}" in asked[0]  # the copy's store
     after = artifact_locations(copy)
     assert len(after) == 1 + 1 + len(CHILDREN)  # experiment, parent, children
     assert all(location.startswith((copy / "dapo-runs" / "mlartifacts").as_uri()) for location in after)

@@ -109,6 +109,10 @@ class Scripted:
         self.log.append(("abandon", tuple(released)))
 
 
+class InlineDriver(Driver):
+    pool_factory = InlinePool
+
+
 def cell(config: dict, run_dir: str, eval_cache_dir: str | None) -> dict:
     if config.get("fail"):
         raise ValueError("no luck")
@@ -129,7 +133,7 @@ def settings(limit: int) -> PoolSettings:
 def test_the_loop_runs_every_run_once_within_its_slots_and_ends_when_the_scheduler_is_finished():
     runs = [f"r{i}" for i in range(5)]
     ledger, scheduler = ledger_with(runs), Scripted(list(runs))
-    driver = Driver(scheduler, settings(2), ledger, HOST, cell, pool_factory=InlinePool)
+    driver = InlineDriver(scheduler, settings(2), ledger, HOST, cell)
     driver.run()
     assert [entry for entry in scheduler.log if entry[0] == "outcome"] == [("outcome", r, DONE) for r in runs]
     assert all(entry[2] for entry in scheduler.log if entry[0] == "submitted")
@@ -140,7 +144,7 @@ def test_the_loop_runs_every_run_once_within_its_slots_and_ends_when_the_schedul
 def test_a_run_the_ledger_will_not_give_is_said_to_the_scheduler_and_not_run():
     ledger, scheduler = ledger_with(["r0", "r1"]), Scripted(["r0", "r1"])
     assert ledger.claim("r1", "another-host")  # held by another driver
-    Driver(scheduler, settings(2), ledger, HOST, cell, pool_factory=InlinePool).run()
+    InlineDriver(scheduler, settings(2), ledger, HOST, cell).run()
     assert ("submitted", "r1", False) in scheduler.log and ("outcome", "r1", DONE) not in scheduler.log
     assert {row["run_id"]: row["status"] for row in ledger.runs_table("exp")}["r0"] == "done"
 
@@ -148,7 +152,7 @@ def test_a_run_the_ledger_will_not_give_is_said_to_the_scheduler_and_not_run():
 def test_an_error_gives_the_runs_in_flight_back_tells_the_scheduler_and_raises():
     runs = ["r0", "r1", "r2"]
     ledger, scheduler = ledger_with(runs), Scripted(list(runs), raise_on="r0")
-    driver = Driver(scheduler, settings(2), ledger, HOST, cell, pool_factory=InlinePool)
+    driver = InlineDriver(scheduler, settings(2), ledger, HOST, cell)
     with pytest.raises(RuntimeError, match="the ledger went down"):
         driver.run()
     assert scheduler.log[-1] == ("abandon", ("r1",))  # r0's outcome was taken; r1 was still in flight
@@ -163,7 +167,7 @@ def test_a_stop_asked_between_steps_abandons_like_an_error():
         if any(entry[0] == "outcome" for entry in scheduler.log):
             raise KeyboardInterrupt
 
-    driver = Driver(scheduler, settings(2), ledger, HOST, cell, check_stop=stop, pool_factory=InlinePool)
+    driver = InlineDriver(scheduler, settings(2), ledger, HOST, cell, check_stop=stop)
     with pytest.raises(KeyboardInterrupt):
         driver.run()
     assert scheduler.log[-1] == ("abandon", ("r1",))
