@@ -13,6 +13,8 @@ import hashlib
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -144,3 +146,23 @@ def mlflow_children(spec: Any) -> dict[str, list[Any]]:
     for run in client.search_runs([experiment.experiment_id], f"tags.`{RUN_ID_TAG}` != ''"):
         children.setdefault(run.data.tags[RUN_ID_TAG], []).append(run)
     return children
+
+
+# -- the real command --------------------------------------------------------------------------------
+COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
+
+
+def dapo_ablate(*argv: str, cwd: Path, cell: str = "support:counting_cell") -> subprocess.CompletedProcess:
+    """The real `dapo-ablate ARGV` in `cwd` with the stand-in cell function `cell` (module:function,
+    no training), in its own session, reaped after; a hang is cut at HANG_GUARD_S."""
+    from dapo_ablate.ablation.runtime.reaper import kill_session
+    from dapo_ablate.ablation.runtime.task import CELL_FN_ENV
+
+    environment = {**os.environ, CELL_FN_ENV: cell, "PYTHONPATH": pythonpath_with_tests()}
+    process = subprocess.Popen([COMMAND, *argv], cwd=cwd, env=environment, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=HANG_GUARD_S)
+    finally:
+        kill_session(process.pid)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)

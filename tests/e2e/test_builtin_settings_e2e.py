@@ -1,10 +1,5 @@
-"""The built-in family's second policy size and second task (transfer studies' model and task axes):
-the comparison task's problems, held-out split and verifier; the large policy; their config rules.
-
-Policies built here use a few warm-start steps (a separate cached checkpoint, seconds to build): the
-tests check the plumbing, benchmarks/builtin_settings.py measures the fully warm-started policies.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_builtin_settings.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_builtin_settings.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

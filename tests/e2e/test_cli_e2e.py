@@ -1,6 +1,5 @@
-"""The command line itself: lazy start-up, --version, key=value overrides on `train`.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_cli.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_cli.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""`silence_third_party_output()`: no third-party progress bar reaches stderr (a Ray task's
-stderr is printed above the driver's rich display), whether the library is imported after the
-call or was already imported by an earlier task of the same worker. Each case runs in a fresh
-subprocess, with a control that draws the same bars without the call.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_cli_quiet.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_cli_quiet.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

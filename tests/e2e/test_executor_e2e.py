@@ -1,7 +1,5 @@
-"""The Ray executor's mechanics with cheap cell functions, and one end-to-end run of the real
-trainer through Ray, the ledger and MLflow. One local Ray serves the whole module.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_executor.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_executor.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

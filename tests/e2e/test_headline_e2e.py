@@ -1,6 +1,5 @@
-"""The headline (full vs baseline with its interval, the best cells) and its MLflow parent metrics.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_headline.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_headline.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

@@ -1,18 +1,5 @@
-"""Hostile FILES where a file is expected (issue 23's test-suite item): a FIFO, /dev/zero, a symlink
-loop, a symlink to outside, a read-only or unreadable file or folder, a directory, another
-application's SQLite database named as the ledger, and a result planted in a run folder, each
-passed as the spec, the --results CSV, a data file, the ledger or --out.
-
-Each case runs the real command line in a fresh folder: a FIFO or a device in a fresh interpreter
-(`python -c 'main()'`, memory capped: a FIFO opened for reading blocks forever, /dev/zero never
-ends), the others through typer's CliRunner. The expected outcome is what the product does today:
-exit 2 with one sentence naming the file, or (a link to a readable file outside, a read-only input)
-the command doing its work. HANG_S guards against a hang only (a subprocess timeout, or SIGALRM in
-this process), not a speed limit.
-Nothing outside the case's output folder changes: the folder's other files, and a folder `outside`
-that links point into.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_hostile_files.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_hostile_files.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

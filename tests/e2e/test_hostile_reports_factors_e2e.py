@@ -1,10 +1,5 @@
-"""Bounded work for every results table (issue 23): more than MAX_FACTORS factors is one sentence
-before any work starts, and 12 factors (4,096 cells) analyse in seconds because the analysis uses
-the structure of the 2^k design (a diagonal information matrix when seeds are balanced, the Walsh
-transform of the observed cells for the alias structure) instead of dense cubic algebra over the
-lattice. Each fast path is checked here against the slow, obvious computation it replaces.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_hostile_reports_factors.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_hostile_reports_factors.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

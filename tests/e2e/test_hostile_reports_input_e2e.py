@@ -1,11 +1,5 @@
-"""Hostile results files (issue 23): ``load_results_csv`` refuses in one sentence, before reading
-anything it cannot bound, a FIFO (which would block forever), a device (/dev/zero never ends), a
-directory, a file over MAX_RESULTS_BYTES and a line over MAX_LINE_BYTES.
-
-Each refusal runs in a subprocess with a generous timeout: the test fails, instead of hanging the
-suite, if the loader blocks or reads without end.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_hostile_reports_input.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_hostile_reports_input.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

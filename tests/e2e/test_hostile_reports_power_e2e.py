@@ -1,9 +1,5 @@
-"""plan-seeds on hostile input (issue 23): more than MAX_FACTORS factors is one sentence before any
-work (30 factors hung, 13 took 130 s), and the plan itself is cheap: the family contrasts are
-built as contrast rows (no 2^k identity), and the smallest seed count is found by bisection on
-the monotone power, a dozen power evaluations instead of one per candidate.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_hostile_reports_power.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_hostile_reports_power.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""An experiment you can find again (issue 20): `run SPEC k=v` records the resolved spec in the
-experiment's folder before any run starts; `status`, `report` and `ui` reach the same runs from
-the spec with the same overrides or from the folder; the plain spec says how to reach them; every
-hint a command prints runs as printed; a finished experiment's rerun starts no Ray.
-
-The experiment is run once per module by the real `dapo-ablate run` (a subprocess) with a cheap
-cell function chosen through ``DAPO_ABLATE_CELL_FN=test_identity:<function>`` (this folder is on
-the PYTHONPATH of the driver and, through it, of its Ray workers); the other commands run in this
-process through CliRunner, the way a user types them (`shlex.split` of the printed hint).
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_identity.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_identity.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

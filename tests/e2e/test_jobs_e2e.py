@@ -1,9 +1,5 @@
-"""A cell as a Ray job on a real local cluster (``ray start --head`` with the dashboard's Job API
-and token authentication): the job path runs cells whose entrypoint is the built-in trainer; the
-driver is SIGKILLed while a job runs, and the rerun re-attaches to it instead of submitting it
-again, recording each cell once in the ledger and once in MLflow. No mock of Ray or MLflow.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_jobs.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_jobs.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

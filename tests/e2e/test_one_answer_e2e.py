@@ -8,21 +8,18 @@ tags; and the headline is the same sentence everywhere."""
 from __future__ import annotations
 
 import html
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 
-from dapo_ablate.ablation.runtime.reaper import kill_session
-from dapo_ablate.ablation.runtime.task import CELL_FN_ENV
-from support import STAND_IN_CELL_TRAINER, pythonpath_with_tests, write_spec
+from support import STAND_IN_CELL_TRAINER, write_spec
+from support import dapo_ablate as run_command
 
-COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
+
 THREE = ["overlong_filter", "clip_higher", "dynamic_sampling"]
 FIVE = ["overlong_filter", "clip_higher", "soft_overlong", "token_level_loss", "dynamic_sampling"]
 
@@ -38,15 +35,9 @@ DESIGNS = {
 
 
 def dapo_ablate(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
-    environment = {**os.environ, CELL_FN_ENV: "support:planted_cell", "PYTHONPATH": pythonpath_with_tests()}
-    process = subprocess.Popen([COMMAND, *argv], cwd=cwd, env=environment, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = process.communicate(timeout=900)  # a bound for a broken machine only
-    finally:
-        kill_session(process.pid)
-    assert process.returncode == 0, f"dapo-ablate {' '.join(argv)}: {out[-2000:]} {err[-2000:]}"
-    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    done = run_command(*argv, cwd=cwd, cell="support:planted_cell")
+    assert done.returncode == 0, f"dapo-ablate {' '.join(argv)}: {done.stdout[-2000:]} {done.stderr[-2000:]}"
+    return done
 
 
 def console_answer(output: str) -> tuple[str, list[str]]:

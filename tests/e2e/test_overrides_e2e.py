@@ -1,12 +1,5 @@
-"""`key=value` overrides after the spec on `run`, `validate`, `status` and `sweep`: applied by the
-spec's own dotted paths, validated like the file, an unknown key or bad value is one sentence
-with exit status 2.
-
-The two end-to-end tests start the real command as a subprocess with a recording cell function
-chosen through ``DAPO_ABLATE_CELL_FN=test_overrides:<function>`` (this folder is put on the
-PYTHONPATH of the driver and, through it, of its Ray workers).
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_overrides.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_overrides.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

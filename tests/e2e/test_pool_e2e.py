@@ -1,10 +1,5 @@
-"""The run pool shared by the factorial driver and the sweep (ablation/pool.py) and the transient
-retries of every store write (ablation/transient.py): a blip in a claim or a heartbeat is ridden
-out, a sweep's run past run_timeout_s fails its trial (stop signals: tests/unit/test_stop_signals.py).
-The database fails by injection (a real SQLite ledger whose methods raise what a dropped
-connection raises); the runs are real Ray tasks.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_pool.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_pool.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""`dapo-ablate plan-seeds` and reports.power: seeds per cell for a wanted power, per claims family.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_power.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_power.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,23 +18,8 @@ import yaml
 from dapo_ablate.ablation.experiment.overrides import load_spec_with_overrides
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 from dapo_ablate.ablation.runtime.executor import record_spec
-from dapo_ablate.ablation.runtime.reaper import kill_session
-from dapo_ablate.ablation.runtime.task import CELL_FN_ENV
-from support import STAND_IN_CELL_TRAINER, pythonpath_with_tests, write_spec
 
-COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
-
-
-def dapo_ablate(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
-    """The real command in `cwd`, with the stand-in counting cell (no training), reaped after."""
-    environment = {**os.environ, CELL_FN_ENV: "support:counting_cell", "PYTHONPATH": pythonpath_with_tests()}
-    process = subprocess.Popen([COMMAND, *argv], cwd=cwd, env=environment, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = process.communicate(timeout=600)  # a bound for a broken machine only
-    finally:
-        kill_session(process.pid)
-    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+from support import STAND_IN_CELL_TRAINER, dapo_ablate, write_spec
 
 
 SQLITE_TRANSIENTS = ("-wal", "-shm", "-journal")

@@ -1,6 +1,5 @@
-"""Report pages (Jinja2 templates) and the report's figures, on simulated factorials.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_report_figures.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_report_figures.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Report files: every table in CSV/Markdown/LaTeX, figures, report.md and a self-contained report.html.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_reports_export.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_reports_export.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

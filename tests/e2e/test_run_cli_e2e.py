@@ -1,11 +1,5 @@
-"""``dapo-ablate run | validate | status | ui``: the command as a user runs it.
-
-The slow tests start ``dapo-ablate run`` as a subprocess with a cheap-but-not-instant cell
-function chosen through ``DAPO_ABLATE_CELL_FN=test_run_cli:<function>`` (this module is put on
-the PYTHONPATH of the driver and, through it, of its Ray workers), then kill, interrupt or
-rerun it and read the ledger and MLflow it left.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_run_cli.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_run_cli.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""Ctrl-C and SIGTERM stop the driver even when a library swallows their KeyboardInterrupt.
-
-A Ctrl-C landing while `import ray` initialises ray._raylet is raised inside Cython's set-up of
-that module, which discards it ("Exception ignored in: <module 'collections.abc'>"); the driver
-then ran the whole experiment (the chaos campaign's driver alive 90 s after Ctrl-C). The
-signal itself is remembered and the driver stops at its next step. Here the swallowing is done
-by the test, around a real signal sent to this process. A Ctrl-C while Ray starts is held until
-it has started (cut short, it crashed the driver), and what an interrupted ray.init had started
-does not outlive it.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_stop_signals.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_stop_signals.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

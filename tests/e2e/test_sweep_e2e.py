@@ -1,8 +1,5 @@
-"""Sweep mechanics with cheap cell functions on one local Ray (pruning, failures, heartbeat
-recovery, resume after a SIGKILL, robustness effects, MLflow, the report), on SQLite and
-PostgreSQL; and one end-to-end sweep through the real trainer.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_sweep.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_sweep.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""The sweep report as a person reads it: percentage points with the unit in every header and
-axis label, rounded knob values, a log axis for log-sampled knobs, integer trial ticks, the
-importance warning below 20 trials, error bars only where seeds give an interval, and the
-self-contained HTML page (names escaped).
-
-Studies are built with the sweep's own spec, Optuna distributions and sampler (no training): each
-trial's value and per-seed effects come from a known function of its knobs; the effects' means
-and intervals from `sweeps.trials.mean_with_ci`, as the runner computes them.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_sweep_report.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_sweep_report.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

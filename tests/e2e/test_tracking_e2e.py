@@ -1,6 +1,5 @@
-"""MLflow tracking of an experiment, on SQLite and on PostgreSQL (fixture `mlflow_uri`).
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_tracking.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_tracking.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

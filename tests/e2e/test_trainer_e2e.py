@@ -1,6 +1,5 @@
-"""The train loop on the real built-in policy: determinism, resume, signals, the CLI.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_trainer.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_trainer.py
+describes; its docstring says what they check."""
 
 import json
 import subprocess

@@ -1,7 +1,5 @@
-"""Transfer studies as a user meets them: the settings in `validate`'s plan and `status`'s table,
-and examples/transfer_paper.yaml accepted by `dapo-ablate validate` once its paths exist.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_transfer_examples.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_transfer_examples.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

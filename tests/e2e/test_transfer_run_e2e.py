@@ -1,8 +1,5 @@
-"""A transfer study end to end on the scheduler: `dapo-ablate run` of a tiny two-setting spec is
-killed part-way and rerun; every (setting, cell, seed) is then once in the ledger and once in
-MLflow, whose child runs carry the setting as a param, a tag and a name prefix.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_transfer_run.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_transfer_run.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

@@ -1,17 +1,5 @@
-"""`dapo-ablate ui` on a copied `dapo-runs/`: it serves the copy (its artifacts, not the
-original's), waits until MLflow answers and prints one link; MLflow's UI, loaded from that link in
-headless Chromium, shows the experiment's runs table in the Model training pages (not GenAI's),
-every run a row ranked by the spec's metric, with the metric, factor-level and headline columns.
-
-The finished experiment is made once per module by the real `dapo-ablate run`, with a cell
-function chosen through ``DAPO_ABLATE_CELL_FN=test_ui_e2e:finished_cell`` (no training).
-
-MLflow 3's UI is a React app, so a plain ``--dump-dom`` shows an empty page. The browser test
-drives Chromium over the DevTools protocol on a pipe (``--remote-debugging-pipe``: no websocket
-library): it opens the printed link, waits for every run's row and the view's columns, reads the
-table's cells by row and column id, and saves a screenshot (``runs-table.png`` in its tmp folder).
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_ui.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_ui.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 
@@ -122,12 +110,6 @@ def ui_until_it_exits(folder: Path, port: int, **environment: str) -> subprocess
 
 
 # -- the real server in a real browser ------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def stop(server: subprocess.Popen) -> None:
     """SIGTERM `dapo-ablate ui` (it stops the MLflow server it started); SIGKILL what is left."""
     started = descendants([server.pid])

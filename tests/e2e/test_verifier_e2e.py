@@ -1,6 +1,5 @@
-"""Verifier: extraction, normalisation, exact and math-verify matching, and its bounds.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_verifier.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_verifier.py
+describes; its docstring says what they check."""
 
 import pickle
 

@@ -1,16 +1,5 @@
-"""The TrainerConfig -> verl translation composes into verl's own Hydra config (verl 0.9.1).
-
-verl's pins clash with this environment (transformers<5.11), so verl lives in its own virtual
-environment with Hydra (``pip install --no-deps verl==0.9.1 hydra-core omegaconf``; .ci/run builds
-it). Its python is found through ``DAPO_VERL_PYTHON``; without it the test skips, unless
-``DAPO_REQUIRE_VERL=1`` (as in .ci/run), where a missing environment fails.
-
-The overrides of all 32 cells of examples/paper_verl.yaml are composed with Hydra's compose API
-into ``verl/trainer/config/ppo_trainer.yaml`` in struct mode, so an override naming a key verl does
-not have fails; the composed values of the toggles are read back per cell, and the algorithm, actor
-and rollout sections are built into verl's own config classes (whose checks run).
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_verl_compose.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_verl_compose.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""A verl cell's result is read back from the MLflow run verl logged into.
-
-verl's training needs GPUs; what it does to MLflow is small, and is done here twice: by verl 0.9.1's
-own ``verl.utils.tracking.Tracking`` in the verl environment (DAPO_VERL_PYTHON, as in .ci/run), and
-by a stand-in script that does what it does without verl installed: attach to the run named by
-$MLFLOW_RUN_ID with ``mlflow.start_run(run_id=...)``, log its config as params, log each step's
-metrics with ``mlflow.log_metrics(metrics, step=...)`` under verl's names with ``@`` written as
-``_at_``, then ``mlflow.end_run()``. Everything else is our code on a real MLflow store: `job_env`
-(what a verl job's environment gets), `result_from_mlflow` and the ledger.
-
-End-to-end part (Ray, `dapo-ablate` processes, training); the fast tests are in tests/unit/test_verl_results.py."""
+"""The end-to-end tests (Ray, `dapo-ablate` processes, training) of what tests/unit/test_verl_results.py
+describes; its docstring says what they check."""
 
 from __future__ import annotations
 
