@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from dapo_ablate.ablation.runtime.backends.verl_results import result_from_history, score_name
+from dapo_ablate.ablation.runtime.backends.verl_results import (
+    IncompleteRun, eval_sources, result_from_history, result_from_mlflow, score_name,
+)
 
 
 def test_verl_metric_names_and_a_history_with_two_validation_sets():
@@ -32,3 +34,45 @@ def test_verl_metric_names_and_a_history_with_two_validation_sets():
     assert result["eval_curve"] == [{"step": 0, "avg@32": 0.1}, {"step": 5, "avg@32": 0.3}]
     assert result["metrics"] == {"avg@32": 0.3, "steps": 5}
     assert "tokens_generated" not in result  # no batch sizes given: no token totals made up
+
+
+def test_a_data_source_with_a_slash_parses():
+    # verl's own GSM8K preprocessing writes data_source "openai/gsm8k"
+    assert score_name("val-core/openai/gsm8k/acc/mean_at_32") == "avg@32"
+    assert score_name("val-core/openai/gsm8k/acc/best@32/mean") == "pass@32"
+    assert score_name("val-core/openai/gsm8k/acc/best_at_32/std") is None
+    history = {"val-core/openai/gsm8k/acc/mean_at_4": [(0, 0.1), (2, 0.4)], "critic/score/mean": [(1, 0.0), (2, 0.5)]}
+    assert eval_sources(history) == ["openai/gsm8k"]
+    result = result_from_history(history, wall_s=1.0, total_steps=2)
+    assert result["metrics"] == {"avg@4": 0.4, "steps": 2}
+
+
+def test_a_missing_final_validation_fails_the_run_instead_of_recording_an_earlier_step():
+    # verl validated at steps 0 and 3 of 4; the step-4 validation write was lost, training metrics were not
+    history = {"val-core/aime/acc/mean_at_32": [(0, 0.1), (3, 0.3)],
+               "critic/score/mean": [(1, 0.0), (2, 0.1), (3, 0.2), (4, 0.3)]}
+    with pytest.raises(IncompleteRun, match=r"no evaluation at the final step 4 \(the last one is at step 3\)"):
+        result_from_history(history, wall_s=1.0, total_steps=4)
+    with pytest.raises(IncompleteRun, match="final step 4"):
+        result_from_history(history, wall_s=1.0)  # the schedule not given: still the last logged step
+    partial = {**history, "val-core/aime/acc/mean_at_32": [(0, 0.1), (4, 0.3)],
+               "val-core/aime/acc/maj_at_32/mean": [(0, 0.2)]}
+    with pytest.raises(IncompleteRun, match=r"evaluation at the final step 4 lacks maj@32"):
+        result_from_history(partial, wall_s=1.0, total_steps=4)
+    with pytest.raises(IncompleteRun, match="ended after 4 of 5 training steps"):
+        result_from_history(partial, wall_s=1.0, total_steps=5)
+
+
+def test_result_from_mlflow_names_the_run_when_the_final_validation_is_missing(tmp_path):
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    from dapo_ablate.ablation.store.metric_names import mlflow_safe
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = client.create_run(client.create_experiment("paper")).info.run_id
+    logged = [("val-core/openai/gsm8k/acc/mean@32", 0, 0.1), ("val-core/openai/gsm8k/acc/mean@32", 1, 0.2),
+              ("critic/score/mean", 1, 0.0), ("critic/score/mean", 2, 0.1)]
+    client.log_batch(run_id, metrics=[Metric(mlflow_safe(name), value, 0, step) for name, step, value in logged])
+    with pytest.raises(IncompleteRun, match=f"final step 2 .*MLflow run {run_id}.*not recorded.*log: boom"):
+        result_from_mlflow(client.tracking_uri, run_id, wall_s=1.0, job_log="boom")

@@ -13,6 +13,12 @@ What verl 0.9.1 logs (``verl.trainer.ppo.ray_trainer._val_metrics_update``, ``me
   fractions together, which the built-in trainer logs apart).
 - ``timing_s/testing`` at the steps that evaluate: the eval curve's ``time_eval_s``.
 
+Strict: a result is recorded only when the MLflow run holds every training step of the schedule
+and an evaluation at the last one, with every score the earlier evaluations had (verl validates at
+the last step whenever ``test_freq > 0``, which ``backends.verl`` always sets). A lost final
+validation write is a failed run (`IncompleteRun`), never an earlier step's value recorded as the
+cell's result. ``<data_source>`` may contain ``/`` (verl's own ``openai/gsm8k``).
+
 Compute columns: ``steps`` (the last training step) and ``wall_s`` (the job's duration). verl logs
 no token totals, so they are rebuilt from its per-step means: ``tokens_generated`` is, per step,
 ``response_length/mean`` times the responses trained on (``prompts_per_step x group_size``) plus
@@ -30,13 +36,18 @@ from typing import Any
 from dapo_ablate.ablation.runtime.joblog import log_tail
 from dapo_ablate.ablation.store.metric_names import EVAL_TIME_NAME, STEP_NAMES, mlflow_safe
 
-_VAL = re.compile(r"val-core/(?P<source>[^/]+)/acc/(?P<score>mean|best|maj)(?:@|_at_)(?P<k>\d+)(?:/mean)?$")
+_VAL = re.compile(r"val-core/(?P<source>.+)/acc/(?P<score>mean|best|maj)(?:@|_at_)(?P<k>\d+)(?:/mean)?$")
 _SCORE = {"mean": "avg", "best": "pass", "maj": "maj"}
 SIGNALS = {**{mlflow_safe(verl): ours for ours, verl in STEP_NAMES.items()}, "actor/pg_clipfrac": "pg_clipfrac"}
 """verl's training metric -> the trainer's signal key in the ledger."""
 RESPONSE_LENGTH = "response_length/mean"
 DROPPED_GROUPS = ("training/filter_groups/evicted_samples", "training/filter_groups/discarded_surplus_samples")
 """Groups (prompts) Dynamic Sampling dropped in a step, as verl's v1 trainer counts them."""
+
+
+class IncompleteRun(RuntimeError):
+    """verl's MLflow run lacks training steps of the schedule or the final evaluation; the message
+    is one sentence, and the run is recorded failed (retried), never with an earlier step's value."""
 
 
 def score_name(metric: str) -> str | None:
@@ -53,15 +64,33 @@ def eval_sources(history: dict[str, list[tuple[int, float]]]) -> list[str]:
 def result_from_history(
     history: dict[str, list[tuple[int, float]]], wall_s: float,
     responses_per_step: int | None = None, group_size: int | None = None, source: str | None = None,
+    total_steps: int | None = None,
 ) -> dict[str, Any]:
     """The ledger result from verl's metric histories {name: [(step, value), ...]}.
 
     `source`: the held-out set's verl ``data_source``, needed only when several were validated.
     `responses_per_step` and `group_size` (from the cell's config) give the token totals.
+    `total_steps`: the schedule's length; fewer logged steps raise `IncompleteRun`. Raises
+    `IncompleteRun` too when the last step has no evaluation or a partial one.
     """
     sources = eval_sources(history)
     if source is None and len(sources) > 1:
         raise ValueError(f"verl validated on several data sources {sources}; say which one is the held-out set")
+    curve, signals = _curve_and_signals(history, source)
+    eval_curve = [curve[s] for s in sorted(curve)]
+    steps = max([*signals, *curve], default=0)
+    if total_steps is not None and steps < total_steps:
+        raise IncompleteRun(f"verl's job ended after {steps} of {total_steps} training steps "
+                            "(or the last steps' metric writes were lost)")
+    final = final_evaluation(eval_curve, steps)
+    tokens = token_totals(history, responses_per_step, group_size)
+    return {"metrics": {**final, "steps": steps}, "eval_curve": eval_curve,
+            "signals": [signals[s] for s in sorted(signals)], "wall_s": float(wall_s), **tokens}
+
+
+def _curve_and_signals(history: dict[str, list[tuple[int, float]]], source: str | None,
+                       ) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
+    """{step: evaluation} of the held-out set and {step: training signals}, each with its ``step``."""
     curve: dict[int, dict[str, Any]] = {}
     signals: dict[int, dict[str, Any]] = {}
     for name, points in history.items():
@@ -74,12 +103,22 @@ def result_from_history(
     for step, value in history.get(EVAL_TIME_NAME, []):
         if step in curve:
             curve[step]["time_eval_s"] = value
-    eval_curve = [curve[s] for s in sorted(curve)]
-    final = {k: v for k, v in (eval_curve[-1] if eval_curve else {}).items() if k != "step"}
-    steps = max([*signals, *curve], default=0)
-    tokens = token_totals(history, responses_per_step, group_size)
-    return {"metrics": {**final, "steps": steps}, "eval_curve": eval_curve,
-            "signals": [signals[s] for s in sorted(signals)], "wall_s": float(wall_s), **tokens}
+    return curve, signals
+
+
+def final_evaluation(eval_curve: list[dict[str, Any]], steps: int) -> dict[str, Any]:
+    """The last evaluation's scores, which must be at the last training step `steps` and carry
+    every score an earlier evaluation had; else `IncompleteRun` (one sentence)."""
+    if not eval_curve or eval_curve[-1]["step"] != steps:
+        last = f"the last one is at step {eval_curve[-1]['step']}" if eval_curve else "there is none"
+        raise IncompleteRun(f"verl logged no evaluation at the final step {steps} ({last}): its final validation "
+                            "write is missing, and an earlier step's value is not the cell's result")
+    scores = {key for point in eval_curve for key in point if key not in ("step", "time_eval_s")}
+    missing = sorted(scores - set(eval_curve[-1]))
+    if missing:
+        raise IncompleteRun(f"verl's evaluation at the final step {steps} lacks {', '.join(missing)} "
+                            "(its final validation write is partial)")
+    return {k: v for k, v in eval_curve[-1].items() if k != "step"}
 
 
 def token_totals(history: dict[str, list[tuple[int, float]]], responses_per_step: int | None,
@@ -127,12 +166,14 @@ def result_from_mlflow(tracking_uri: str, run_id: str, wall_s: float | None = No
         raise RuntimeError(f"verl logged no validation (val-core/<data_source>/acc/mean@k) into MLflow run {run_id}; "
                            f"the job's log says why (look for 'MLflow initialization'){tail}")
     responses, group_size = batch_sizes(config) if config is not None else (None, None)
-    result = result_from_history(history, wall_s, responses, group_size)
-    if config is not None:
-        from dapo_ablate.core.config import build_trainer_config
+    total = _total_steps(config) if config is not None else None
+    try:
+        return result_from_history(history, wall_s, responses, group_size, total_steps=total)
+    except IncompleteRun as err:
+        raise IncompleteRun(f"{err} (MLflow run {run_id}); not recorded as a finished run{tail}") from None
 
-        total = build_trainer_config(config).schedule.total_steps
-        if result["metrics"]["steps"] < total:
-            raise RuntimeError(f"verl's job ended after {result['metrics']['steps']} of {total} training steps "
-                               f"(MLflow run {run_id}); not recorded as a finished run{tail}")
-    return result
+
+def _total_steps(config: dict[str, Any]) -> int:
+    from dapo_ablate.core.config import build_trainer_config
+
+    return build_trainer_config(config).schedule.total_steps
