@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from dapo_ablate.ablation.experiment.spec import run_root
-from dapo_ablate.ablation.runtime.backends.verl import LOSS_MODULE
-from dapo_ablate.ablation.runtime.backends.verl_cluster import check_cluster, check_placement
+from dapo_ablate.ablation.runtime.backends.verl_cluster import (
+    check_cluster, check_placement, check_shared_tracking, node_needs,
+)
 from dapo_ablate.ablation.runtime.backends.verl_job import JOB_ENV, REQUIREMENTS, verl_job, write_package_copy
 from dapo_ablate.ablation.runtime.cell import submits_jobs
 from dapo_ablate.ablation.runtime.driver import Driver, RunRequest
@@ -269,18 +270,21 @@ class FactorialScheduler:
             return  # no verl run, or a stand-in cell function (tests, debugging) that submits no verl job
         self.verl_jobs = {run.run_id: verl_job(self.spec, run) for run in verl_runs}
         job = next(iter(self.verl_jobs.values()))
+        check_shared_tracking(job.env["MLFLOW_TRACKING_URI"], job.nnodes)
         check_placement(job.nnodes, job.gpus_per_node)
 
     def _check_verl_cluster(self) -> None:
         """verl runs: this package copied where the jobs ship it from, and every node checked for
-        what a verl job needs (one sentence if not)."""
+        what a verl job needs: packages, flash-attn when the cells use it, the entrypoint's Python,
+        the model and data paths, the MLflow store (one sentence if not)."""
         if not self.verl_jobs:
             return
         job = next(iter(self.verl_jobs.values()))
         write_package_copy(self.spec)
         runtime_env = job.runtime_env("check")
         runtime_env["env_vars"].update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="1", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
-        check_cluster(runtime_env, REQUIREMENTS, job.env["MLFLOW_TRACKING_URI"], self.name, [LOSS_MODULE])
+        configs = [run.config for run in self.plan.runs if run.run_id in self.verl_jobs]
+        check_cluster(runtime_env, node_needs(configs, REQUIREMENTS, job.env["MLFLOW_TRACKING_URI"], self.name))
 
     def _plan_rows(self) -> dict[str, dict[str, Any]]:
         return {row["run_id"]: row for row in self.ledger.runs_table(self.name) if row["run_id"] in self.planned}

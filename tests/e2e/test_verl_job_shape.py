@@ -17,6 +17,9 @@ cluster check, the job's submission, the read-back.
   placement group takes all 16 (a watcher holding GPUs, as before, would never be scheduled, or
   would starve the job).
 - A job of 24 GPUs (3 nodes of 8) cannot be placed: exit 2 with one sentence, nothing submitted.
+- A job on two nodes logging into a SQLite store is refused the same way (the preflight): the
+  experiment runs on a PostgreSQL MLflow store, and its model folder and parquet files exist (the
+  cluster check looks for them on every node), as does a flash-attn stand-in (verl's defaults need it).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from dapo_ablate.ablation.store.ledger import SQLLedger
 
 from test_ray_cluster import dapo_ablate_run, free_port, short_root  # noqa: F401 - fixture
 from support import HANG_GUARD_S, pythonpath_with_tests
+from test_verl_preflight import model_folder, write_parquet
 
 
 BIN = Path(sys.executable).parent
@@ -85,18 +89,22 @@ def fake_verl(site: Path) -> None:
     (site / "verl" / "__init__.py").write_text("")
     (site / "verl" / "trainer" / "__init__.py").write_text("")
     (site / "verl" / "trainer" / "main_ppo.py").write_text(MAIN_PPO)
-    for name, version in (("verl", "0.9.1"), ("TransferQueue", "0.1.11"), ("vllm", "0.32.0")):
+    (site / "flash_attn").mkdir()
+    (site / "flash_attn" / "__init__.py").write_text("")
+    for name, version in (("verl", "0.9.1"), ("TransferQueue", "0.1.11"), ("vllm", "0.32.0"), ("flash_attn", "2.8.3")):
         info = site / f"{name}-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
 
 
-def verl_spec(folder: Path, gpus_per_run: int) -> Path:
+def verl_spec(folder: Path, gpus_per_run: int, tracking_uri: str | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "out"
+    model = model_folder(folder / "models" / "Qwen2.5-32B")
+    train = write_parquet(folder / "dapo-math-17k.parquet", ["1+1", "2+2", "3+3", "4+4"])
     trainer = {
-        "backend": "verl", "model": {"path": "/models/Qwen2.5-32B"},
-        "data": {"train": "/data/dapo-math-17k.parquet", "eval": "/data/aime-2024.parquet"},
+        "backend": "verl", "model": {"path": str(model)},
+        "data": {"train": str(train), "eval": str(write_parquet(folder / "aime-2024.parquet", ["1+2"]))},
         "rollout": {"engine": "vllm", "max_response_len": 64, "eval_k": 4},
         "algorithm": {"group_size": 4, "overlong_cache": 16},
         "batch": {"prompts_per_step": 4, "mini_batch_size": 16},
@@ -104,7 +112,7 @@ def verl_spec(folder: Path, gpus_per_run: int) -> Path:
     }
     spec = {
         "name": "shape", "trainer": trainer, "factors": ["overlong_filter"], "seeds": 1, "metric": "avg@4",
-        "output_dir": str(out), "ledger": f"sqlite:///{out}/ledger.db", "tracking": {"uri": f"sqlite:///{out}/mlflow.db"},
+        "output_dir": str(out), "ledger": f"sqlite:///{out}/ledger.db", "tracking": {"uri": tracking_uri or f"sqlite:///{out}/mlflow.db"},
         "executor": {"gpus_per_run": gpus_per_run, "gpus_per_node": 8, "cpus_per_run": 0, "max_concurrent": 1,
                      "retries": 0, "run_timeout_s": 1800},  # a bound for a broken build only
     }
@@ -176,21 +184,28 @@ class GpuCluster:
 
 
 @pytest.mark.slow
-def test_the_paper_job_shape_is_placed_on_two_nodes_with_the_entrypoint_the_dry_run_printed(short_root: Path, tmp_path: Path):
+def test_the_paper_job_shape_is_placed_on_two_nodes_with_the_entrypoint_the_dry_run_printed(
+        short_root: Path, tmp_path: Path, postgres_mlflow_url: str):
     site = tmp_path / "site"
     fake_verl(site)
     cluster = GpuCluster(short_root, nodes=2, gpus=8,
                          python_path=pythonpath_with_tests(str(site)))
     try:
         env = cluster.env
-        too_big = verl_spec(tmp_path / "big", gpus_per_run=24)
+        on_sqlite = verl_spec(tmp_path / "sqlite", gpus_per_run=16)
+        refused = dapo_ablate_run(on_sqlite, "--address", cluster.address, env=env)
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert "is a SQLite file, which the 2 nodes of one verl job cannot write safely" in refused.stderr
+        assert not (tmp_path / "sqlite" / "out" / "ledger.db").exists()
+
+        too_big = verl_spec(tmp_path / "big", gpus_per_run=24, tracking_uri=postgres_mlflow_url)
         refused = dapo_ablate_run(too_big, "--address", cluster.address, env=env)
         assert refused.returncode == 2, refused.stderr[-3000:]
         assert "needs 3 node(s) with 8 GPUs each, and the Ray cluster has 2 such node(s)" in refused.stderr
         assert "Traceback" not in refused.stderr
         assert not (tmp_path / "big" / "out" / "ledger.db").exists()  # no run recorded, no job submitted
 
-        spec = verl_spec(tmp_path / "paper", gpus_per_run=16)
+        spec = verl_spec(tmp_path / "paper", gpus_per_run=16, tracking_uri=postgres_mlflow_url)
         dry = subprocess.run([str(BIN / "dapo-ablate"), "run", str(spec), "--dry-run"], cwd=spec.parent, env=env,
                              capture_output=True, text=True, timeout=600)
         assert dry.returncode == 0, dry.stderr[-3000:]

@@ -46,6 +46,12 @@ Open points, decided here:
   validation uses ``rollout.seed``).
 - Seeds: ``data.seed`` and ``rollout.seed`` = ``schedule.seed``.
 
+FlashAttention: verl 0.9.1 loads the model with ``override_config.attn_implementation`` (default
+``flash_attention_2``), removes padding by default (``model.use_remove_padding=true``, through
+flash-attn's ``bert_padding``), and Ulysses sequence parallelism patches transformers' flash path.
+`needs_flash_attn` reads that from the cell's resolved overrides; the cluster check then asks every
+node for flash-attn (``verl_cluster``) before any GPU is allocated.
+
 Refused, in one sentence each (`VerlTranslationError`): the built-in model or data, the ``hf``
 rollout engine, non +1/-1 rewards, a noisy verifier, truncated samples left out of group stats,
 ``advantage_eps`` other than verl's 1e-6, a chat template turned off, a GPU count that is not a
@@ -60,7 +66,10 @@ from typing import Any
 
 from dapo_ablate.core.config import BUILTIN, TrainerConfig
 
-ENTRYPOINT = "python3 -m verl.trainer.main_ppo"
+ENTRYPOINT_PYTHON = "python3"
+"""The interpreter a job's entrypoint runs: the first ``python3`` on the node's PATH (the cluster
+check asks every node whether it is the Python Ray runs verl's workers in)."""
+ENTRYPOINT = f"{ENTRYPOINT_PYTHON} -m verl.trainer.main_ppo"
 LOSS_MODULE = "dapo_ablate.ablation.runtime.backends.verl_loss"
 OVERLONG_FILTER_LOSS = "dapo_overlong_filter"
 NO_DUAL_CLIP = 1e9
@@ -313,6 +322,29 @@ def job_env(config: TrainerConfig, tracking_uri: str) -> dict[str, str]:
     it is submitted): our loss module imported by verl with the response ceiling, MLflow's store."""
     return {"VERL_USE_EXTERNAL_MODULES": LOSS_MODULE, MAX_RESPONSE_LEN_ENV: str(config.rollout.max_response_len),
             "MLFLOW_TRACKING_URI": tracking_uri}
+
+
+ATTN_KEY = "actor_rollout_ref.model.override_config.attn_implementation"
+REMOVE_PADDING_KEY = "actor_rollout_ref.model.use_remove_padding"
+VERL_DEFAULTS = {ATTN_KEY: "flash_attention_2", REMOVE_PADDING_KEY: "true"}
+"""verl 0.9.1's values of the keys that decide whether flash-attn is needed (workers/config/model.py,
+trainer/config/model/hf_model.yaml)."""
+
+
+def resolved(overrides: list[str], key: str) -> str:
+    """The value `key` takes in verl's config given `overrides` (the last one setting it wins, as
+    in Hydra), else verl's default (`VERL_DEFAULTS`)."""
+    values = [o.split("=", 1)[1] for o in overrides if "=" in o and override_key(o) == key]
+    return values[-1] if values else VERL_DEFAULTS[key]
+
+
+def needs_flash_attn(config: TrainerConfig) -> bool:
+    """Whether a cell's verl job imports flash-attn: FlashAttention 2 as the attention, padding
+    removal, or Ulysses sequence parallelism (> 1)."""
+    overrides = list(config.verl.overrides)
+    return (resolved(overrides, ATTN_KEY) == "flash_attention_2"
+            or resolved(overrides, REMOVE_PADDING_KEY).lower() == "true"
+            or config.verl.sequence_parallel_size > 1)
 
 
 def verl_command(overrides: list[str]) -> str:

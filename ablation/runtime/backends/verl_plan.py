@@ -10,8 +10,10 @@ The estimate is a FLOP count, not a measurement (no GPU here): per rollout step,
   all-correct or all-wrong groups assumed, not known before a run;
 - training: 8 N FLOPs per trained token (6 N forward-backward + 2 N for the old log-probs) at
   `TRAINING_MFU`, for prompts_per_step x group_size responses of `PROMPT_TOKENS` + their length;
-- evaluation: 2 N per token at `GENERATION_MFU`, eval_k samples of `EVAL_PROBLEMS` problems at the
-  start, every eval_every steps and after the last (`ScheduleConfig.evaluations`);
+- evaluation: 2 N per token at `GENERATION_MFU`, eval_k samples of every row of the evaluation
+  parquet (verl validates each row n times: ``verl_data``) at the start, every eval_every steps and
+  after the last (`ScheduleConfig.evaluations`); the rows are read from the file where this machine
+  sees it, else `EVAL_PROBLEMS` (AIME 2024's 30) are assumed and the plan says so;
 
 with N parsed from the model path (``...-32B`` -> 32e9) and every response assumed to run to
 `MEAN_RESPONSE_SHARE` of max_response_len. Real runs vary by 2x either way; measure one cell.
@@ -22,11 +24,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from dapo_ablate.ablation.runtime.backends.verl_cluster import shared_tracking_problem
+from dapo_ablate.ablation.runtime.backends.verl_data import EvalSet, eval_set
 from dapo_ablate.ablation.runtime.backends.verl_job import VerlJob, verl_job
 from dapo_ablate.core.config import TrainerConfig
 
 if TYPE_CHECKING:
-    from dapo_ablate.ablation.experiment.design import Plan
+    from dapo_ablate.ablation.experiment.design import Plan, PlannedRun
     from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
 PEAK_FLOPS = 989e12  # H100 SXM dense bf16
@@ -36,7 +40,8 @@ MEAN_RESPONSE_SHARE = 0.5
 EVICTED_SHARE = 0.5
 """Dynamic Sampling: share of groups assumed all correct or all wrong (evicted) in the estimate."""
 PROMPT_TOKENS = 256
-EVAL_PROBLEMS = 30  # AIME 2024
+EVAL_PROBLEMS = 30
+"""Rows of the evaluation set assumed where its file is not on this machine (AIME 2024, once each)."""
 
 
 def model_params(path: str) -> float | None:
@@ -45,8 +50,9 @@ def model_params(path: str) -> float | None:
     return float(match.group(1)) * 1e9 if match else None
 
 
-def gpu_hours(config: TrainerConfig) -> float | None:
-    """Estimated GPU-hours of one run (see the module docstring); None without a model size."""
+def gpu_hours(config: TrainerConfig, eval_rows: int | None = None) -> float | None:
+    """Estimated GPU-hours of one run (see the module docstring); None without a model size.
+    `eval_rows`: rows of the evaluation parquet (None: `EVAL_PROBLEMS`)."""
     n = model_params(config.model.path)
     if n is None:
         return None
@@ -56,7 +62,7 @@ def gpu_hours(config: TrainerConfig) -> float | None:
     generated = gen_prompts * algo.group_size * length
     trained = batch.prompts_per_step * algo.group_size * (PROMPT_TOKENS + length) * batch.epochs
     evaluations = s.evaluations
-    evaluated = evaluations * EVAL_PROBLEMS * config.rollout.eval_k * length
+    evaluated = evaluations * (eval_rows or EVAL_PROBLEMS) * config.rollout.eval_k * length
     seconds = (2 * n * (generated * s.total_steps + evaluated) / (PEAK_FLOPS * GENERATION_MFU)
                + 8 * n * trained * s.total_steps / (PEAK_FLOPS * TRAINING_MFU))
     return seconds / 3600
@@ -71,31 +77,58 @@ def verl_jobs(spec: ExperimentSpec, plan: Plan) -> list[VerlJob]:
     return [verl_job(spec, run) for run in plan.runs if run.config.backend == "verl"]
 
 
+def eval_sets(plan: Plan) -> dict[str, EvalSet | None]:
+    """The evaluation parquet of each verl run's config, read where this machine sees it."""
+    paths = {run.config.data.eval for run in plan.runs if run.config.backend == "verl"}
+    return {path: eval_set(path) for path in sorted(paths)}
+
+
+def format_estimate(runs: list[PlannedRun], sets: dict[str, EvalSet | None], gpus: int) -> str:
+    hours = [gpu_hours(run.config, (sets.get(run.config.data.eval) or _NO_ROWS).rows or None) for run in runs]
+    if any(h is None for h in hours):
+        return "GPU-hours: unknown (no model size such as -32B in model.path)"
+    total = sum(hours)  # type: ignore[arg-type]
+    return (
+        f"GPU-hours (FLOP estimate, H100 bf16, responses at {MEAN_RESPONSE_SHARE:.0%} of the ceiling, Dynamic "
+        f"Sampling evicting {EVICTED_SHARE:.0%} of groups): {total:,.0f} in all, {total / len(hours):,.0f} per run; "
+        f"{total / gpus:,.0f} h of wall time on {gpus} GPUs per run, one run at a time"
+    )
+
+
+_NO_ROWS = EvalSet(0, None)
+
+
+def format_evaluations(runs: list[PlannedRun], sets: dict[str, EvalSet | None]) -> list[str]:
+    """One line per evaluation file: its samples per evaluation (rows x val n) and evaluations per run."""
+    lines = []
+    for path, found in sets.items():
+        config = next(run.config for run in runs if run.config.data.eval == path)
+        n, evaluations = config.rollout.eval_k, config.schedule.evaluations
+        size = found.describe(n) if found else (f"not on this machine: rows unknown, the estimate assumes "
+                                                f"{EVAL_PROBLEMS} x val n {n} = {EVAL_PROBLEMS * n:,} samples per evaluation")
+        lines.append(f"  evaluation {path}: {size}; {evaluations} evaluations per run")
+    return lines
+
+
 def format_verl_jobs(spec: ExperimentSpec, plan: Plan) -> str:
-    """The GPU-hour estimate, what every job shares, and one entrypoint per run, exactly as the
-    job receives it."""
+    """The GPU-hour estimate, the evaluation's size, what every job shares, and one entrypoint
+    per run, exactly as the job receives it."""
     jobs = verl_jobs(spec, plan)  # raises VerlTranslationError (one sentence)
     verl_runs = [run for run in plan.runs if run.config.backend == "verl"]
-    hours = [gpu_hours(run.config) for run in verl_runs]
-    gpus = jobs[0].gpus
-    if any(h is None for h in hours):
-        estimate = "GPU-hours: unknown (no model size such as -32B in model.path)"
-    else:
-        total = sum(hours)  # type: ignore[arg-type]
-        estimate = (
-            f"GPU-hours (FLOP estimate, H100 bf16, responses at {MEAN_RESPONSE_SHARE:.0%} of the ceiling, Dynamic "
-            f"Sampling evicting {EVICTED_SHARE:.0%} of groups): {total:,.0f} in all, {total / len(hours):,.0f} per run; "
-            f"{total / gpus:,.0f} h of wall time on {gpus} GPUs per run, one run at a time"
-        )
+    sets = eval_sets(plan)
     first = jobs[0]
     shared = all(job.env == first.env for job in jobs)
     env = " ".join(f"{key}={value}" for key, value in first.env.items()) if shared else "(per job, below)"
     lines = [
-        f"verl jobs ({len(jobs)}, one Ray job each; {estimate}):",
+        f"verl jobs ({len(jobs)}, one Ray job each; {format_estimate(verl_runs, sets, first.gpus)}):",
         f"  each job: {first.nnodes} node(s) x {first.gpus_per_node} GPU(s) (verl's placement groups), entrypoint "
         f"{first.num_cpus:g} CPU(s) and no GPU; runtime env: py_modules [{', '.join(first.py_modules)}], "
         f"env {env} MLFLOW_RUN_ID=<the run's MLflow child run>",
+        *format_evaluations(verl_runs, sets),
     ]
+    refused = shared_tracking_problem(first.env["MLFLOW_TRACKING_URI"], first.nnodes)
+    if refused:
+        lines.append(f"  run will refuse this spec: {refused}")
     for job in jobs:
         lines.append(f"  [{job.run_name}] {job.entrypoint}")
         if not shared:
