@@ -283,8 +283,9 @@ class VerlConfig(_Frozen):
     """vLLM's max_num_batched_tokens; None: max_prompt_length + rollout.max_response_len (the
     recipe's; verl's own 8192 is below one 20k-token response), at least verl's 8192."""
     max_checkpoints: int | None = Field(None, ge=1, le=MAX_COUNT)
-    """trainer.max_actor_ckpt_to_keep: the newest N checkpoints of a run are kept (None: all, verl's
-    and the recipe's default). Checkpoints go to the run's folder (schedule.checkpoint_every)."""
+    """trainer.max_actor_ckpt_to_keep (and max_critic_ckpt_to_keep): the newest N checkpoints of a
+    run are kept while it trains (None: all, verl's and the recipe's default). Checkpoints go to the
+    run's folder (schedule.checkpoint_every); executor.checkpoints_when_done prunes a done run's."""
     overrides: tuple[str, ...] = ()
     """Extra Hydra overrides appended to every cell's verl command (a cluster's own settings, e.g.
     ``trainer.device=npu``). Keys the five techniques decide are refused: set the technique instead."""

@@ -110,6 +110,11 @@ class ExecutorSpec(_Section):
     fresh budget on purpose."""
     lease_s: float = Field(120.0, gt=0)
     """A running run whose driver stopped heartbeating this long ago may be taken over."""
+    checkpoints_when_done: Literal["all", "final", "none"] = "all"
+    """backend verl: the checkpoints a run keeps in its folder once it is done (while it trains,
+    trainer.verl.max_checkpoints bounds them): ``all`` (verl's), ``final`` (the last step's only:
+    the trained policy), ``none`` (a done run is never resumed). Applied by the driver when it
+    records the run's result, to the run folder's own ``checkpoints/global_step_<n>`` folders only."""
     run_timeout_s: float | None = Field(259200.0, gt=0)
     """Wall-clock limit of one run (default 72 h, above a 32B DAPO run on a node), counted from its
     start on a Ray worker (a run that is a Ray job: from the job's submission); past it the run's

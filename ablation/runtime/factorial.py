@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from dapo_ablate.ablation.experiment.spec import run_root
+from dapo_ablate.ablation.runtime.backends.verl_checkpoints import own_checkpoint_dir, prune_checkpoints
 from dapo_ablate.ablation.runtime.backends.verl_cluster import (
     check_cluster, check_placement, check_shared_tracking, node_needs,
 )
@@ -411,6 +412,19 @@ class FactorialScheduler:
                                 "seed": planned.seed, **{key: result.get(key) for key in RESULT_KEYS}, "mlflow_run_id": None}
         self.summary.finished += 1
         self.display.done(planned.name, result, self.spec.metric)
+        self._prune_checkpoints(run_id)
+
+    def _prune_checkpoints(self, run_id: str) -> None:
+        """A done verl run's checkpoints as ``executor.checkpoints_when_done`` says (its result is
+        recorded: a failure to remove them is a note, not a failed run)."""
+        planned, policy = self.planned[run_id], self.spec.executor.checkpoints_when_done
+        folder = own_checkpoint_dir(planned.config, self.run_root / run_id) if planned.config.backend == "verl" else None
+        if folder is None or policy == "all":
+            return
+        try:
+            prune_checkpoints(folder, policy)
+        except OSError as err:
+            self.display.note(f"{planned.name}: its checkpoints in {folder} could not be pruned ({describe_error(err)})")
 
     # -- a finished result is never trained twice ----------------------------------------------
 

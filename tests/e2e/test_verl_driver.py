@@ -73,3 +73,51 @@ def test_status_shows_the_ray_job_of_cells_run_as_jobs(local_ray, tmp_path):
         ledger.set_job_id(run_id, f"dapo-ablate-exp-{run_id}-a1")
     shown = runner.invoke(app, ["status", str(path)], env={"COLUMNS": "250"})
     assert shown.exit_code == 0 and f"dapo-ablate-exp-{run_id}-a1" in shown.output.replace("\n", "").replace(" ", "").replace("│", "")
+
+
+def checkpointing_standin_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:
+    """A verl job's checkpoints, as verl 0.9.1 lays them out in the folder our overrides name
+    (two saves left by an earlier attempt, two by this one), and a file of the run's own beside them;
+    then the stand-in's result. Fails once for the clip_higher cells (their checkpoints must stay
+    for the retry to resume from)."""
+    folder = Path(run_dir) / "checkpoints"
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    found = sorted(p.name for p in folder.glob("global_step_*")) if folder.exists() else []
+    (Path(run_dir) / "found").write_text(",".join(found))  # what this attempt found (a retry: the failed one's)
+    for step in (2, 4, 6, 8):
+        (folder / f"global_step_{step}" / "actor").mkdir(parents=True, exist_ok=True)
+        (folder / f"global_step_{step}" / "actor" / "model_world_size_1_rank_0.pt").write_bytes(b"w" * 64)
+    (folder / "latest_checkpointed_iteration.txt").write_text("8")
+    attempts = Path(run_dir) / "attempts"
+    attempts.write_text(attempts.read_text() + "x" if attempts.exists() else "x")
+    if config["techniques"]["clip_higher"] and attempts.read_text() == "x":
+        raise RuntimeError("the job failed after its step-8 checkpoint")
+    return verl_standin_cell(config, run_dir, eval_cache_dir)
+
+
+def test_a_done_verl_run_keeps_only_its_final_checkpoint(local_ray, tmp_path):
+    executor = {"checkpoints_when_done": "final", "retries": 1}
+    spec, summary = run(write_spec(tmp_path, trainer=VERL_TRAINER, executor=executor), checkpointing_standin_cell)
+    assert summary.exit_code == 0
+    for run_id, row in rows(spec).items():
+        assert row["status"] == "done"
+        folder = Path(spec.output_dir) / spec.name / run_id / "checkpoints"
+        assert sorted(p.name for p in folder.iterdir()) == ["global_step_8", "latest_checkpointed_iteration.txt"]
+        assert (folder / "global_step_8" / "actor" / "model_world_size_1_rank_0.pt").stat().st_size == 64
+        assert (folder.parent / "mlflow_id").exists()  # the run folder's other files are not touched
+        found = (folder.parent / "found").read_text()
+        assert found in ("", "global_step_2,global_step_4,global_step_6,global_step_8")
+        if (folder.parent / "attempts").read_text() == "xx":  # a failed attempt's checkpoints stay for the retry
+            assert found == "global_step_2,global_step_4,global_step_6,global_step_8"
+    assert sum((Path(spec.output_dir) / spec.name / r / "attempts").read_text() == "xx" for r in rows(spec)) == 2
+
+
+def test_none_removes_a_done_runs_checkpoints_and_all_leaves_them(local_ray, tmp_path):
+    spec, summary = run(write_spec(tmp_path / "none", trainer=VERL_TRAINER, executor={"checkpoints_when_done": "none"}),
+                        checkpointing_standin_cell)
+    assert summary.exit_code == 0
+    done = [run_id for run_id, row in rows(spec).items() if row["status"] == "done"]
+    assert done and all(not (Path(spec.output_dir) / spec.name / run_id / "checkpoints").exists() for run_id in done)
+    spec, _ = run(write_spec(tmp_path / "all", trainer=VERL_TRAINER), checkpointing_standin_cell)  # the default: all
+    run_id = next(run_id for run_id, row in rows(spec).items() if row["status"] == "done")
+    assert len(list((Path(spec.output_dir) / spec.name / run_id / "checkpoints").glob("global_step_*"))) == 4

@@ -40,7 +40,9 @@ Open points, decided here:
   ``executor.gpus_per_node`` (`job_shape`); the recipe's performance settings from
   ``trainer.verl`` (sequence parallelism, offload, token budgets, truncation, checkpoints kept);
   checkpoints in the run's own folder (``trainer.default_local_dir``, on shared storage), so a retried
-  job resumes from the last one (verl's ``resume_mode=auto``).
+  job resumes from the last one (verl's ``resume_mode=auto``), at most ``trainer.verl.max_checkpoints``
+  of the actor (and critic) kept while it trains; a done run's are pruned by the driver
+  (``verl_checkpoints``, ``executor.checkpoints_when_done``).
 - Evaluation: ``val_kwargs`` n=eval_k, do_sample, eval temperature / top_p; verl logs avg@k as
   ``val-core/<data_source>/acc/mean@<k>``. ``schedule.eval_seed`` has no verl counterpart (verl's
   validation uses ``rollout.seed``).
@@ -75,6 +77,9 @@ OVERLONG_FILTER_LOSS = "dapo_overlong_filter"
 NO_DUAL_CLIP = 1e9
 MAX_RESPONSE_LEN_ENV = "DAPO_ABLATE_MAX_RESPONSE_LEN"
 """The job's environment gives the Overlong Filtering loss the response ceiling (verl_loss)."""
+CHECKPOINT_DIR_KEY = "trainer.default_local_dir"
+CHECKPOINT_DIR = "checkpoints"
+"""A run's checkpoints go to ``<run folder>/checkpoints`` (``verl_checkpoints`` prunes them there)."""
 VERL_VERSION = "0.9.1"
 VLLM_BATCHED_TOKENS = 8192
 """verl's default rollout.max_num_batched_tokens: the least we set (vLLM also wants it at least
@@ -249,6 +254,7 @@ def _evaluation_and_schedule(config: TrainerConfig) -> list[str]:
         "trainer.val_before_train=true",
         f"trainer.save_freq={s.checkpoint_every or -1}",
         f"trainer.max_actor_ckpt_to_keep={v.max_checkpoints if v.max_checkpoints is not None else 'null'}",
+        f"trainer.max_critic_ckpt_to_keep={v.max_checkpoints if v.max_checkpoints is not None else 'null'}",
         "trainer.resume_mode=auto",
     ]
 
@@ -301,7 +307,7 @@ def cluster_overrides(nnodes: int, gpus_per_node: int, project: str, run_name: s
     return [
         f"trainer.nnodes={nnodes}",
         f"trainer.n_gpus_per_node={gpus_per_node}",
-        f"trainer.default_local_dir={run_dir}/checkpoints",
+        f"{CHECKPOINT_DIR_KEY}={run_dir}/{CHECKPOINT_DIR}",
         "trainer.logger=[console,mlflow]",
         f"trainer.project_name={project}",
         f"trainer.experiment_name={run_name}",

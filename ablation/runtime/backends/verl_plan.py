@@ -17,6 +17,11 @@ The estimate is a FLOP count, not a measurement (no GPU here): per rollout step,
 
 with N parsed from the model path (``...-32B`` -> 32e9) and every response assumed to run to
 `MEAN_RESPONSE_SHARE` of max_response_len. Real runs vary by 2x either way; measure one cell.
+
+Checkpoint disk: each save holds the actor's fp32 weights and AdamW's two fp32 moments,
+`CHECKPOINT_BYTES_PER_PARAM` x N bytes (about 384 GB for 32B); a run keeps at most
+``trainer.verl.max_checkpoints`` while it trains (2 for a moment when that is 1: verl removes the old
+one after the new one is saved) and what ``executor.checkpoints_when_done`` says once it is done.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ MEAN_RESPONSE_SHARE = 0.5
 EVICTED_SHARE = 0.5
 """Dynamic Sampling: share of groups assumed all correct or all wrong (evicted) in the estimate."""
 PROMPT_TOKENS = 256
+CHECKPOINT_BYTES_PER_PARAM = 12
+"""fp32 weights (4) + AdamW's first and second moments (4 + 4)."""
 EVAL_PROBLEMS = 30
 """Rows of the evaluation set assumed where its file is not on this machine (AIME 2024, once each)."""
 
@@ -110,6 +117,34 @@ def format_evaluations(runs: list[PlannedRun], sets: dict[str, EvalSet | None]) 
     return lines
 
 
+def checkpoint_saves(config: TrainerConfig) -> int:
+    """Checkpoints a run saves: every checkpoint_every steps and at the last step (verl's rule)."""
+    every, total = config.schedule.checkpoint_every, config.schedule.total_steps
+    return total // every + (1 if total % every else 0) if every else 0
+
+
+def _size(n_bytes: float) -> str:
+    return f"{n_bytes / 1e12:,.1f} TB" if n_bytes >= 1e12 else f"{n_bytes / 1e9:,.0f} GB"
+
+
+def format_checkpoints(spec: ExperimentSpec, runs: list[PlannedRun]) -> str:
+    """The checkpoint disk of the verl runs: per save, per run while it trains, per run when done."""
+    config, policy = runs[0].config, spec.executor.checkpoints_when_done
+    saves, n = checkpoint_saves(config), model_params(config.model.path)
+    if not saves:
+        return "  checkpoints: none (schedule.checkpoint_every unset): a failed run starts again from step 0"
+    if n is None:
+        return f"  checkpoints: {saves} saves per run; their size unknown (no model size such as -32B in model.path)"
+    per_save, kept = CHECKPOINT_BYTES_PER_PARAM * n, config.verl.max_checkpoints
+    training = min(saves, max(kept, 2) if kept == 1 else kept) if kept else saves
+    done = {"all": min(training, kept or saves), "final": 1, "none": 0}[policy]  # all: what verl left
+    limit = f"trainer.verl.max_checkpoints {kept}" if kept else "trainer.verl.max_checkpoints unset: all kept"
+    return (f"  checkpoints: {saves} saves per run of {_size(per_save)} each (fp32 weights + AdamW state, "
+            f"{CHECKPOINT_BYTES_PER_PARAM} bytes x {n / 1e9:g}B parameters); while a run trains up to {training} kept "
+            f"({_size(training * per_save)}, {limit}); once done {policy} (executor.checkpoints_when_done): "
+            f"{_size(done * per_save)} per run, {_size(done * per_save * len(runs))} for the {len(runs)} runs")
+
+
 def format_verl_jobs(spec: ExperimentSpec, plan: Plan) -> str:
     """The GPU-hour estimate, the evaluation's size, what every job shares, and one entrypoint
     per run, exactly as the job receives it."""
@@ -125,6 +160,7 @@ def format_verl_jobs(spec: ExperimentSpec, plan: Plan) -> str:
         f"{first.num_cpus:g} CPU(s) and no GPU; runtime env: py_modules [{', '.join(first.py_modules)}], "
         f"env {env} MLFLOW_RUN_ID=<the run's MLflow child run>",
         *format_evaluations(verl_runs, sets),
+        format_checkpoints(spec, verl_runs),
     ]
     refused = shared_tracking_problem(first.env["MLFLOW_TRACKING_URI"], first.nnodes)
     if refused:

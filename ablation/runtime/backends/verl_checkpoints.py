@@ -1,0 +1,65 @@
+"""A verl run's checkpoints: where its job writes them, and what is kept once the run is done.
+
+verl 0.9.1 saves ``<trainer.default_local_dir>/global_step_<n>/`` (the actor's sharded fp32 weights
+and AdamW state, the dataloader's state) every ``save_freq`` steps and at the last step, and writes
+``latest_checkpointed_iteration.txt`` beside them for ``resume_mode=auto``. While a job trains,
+``trainer.max_actor_ckpt_to_keep`` bounds them, but only among the saves of that job's own process:
+a resumed attempt does not remove the folders an earlier attempt left. When a run is done the driver
+applies ``executor.checkpoints_when_done`` (`prune_checkpoints`): ``final`` keeps the highest step,
+``none`` removes them all, ``all`` leaves them.
+
+Only what this product's job wrote for that run is touched: the run folder's ``checkpoints/``
+(``backends.verl.cluster_overrides`` points verl there), never a folder a user's override of
+``trainer.default_local_dir`` names (`own_checkpoint_dir` is then None), and in it only real
+``global_step_<n>`` folders (not symbolic links) and verl's tracker file.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from dapo_ablate.ablation.runtime.backends.verl import CHECKPOINT_DIR, CHECKPOINT_DIR_KEY, override_key
+from dapo_ablate.core.config import TrainerConfig
+
+STEP_FOLDER = re.compile(r"global_step_(\d+)")
+TRACKER = "latest_checkpointed_iteration.txt"
+"""verl's record of the newest checkpoint (read by ``resume_mode=auto``)."""
+
+
+def own_checkpoint_dir(config: TrainerConfig, run_dir: str | Path) -> Path | None:
+    """The run folder's ``checkpoints/``, where the run's verl job saves; None when the user's
+    ``trainer.verl.overrides`` send verl's checkpoints elsewhere (not ours to remove)."""
+    if any(override_key(o) == CHECKPOINT_DIR_KEY for o in config.verl.overrides):
+        return None
+    return Path(run_dir) / CHECKPOINT_DIR
+
+
+def step_folders(folder: Path) -> dict[int, Path]:
+    """{step: its ``global_step_<step>`` folder} in `folder` (real folders only)."""
+    if not folder.is_dir():
+        return {}
+    found = {}
+    for entry in folder.iterdir():
+        match = STEP_FOLDER.fullmatch(entry.name)
+        if match and entry.is_dir() and not entry.is_symlink():
+            found[int(match.group(1))] = entry
+    return found
+
+
+def prune_checkpoints(folder: Path, policy: str) -> list[Path]:
+    """Apply `policy` (``all``, ``final``, ``none``) to the checkpoints in `folder`; the folders
+    removed, oldest first."""
+    if policy == "all":
+        return []
+    steps = step_folders(folder)
+    keep = {max(steps)} if policy == "final" and steps else set()
+    removed = [steps[step] for step in sorted(steps) if step not in keep]
+    for path in removed:
+        shutil.rmtree(path)
+    if policy == "none":
+        (folder / TRACKER).unlink(missing_ok=True)
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+    return removed
