@@ -15,7 +15,8 @@ running. Its submission id is a pure function of the run (``dapo-ablate-<experim
 so a rerun that claims the run again finds the job and re-attaches to it (running: waits; finished:
 reads its result; failed while nobody watched: reports that failure) instead of starting it again.
 A failure is raised once with the tail of the job's log; the retry that follows submits attempt
-n + 1. A job the driver stopped (`stop_job`: the run timed out or was pruned) had
+n + 1 (a verl job resumes from the run's last checkpoint; the run's ``wall_s`` adds up the jobs of all its
+attempts: `attempts_wall_s`). A job the driver stopped (`stop_job`: the run timed out or was pruned) had
 its end recorded by the driver, so the next attempt is submitted at once. The submission id is
 sent to the driver (``on_event("job", ...)``, which writes it to the ledger) and written to
 ``job.json`` in the run's folder.
@@ -116,7 +117,7 @@ def job_cell(
     if config.get("backend") == "verl":
         job = _verl_job()
         return result_from_mlflow(job.env["MLFLOW_TRACKING_URI"], _mlflow_run_id(),
-                                  wall_s=_job_wall_s(client.get_job_info(sid)), config=config, job_log=logs)
+                                  wall_s=attempts_wall_s(client, prefix, attempt), config=config, job_log=logs)
     return result_from_logs(logs, sid)
 
 
@@ -201,6 +202,15 @@ def _job_wall_s(info: Any) -> float | None:
     """Seconds from the job's start to its end (Ray's JobInfo times are in milliseconds)."""
     start, end = getattr(info, "start_time", None), getattr(info, "end_time", None)
     return (end - start) / 1000.0 if start and end else None
+
+
+def attempts_wall_s(client: Any, prefix: str, attempts: int) -> float | None:
+    """Seconds of the jobs of attempts 1..`attempts` of one run, added up: a verl run resumed from
+    its checkpoint by attempt n trained in all of them (its last job alone may be a quarter of its
+    time). An attempt whose job Ray no longer knows, or that has no end, adds nothing."""
+    known = [wall for n in range(1, attempts + 1)
+             if (info := _job_info(client, f"{prefix}-a{n}")) is not None and (wall := _job_wall_s(info)) is not None]
+    return sum(known) if known else None
 
 
 def result_from_logs(logs: str, sid: str) -> dict[str, Any]:

@@ -69,3 +69,25 @@ def test_a_verl_cell_goes_to_the_job_path_not_the_builtin_trainer(tmp_path: Path
     monkeypatch.setenv("DAPO_ABLATE_JOBS_ADDRESS", "http://127.0.0.1:1")  # no Job API there
     with pytest.raises(ConnectionError, match="127.0.0.1:1"):
         run_cell(config.to_dict(), str(tmp_path / "exp" / "run"), None)
+
+
+def test_a_resumed_runs_wall_time_adds_up_the_jobs_of_all_its_attempts():
+    from types import SimpleNamespace
+
+    from dapo_ablate.ablation.runtime.jobs import attempts_wall_s
+
+    class JobApi:
+        """Ray's Job API as `attempts_wall_s` reads it: JobInfo times in ms; an unknown id is a 404."""
+
+        jobs = {"p-a1": SimpleNamespace(start_time=1_000, end_time=3_601_000),  # stopped at the deadline: 1 h
+                "p-a2": SimpleNamespace(start_time=4_000_000, end_time=None),  # never started its entrypoint
+                "p-a3": SimpleNamespace(start_time=5_000_000, end_time=5_000_000 + 1_800_000)}  # resumed: 0.5 h
+
+        def get_job_info(self, sid):
+            if sid not in self.jobs:
+                raise RuntimeError(f"Job {sid} does not exist")
+            return self.jobs[sid]
+
+    assert attempts_wall_s(JobApi(), "p", 3) == 3600.0 + 1800.0  # not the last attempt's 1800 s alone
+    assert attempts_wall_s(JobApi(), "p", 4) == 5400.0  # a4 unknown to Ray: nothing added
+    assert attempts_wall_s(JobApi(), "q", 2) is None  # no job known: the read-back uses the run's own span

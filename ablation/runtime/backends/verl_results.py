@@ -19,7 +19,8 @@ the last step whenever ``test_freq > 0``, which ``backends.verl`` always sets). 
 validation write is a failed run (`IncompleteRun`), never an earlier step's value recorded as the
 cell's result. ``<data_source>`` may contain ``/`` (verl's own ``openai/gsm8k``).
 
-Compute columns: ``steps`` (the last training step) and ``wall_s`` (the job's duration). verl logs
+Compute columns: ``steps`` (the last training step) and ``wall_s`` (the durations of the run's jobs,
+every attempt's added up: ``jobs.attempts_wall_s``). verl logs
 no token totals, so they are rebuilt from its per-step means: ``tokens_generated`` is, per step,
 ``response_length/mean`` times the responses trained on (``prompts_per_step x group_size``) plus
 the responses of the groups Dynamic Sampling dropped (``training/filter_groups/evicted_samples``
