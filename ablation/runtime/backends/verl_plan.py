@@ -91,7 +91,8 @@ def eval_sets(plan: Plan) -> dict[str, EvalSet | None]:
 
 
 def format_estimate(runs: list[PlannedRun], sets: dict[str, EvalSet | None], gpus: int) -> str:
-    hours = [gpu_hours(run.config, (sets.get(run.config.data.eval) or _NO_ROWS).rows or None) for run in runs]
+    rows = {path: found.rows if found else None for path, found in sets.items()}
+    hours = [gpu_hours(run.config, rows[run.config.data.eval]) for run in runs]
     if any(h is None for h in hours):
         return "GPU-hours: unknown (no model size such as -32B in model.path)"
     total = sum(hours)  # type: ignore[arg-type]
@@ -100,9 +101,6 @@ def format_estimate(runs: list[PlannedRun], sets: dict[str, EvalSet | None], gpu
         f"Sampling evicting {EVICTED_SHARE:.0%} of groups): {total:,.0f} in all, {total / len(hours):,.0f} per run; "
         f"{total / gpus:,.0f} h of wall time on {gpus} GPUs per run, one run at a time"
     )
-
-
-_NO_ROWS = EvalSet(0, None)
 
 
 def format_evaluations(runs: list[PlannedRun], sets: dict[str, EvalSet | None]) -> list[str]:
