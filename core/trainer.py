@@ -22,7 +22,8 @@ How this departs from verl's DAPO recipe by default (each is a documented knob o
 The CPU quickstart also shrinks the scale (model, batch, ceiling, steps) and raises the learning rate.
 
 No global state: everything a run needs is built from the config, and every random draw comes
-from a generator seeded by the config, so the same config gives the same result, and a run
+from a generator seeded by the config, so the same config gives the same result (the same bits on
+any x86-64 CPU with AVX2: `numerics.pin_cpu_numerics` pins the CPU kernels' path), and a run
 resumed from a step-boundary checkpoint gives the same result as an uninterrupted one. (With the
 math-verify fallback of the verifier, a check that hits its time bound counts as wrong, so
 determinism also assumes no check times out; DAPO's own `answer_line` verifier never does.)
@@ -61,6 +62,7 @@ from .data import (  # noqa: F401  (the built-in seeds are re-exported: tests an
     load_problems,
 )
 from .evaluation import EvalSettings, cached_initial_eval, evaluate, initial_eval_key, score_rollout
+from .numerics import numerics_tag, pin_cpu_numerics
 from .policy import Policy, load_policy
 from .result import RunResult
 from .rollout import HFRolloutEngine, Rollout, RolloutEngine, derive_seed
@@ -383,6 +385,7 @@ def train(
 
 def _setup(config: TrainerConfig, engine_factory) -> Run:
     """Policy, engine, verifier, task, optimizer and seeded state of a fresh run."""
+    pin_cpu_numerics()  # before the run's first tensor operation
     if config.model.threads > 0:
         torch.set_num_threads(config.model.threads)
     torch.manual_seed(config.schedule.seed)
@@ -468,7 +471,7 @@ def _evaluate(run: Run, step: int, callbacks, eval_cache_dir) -> None:
     answers = [a for _, a in run.task.held_out]
     compute = lambda: evaluate(run.engine, run.eval_prompts, answers, policy.decode, run.verifier, run.settings, step)  # noqa: E731
     if step == 0:
-        extra = {"verifier": config.verifier_method, "prompt_template": config.prompt_template}
+        extra = {"verifier": config.verifier_method, "prompt_template": config.prompt_template, "cpu": numerics_tag()}
         key = initial_eval_key(_policy_identity(policy, config), run.task.held_out, run.settings, extra)
         metrics = cached_initial_eval(Path(eval_cache_dir) if eval_cache_dir else None, key, compute)
     else:
