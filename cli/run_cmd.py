@@ -24,6 +24,7 @@ from dapo_ablate.ablation.app.errors import Interrupted, UserError
 from .common import user_facing
 
 SPEC_ARG = typer.Argument(..., help=texts.SPEC_HELP, show_default=False)
+TARGET_ARG = typer.Argument(..., help=texts.TARGET_HELP, show_default=False)
 OVERRIDES_ARG = typer.Argument(None, help=texts.SPEC_OVERRIDES_HELP, show_default=False)
 
 
@@ -85,14 +86,17 @@ def _echo_lines(lines: list[str]) -> None:
 
 
 @user_facing
-def status(spec_path: Path = SPEC_ARG, overrides: Optional[list[str]] = OVERRIDES_ARG) -> None:
+def status(spec_path: Path = TARGET_ARG, overrides: Optional[list[str]] = OVERRIDES_ARG) -> None:
     """Print the runs table of the experiment: cell, seed, status, attempts, metric, wall time, the
-    Ray job of cells run as jobs (verl), error."""
+    Ray job of cells run as jobs (verl), error. Of a sweep: its trials (state, value, knob values,
+    time, error), the count in each state and the best trial so far."""
     from rich.console import Console
     from rich.table import Table
 
     from dapo_ablate.ablation.app import experiment as app
 
+    if app.names_a_sweep(spec_path):
+        return _sweep_status(spec_path, overrides)
     experiment = app.load_experiment(spec_path, overrides)
     spec, found = experiment.spec, app.status(experiment)
     table = Table(title=f"{spec.name} ({experiment.plan.design}, {len(found.rows)} runs)")
@@ -116,25 +120,49 @@ def status(spec_path: Path = SPEC_ARG, overrides: Optional[list[str]] = OVERRIDE
         typer.echo(found.note)
 
 
+def _sweep_status(spec_path: Path, overrides: Optional[list[str]]) -> None:
+    """`status` of a sweep: its trials table, the count in each state and the best so far."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from dapo_ablate.ablation.app import sweep as app
+
+    found = app.sweep_status(app.load_sweep(spec_path, overrides), texts.command_line("sweep", spec_path, overrides or ()))
+    table = Table(title=found.title)
+    for column in found.trials.frame.columns:
+        table.add_column(column, overflow="fold", justify="right" if column in found.trials.numeric else "left")
+    for row in found.trials.frame.itertuples(index=False):
+        table.add_row(*row)
+    Console(width=max(120, Console().width)).print(table)
+    for line in found.lines:
+        typer.echo(line)
+
+
 @user_facing
 def ui(
-    spec_path: Path = SPEC_ARG,
+    spec_path: Path = TARGET_ARG,
     overrides: Optional[list[str]] = OVERRIDES_ARG,
     port: int = typer.Option(5000, "--port", help="Port of the MLflow UI on 127.0.0.1."),
 ) -> None:
     """Serve the MLflow UI of the experiment's tracking store on 127.0.0.1 and, once it answers,
     print the link to the experiment's runs: ranked by the spec's metric, with each factor's level
-    and the headline as columns.
+    and the headline as columns (a sweep's: its trials by the metric, with each knob's value).
 
     A copied or moved store (a `dapo-runs/` copied elsewhere) has its artifact locations moved to
     its own folder first, so the UI shows the copy's artifacts, not the original's."""
     from dapo_ablate.ablation.app import experiment as app
 
-    experiment = app.load_experiment(spec_path, overrides)
-    server = app.ui_server(experiment, port)
+    if app.names_a_sweep(spec_path):
+        from dapo_ablate.ablation.app import sweep as sweeps
+
+        spec = sweeps.load_sweep(spec_path, overrides)
+        name, server = spec.name, sweeps.sweep_ui_server(spec, port, texts.command_line("sweep", spec_path, overrides or ()))
+    else:
+        experiment = app.load_experiment(spec_path, overrides)
+        name, server = experiment.spec.name, app.ui_server(experiment, port)
     if server.note:
         typer.echo(f"note: {server.note}")
-    typer.echo(f"Starting the MLflow UI of {experiment.spec.name}: waiting until it answers on "
+    typer.echo(f"Starting the MLflow UI of {name}: waiting until it answers on "
                f"{app.UI_HOST}:{port} (a first start takes up to a minute) ...")
     answered, stopped = threading.Event(), threading.Event()
     watcher = threading.Thread(target=_announce, args=(app, server, answered, stopped), daemon=True)

@@ -61,18 +61,19 @@ __all__ = ["MIN_IMPORTANCE_TRIALS", "RELIABLE_IMPORTANCE_TRIALS", "build_report"
 MIN_IMPORTANCE_TRIALS = 3
 
 
-def read_report(spec: SweepSpec) -> SweepReport:
-    """The report of the sweep's study as it stands; StudyError when it was never run."""
+def read_report(spec: SweepSpec, importances: bool = True) -> SweepReport:
+    """The report of the sweep's study as it stands (without fANOVA's importances when
+    `importances` is false: `status` reads only the trials); StudyError when it was never run."""
     from dapo_ablate.sweeps.study import load_study
 
     factors = [f if isinstance(f, str) else next(iter(f)) for f in spec.factors or []]
-    report = build_report(load_study(spec), spec.metric, list(spec.space), factors)
+    report = build_report(load_study(spec), spec.metric, list(spec.space), factors, importances)
     report.log_knobs |= {knob for knob, dim in spec.space.items() if dim.log}
     report.categorical_knobs |= {knob for knob, dim in spec.space.items() if dim.type == "categorical"}
     return report
 
 
-def build_report(study: Any, metric: str, knobs: list[str], factors: list[str]) -> SweepReport:
+def build_report(study: Any, metric: str, knobs: list[str], factors: list[str], importances: bool = True) -> SweepReport:
     """The report's tables from an Optuna study (`knobs`: the searched knobs, in spec order);
     which knobs are log-scaled or categorical is read from the trials' Optuna distributions."""
     trials = study.get_trials(deepcopy=False)
@@ -82,9 +83,9 @@ def build_report(study: Any, metric: str, knobs: list[str], factors: list[str]) 
     best_params = pd.DataFrame(
         [{"trial": best.number, metric: best.value, **best.params}] if best else [], columns=["trial", metric, *knobs]
     )
-    importances, note = param_importances(study, complete, knobs, factors)
+    shares, note = param_importances(study, complete, knobs, factors) if importances else (pd.DataFrame(), "")
     report = SweepReport(study.study_name, metric, direction, knobs, factors, best_params,
-                         trials_table(trials, metric, knobs, factors), importances, note)
+                         trials_table(trials, metric, knobs, factors), shares, note)
     if factors:
         report.effects = effects_table(complete, knobs, factors)
         report.effect_summary = effect_summary(report.effects, factors)

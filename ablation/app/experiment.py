@@ -12,7 +12,7 @@ from typing import Any, Callable
 from dapo_ablate.ablation.app.adaptive import look_lines, look_policy
 from dapo_ablate.ablation.app.errors import UserError, user_errors
 from dapo_ablate.ablation.app.provenance import origin_of
-from dapo_ablate.ablation.app.specs import Experiment, load_experiment, other_runs_hint, shown  # noqa: F401 - the CLI's
+from dapo_ablate.ablation.app.specs import Experiment, load_experiment, names_a_sweep, other_runs_hint, shown  # noqa: F401 - the CLI's
 from dapo_ablate.ablation.app.texts import command_line
 from dapo_ablate.ablation.experiment.fractions import DesignError
 from dapo_ablate.ablation.experiment.overrides import OverrideError
@@ -202,25 +202,31 @@ class UiServer:
 
 
 def ui_server(experiment: Experiment, port: int) -> UiServer:
-    """The MLflow UI of the experiment's store on 127.0.0.1:`port`, once the checks pass: the store
+    """The MLflow UI of the experiment's store on 127.0.0.1:`port`, once the checks pass (see
+    `store_ui_server`), opening its runs view (`runs_view`)."""
+    spec = experiment.spec
+    opens = f"{spec.name}: its runs by {spec.metric}, with each factor's level and the headline"
+    return store_ui_server(spec.tracking.uri, spec.name, runs_view(experiment), opens, experiment.command("run"), port)
+
+
+def store_ui_server(uri: str, name: str, view: RunsView, opens: str, run_command: str, port: int) -> UiServer:
+    """The MLflow UI of the store at `uri` on 127.0.0.1:`port`, once the checks pass: the store
     exists and the port is free. Then a copied or moved store (a `dapo-runs/` copied elsewhere)
     has its artifact locations moved to its own folder, so the UI shows the copy's artifacts, and
-    the experiment gets its runs view (`runs_view`) and its training kind tag."""
-    spec = experiment.spec
-    uri = spec.tracking.uri
+    experiment `name` gets its runs view `view` and its training kind tag; the link opens it
+    (`opens` says what it shows), or the list of experiments while the store has no `name`."""
     store = sqlite_path(uri)
     if store is not None and not store.is_file():
-        raise UserError(f"no MLflow store at {uri} yet; run `{experiment.command('run')}` first")
+        raise UserError(f"no MLflow store at {uri} yet; run `{run_command}` first")
     check_port_free(port)
     rebase_artifacts(uri)
     with user_errors(*ERRORS):
-        experiment_id = save_runs_view(uri, spec.name, runs_view(experiment))
+        experiment_id = save_runs_view(uri, name, view)
     link = runs_page_link(f"http://{UI_HOST}:{port}", experiment_id)
     if experiment_id is None:
-        note = (f"the MLflow store at {uri} holds no experiment {spec.name!r} yet "
-                f"(`{experiment.command('run')}` makes it); the link opens its list of experiments")
+        note = (f"the MLflow store at {uri} holds no experiment {name!r} yet "
+                f"(`{run_command}` makes it); the link opens its list of experiments")
         return UiServer(mlflow_ui_command(uri, port), port, link, f"the store at {uri}", note)
-    opens = f"{spec.name}: its runs by {spec.metric}, with each factor's level and the headline"
     return UiServer(mlflow_ui_command(uri, port), port, link, opens)
 
 

@@ -27,6 +27,7 @@ from dapo_ablate.ablation.runtime.executor import SPEC_RECORD, SWEEP_RECORD, loc
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.store.results import ResultsError, spec_plan, status_rows
 from dapo_ablate.core.config import ConfigError
+from dapo_ablate.core.yamlio import YAMLFileError, read_yaml_mapping
 
 ERRORS = (SpecError, ConfigError, DesignError, OverrideError)
 MAX_SHOWN_OVERRIDES = 6
@@ -62,6 +63,19 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
         spec = load_spec_with_overrides(ExperimentSpec, spec_file(path, SPEC_RECORD), overrides, kind="spec")
     with user_errors(*ERRORS, LedgerError):
         return Experiment(spec, spec_plan(spec), Path(path), tuple(overrides or ()))
+
+
+def names_a_sweep(path: str | Path) -> bool:
+    """Whether `path` is a sweep's folder (its `SWEEP_RECORD`, no experiment's record) or a sweep
+    spec file (a top-level `space:`); a path that does not read is left to the experiment's loader,
+    which says why in one sentence."""
+    path = Path(path)
+    if path.is_dir():
+        return (path / SWEEP_RECORD).is_file() and not (path / SPEC_RECORD).is_file()
+    try:
+        return "space" in read_yaml_mapping(path, "spec")
+    except YAMLFileError:
+        return False
 
 
 def spec_file(path: str | Path, record: str) -> Path:

@@ -3,10 +3,12 @@ its dry-run plan, and its report."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from dapo_ablate.ablation.app.errors import UserError, check_writable, user_errors
+from dapo_ablate.ablation.app.experiment import UiServer, store_ui_server
 from dapo_ablate.ablation.app.specs import shown, spec_file
 from dapo_ablate.ablation.app.texts import command_line
 from dapo_ablate.ablation.experiment.overrides import OverrideError, load_spec_with_overrides
@@ -15,10 +17,13 @@ from dapo_ablate.ablation.runtime.executor import SWEEP_RECORD
 from dapo_ablate.ablation.runtime.preflight import check_contexts, preflight
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError
+from dapo_ablate.ablation.store.runs_view import RunsView, metric_column, param_column
+from dapo_ablate.ablation.store.tracking import metric_name
 from dapo_ablate.core.config import ConfigError
 from dapo_ablate.core.contracts import metric_text
 from dapo_ablate.sweeps.plan import format_sweep_plan
 from dapo_ablate.sweeps.report import read_report, write_report
+from dapo_ablate.sweeps.report_data import ShownTable, SweepReport, shown_best, shown_trials
 from dapo_ablate.sweeps.runner import SweepSummary, run_sweep
 from dapo_ablate.sweeps.spec import SweepSpec
 from dapo_ablate.sweeps.study import StudyError
@@ -70,8 +75,14 @@ def sweep_report(spec: SweepSpec, out: Path, run_command: str | None = None) -> 
     """The study's best parameters, trials, importances and (robustness mode) factor effects,
     written into `out` (CSVs, PNG figures, report.md and sweep_report.html); the paths. `run_command`: the `dapo-ablate sweep` command line of this
     spec, which a study never run is told to run first."""
+    report = _read(spec, run_command)
+    check_writable(out)
+    return write_report(report, out)
+
+
+def _read(spec: SweepSpec, run_command: str | None, importances: bool = True) -> SweepReport:
     try:
-        report = read_report(spec)
+        return read_report(spec, importances)
     except StudyError as error:
         text = str(error)
         if run_command is not None:
@@ -79,5 +90,38 @@ def sweep_report(spec: SweepSpec, out: Path, run_command: str | None = None) -> 
         raise UserError(text) from None
     except ERRORS as error:
         raise UserError(str(error)) from None
-    check_writable(out)
-    return write_report(report, out)
+
+
+@dataclass(frozen=True)
+class SweepStatus:
+    """Where a sweep stands, as `status` prints it: its trials table and a line of counts and the best."""
+
+    title: str
+    trials: ShownTable
+    lines: tuple[str, ...]
+
+
+def sweep_status(spec: SweepSpec, run_command: str) -> SweepStatus:
+    """The sweep's trials from its study (each trial's state, value, knob values, time, error),
+    the count of trials in each state against `n_trials`, and the best trial so far."""
+    report = _read(spec, run_command, importances=False)
+    counts = report.trials["state"].str.lower().value_counts()
+    lines = ["  ".join(f"{state} {int(n)}" for state, n in counts.items()) + f"  (n_trials {spec.n_trials})"]
+    best = shown_best(report).frame
+    if len(best):
+        row = best.iloc[0]
+        knobs = ", ".join(f"{knob}={row[knob]}" for knob in report.knobs)
+        lines.append(f"best so far: trial {row['trial']}, {best.columns[1]} {row[best.columns[1]]} ({knobs})")
+    lines.append(f"report: {report_hint(spec)}")
+    title = f"{spec.name} (sweep, {len(report.trials)} trials)"
+    return SweepStatus(title, shown_trials(report), tuple(lines + report.notes))
+
+
+def sweep_ui_server(spec: SweepSpec, port: int, run_command: str) -> UiServer:
+    """The MLflow UI of the sweep's store, its link opening the trials ranked by the metric with
+    each knob's value (`ablation.app.experiment.store_ui_server` does the checks)."""
+    name = metric_name(spec.metric)
+    columns = (metric_column(name), param_column("trial"), *(param_column(knob) for knob in spec.space))
+    view = RunsView(f"dapo-ablate: trials by {spec.metric}", name, columns, {metric_column(name): 40 + 6 * len(name)})
+    opens = f"{spec.name}: its trials by {spec.metric}, with each knob's value"
+    return store_ui_server(spec.tracking.uri, spec.name, view, opens, run_command, port)

@@ -16,6 +16,9 @@ REPORT_FORMATS = ("csv", "md", "tex", "png", "html")
 ADJUSTMENTS = ("holm", "bh", "none")
 """`reports.multiplicity.ADJUSTMENTS`: what `report --adjust` and `plan-seeds --adjust` accept."""
 
+TARGET_HELP = (
+    "Experiment or sweep spec YAML, or the folder OUTPUT_DIR/NAME where `run` or `sweep` recorded the spec it ran."
+)
 SPEC_HELP = (
     "Experiment spec YAML (see examples/factorial.yaml), or the experiment folder OUTPUT_DIR/NAME where "
     "`run` recorded the spec it ran (spec.yaml, overrides applied)."

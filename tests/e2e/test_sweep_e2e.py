@@ -385,3 +385,29 @@ def test_real_trainer_sweep_end_to_end(local_ray, tmp_path, shared_mlflow):
         (run,) = plan.runs
         assert (Path(spec.output_dir) / spec.name / run.run_id / "result.json").is_file()
         assert run.config.algorithm.eps_high == t.params["eps_high"]
+
+
+def test_status_and_ui_read_a_sweeps_spec_and_its_folder(local_ray, tmp_path):
+    from typer.testing import CliRunner
+
+    from dapo_ablate.ablation.app.sweep import sweep_ui_server
+    from dapo_ablate.ablation.runtime.executor import SWEEP_RECORD
+    from dapo_ablate.cli.main import app
+    from support import free_port
+
+    path = write_sweep(tmp_path, n_trials=3)
+    spec, summary = sweep(path, quick_cell)
+    folder = tmp_path / "out" / spec.name
+    assert (folder / SWEEP_RECORD).is_file()
+    for target in (path, folder):
+        shown = CliRunner().invoke(app, ["status", str(target)], terminal_width=200)
+        assert shown.exit_code == 0, shown.output
+        assert f"{spec.name} (sweep, 3 trials)" in shown.output and "complete 3  (n_trials 3)" in shown.output
+        assert f"best so far: trial {summary.best_number}," in shown.output and "sweep-report" in shown.output
+    server = sweep_ui_server(spec, free_port(), "dapo-ablate sweep sweep.yaml")
+    assert server.note is None and "/experiments/" in server.link and "its trials by avg@4" in server.opens
+    # before its first trial, a sweep's ui names the command that makes its store
+    (tmp_path / "unrun").mkdir()
+    unrun = write_sweep(tmp_path / "unrun", n_trials=1)
+    refused = CliRunner().invoke(app, ["ui", str(unrun)])
+    assert refused.exit_code == 2 and "no MLflow store" in refused.output and "dapo-ablate sweep" in refused.output
