@@ -86,7 +86,19 @@ def load_spec_with_overrides(model: type, path: str | Path, items: list[str] | N
         raise SpecError(str(err).replace("config file", f"{kind} file", 1)) from None
     for key, value in values.items():
         set_in_file_data(data, key, value, path.parent)
-    return validate_spec(model, data, source=f"{path} with overrides", base=path.parent, from_file=True)
+    try:
+        return validate_spec(model, data, source=f"{path} with overrides", base=path.parent, from_file=True)
+    except SpecError as err:
+        raise SpecError(_with_command_line_fix(str(err))) from None
+
+
+def _with_command_line_fix(sentence: str) -> str:
+    """A field the file sets that an override made pointless ("`resolution`: only applies to design:
+    fractional ...; remove it") can also be removed where the override was typed: `resolution=null`."""
+    found = re.search(r"`([\w.]+)`: [^`]*; remove it$", sentence)
+    if found is None:
+        return sentence
+    return f"{sentence} from the file, or add `{found.group(1)}=null` to the command line"
 
 
 def field_paths(model: type, prefix: str = "", like: str = "") -> list[str]:

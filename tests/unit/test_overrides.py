@@ -140,3 +140,16 @@ def test_parse_error_of_a_file_is_still_the_files_sentence(tmp_path: Path):
     assert result.exit_code == 2 and "does not exist" in result.stderr
     with pytest.raises(OverrideError, match="not a sweep field"):
         load_spec_with_overrides(SweepSpec, write_sweep(tmp_path), ["nope=1"], kind="sweep")
+
+
+def test_a_field_an_override_made_pointless_names_the_command_line_fix(tmp_path: Path):
+    """A fraction's `resolution` under `design=full` typed on the command line: the sentence says
+    how to drop it there too, and that fix validates."""
+    path = write_spec(tmp_path, design="fractional", resolution="III",
+                      factors=["overlong_filter", "clip_higher", "soft_overlong"])
+    refused = CliRunner().invoke(app, ["validate", str(path), "design=full"])
+    assert refused.exit_code == 2
+    assert "`resolution`: only applies to design: fractional or adaptive (this is full); remove it from the file, " \
+           "or add `resolution=null` to the command line" in refused.output
+    fixed = CliRunner().invoke(app, ["validate", str(path), "design=full", "resolution=null"])
+    assert fixed.exit_code == 0 and "8 = 8 unique cells x 1 seed" in fixed.stdout, fixed.output
