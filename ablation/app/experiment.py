@@ -80,12 +80,11 @@ def check_verl(experiment: Experiment) -> bool:
 
 
 def ledger_line(experiment: Experiment) -> str:
-    """Where the plan's runs stand in the ledger (read only: a missing ledger is not created)."""
+    """Where the plan's runs stand in the ledger (read only: a missing ledger is not created). A
+    ledger that cannot be read is refused here as `run` refuses it, not counted as all to do."""
     plan = experiment.plan
-    try:
+    with user_errors(*ERRORS):
         _, counts = status_rows(experiment.spec, plan)
-    except ERRORS as err:
-        return f"ledger   not readable ({err}); all {len(plan.runs)} runs counted as to do"
     done, total = counts.get("done", 0), len(plan.runs)
     to_do = total - done
     parts = ", ".join(f"{counts[key]} {key}" for key in ("done", "running", "failed", "pending", "new") if counts.get(key))

@@ -124,3 +124,23 @@ def test_a_record_an_earlier_version_rewrote_is_restored_from_the_ledger(finishe
     assert status.returncode == 0, status.stderr
     assert "restored it from the ledger's record" in status.stderr
     assert record.read_bytes() == original
+
+
+def test_a_ledger_run_cannot_read_is_refused_by_the_dry_run_too(tmp_path: Path):
+    """A dry run refuses what `run` refuses: a ledger whose runs table lost a column (a hand-made
+    or damaged database) is the same sentence and exit 2 from both, not "all runs to do"."""
+    import sqlite3
+
+    spec_path = write_spec(tmp_path, name="damaged")
+    assert dapo_ablate("run", str(spec_path), "--no-progress", cwd=tmp_path).returncode == 0
+    db = sqlite3.connect(tmp_path / "out" / "ledger.db")
+    with db:
+        db.execute("ALTER TABLE runs DROP COLUMN job_id")
+    db.close()  # the last connection: its write-ahead log checkpointed into the file
+    before = snapshot(tmp_path)
+    answers = [dapo_ablate(*argv, cwd=tmp_path) for argv in (("run", str(spec_path), "--dry-run"),
+                                                            ("validate", str(spec_path)),
+                                                            ("run", str(spec_path), "--no-progress"))]
+    for done in answers:
+        assert done.returncode == 2 and "no such column: runs.job_id" in done.stderr, done.stdout + done.stderr
+    assert snapshot(tmp_path) == before
