@@ -10,6 +10,7 @@ import contextlib
 import contextvars
 import functools
 import io
+from typing import Any
 
 import matplotlib
 
@@ -294,12 +295,18 @@ def interaction_plots(means: pd.DataFrame, metric: str, percent: bool, confidenc
     """
     if means.empty:
         return None
+    return figure_png(interaction_figure(means, metric, percent, confidence))
+
+
+def interaction_figure(means: pd.DataFrame, metric: str, percent: bool, confidence: float) -> Any:
+    """The figure of `interaction_plots`; each panel's legend (the second factor off / on) sits
+    below its axes, never over the data."""
     scale, unit = metric_scale(percent)
     pairs = list(dict.fromkeys(zip(means["a"], means["b"])))
     columns = min(len(pairs), 5)
     rows_n = -(-len(pairs) // columns)
     figure, axes = plt.subplots(
-        rows_n, columns, figsize=(2.3 * columns + 0.6, 2.4 * rows_n + 0.6), sharey=True, squeeze=False
+        rows_n, columns, figsize=(2.3 * columns + 0.6, 2.9 * rows_n + 0.6), sharey=True, squeeze=False
     )
     for axis in axes.ravel()[len(pairs):]:
         axis.set_visible(False)
@@ -326,11 +333,12 @@ def interaction_plots(means: pd.DataFrame, metric: str, percent: bool, confidenc
         )  # fmt: skip
         axis.set_xticks([0, 1], [f"{factor_label(a)} off", f"{factor_label(a)} on"], fontsize=8)
         axis.set_xlim(-0.3, 1.3)
-        axis.legend(fontsize=7, loc="best")
+        axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False,
+                    handlelength=1.6, columnspacing=0.8)
     for axis in axes[:, 0]:
         axis.set_ylabel(f"{metric}{unit}", fontsize=8)
     figure.suptitle(f"Two-factor interactions: means over the other factors, {confidence:.0%} CIs", fontsize=10)
-    return figure_png(figure)
+    return figure
 
 
 SIGNAL_LABELS = {

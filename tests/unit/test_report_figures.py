@@ -220,3 +220,21 @@ def test_cumulative_figure_has_one_panel_per_ordering_shown(monkeypatch, results
     # the paper's numbers on their own axis, beside the paper ordering only
     twins = [axis for axis in figure.axes if not axis.get_title()]
     assert len(twins) == 1 and [round(y) for y in twins[0].get_lines()[0].get_ydata()] == [30, 36, 38, 41, 42, 50]
+
+
+def test_interaction_legends_cover_no_data(results):
+    """Each panel's legend (the second factor off / on) lies outside every panel: a legend drawn
+    inside an axis covered the points and their intervals."""
+    from dapo_ablate.reports import plots
+    from dapo_ablate.reports.report import interaction_means
+
+    figure = plots.interaction_figure(interaction_means(analyze(results, FACTORS)), "avg@32", True, 0.95)
+    figure.tight_layout()
+    renderer = figure.canvas.get_renderer()
+    panels = [axis for axis in figure.axes if axis.get_visible()]
+    assert len(panels) == 10
+    for axis in panels:
+        legend = axis.get_legend().get_window_extent(renderer)
+        for other in panels:
+            assert not legend.overlaps(other.get_window_extent(renderer)), axis.get_title()
+    plots.plt.close(figure)
