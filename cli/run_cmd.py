@@ -181,10 +181,18 @@ def _announce(app: Any, server: Any, answered: threading.Event, stopped: threadi
     if app.wait_for_ui(server, stopped):
         answered.set()
         typer.echo(f"MLflow UI of {server.opens} (Ctrl-C stops it):\n{server.link}")
+        typer.echo(WORKFLOW_NOTE)
 
 
-SERVER_ENV = {"UVICORN_ACCESS_LOG": "false"}
-"""MLflow's uvicorn logs no line per request, so the link `ui` prints stays in view."""
+WORKFLOW_NOTE = ("(a run's own page opens in MLflow's GenAI view while this browser has not picked a workflow: "
+                 "pick 'Model training' once in the UI's workflow switch and the browser keeps it)")
+
+
+SERVER_ENV = {"UVICORN_ACCESS_LOG": "false", "UVICORN_LOG_LEVEL": "warning", "MLFLOW_LOGGING_LEVEL": "WARNING",
+              "PYTHONWARNINGS": "ignore"}
+"""The MLflow server's own chatter kept off the console, so the link `ui` prints stays in view: no
+line per request, no INFO lines (uvicorn's start-up, MLflow's job schedulers), no deprecation
+warnings of its dependencies; its warnings and errors still show."""
 
 
 def serve(command: list[str]) -> int:
@@ -192,7 +200,7 @@ def serve(command: list[str]) -> int:
     and every process it started, uvicorn and job workers, stopped) or the server stops by itself:
     a failure, its exit status or 1 (`mlflow ui` exits 0 even when its uvicorn failed to start)."""
     # its own process group, stopped as one
-    server = subprocess.Popen(command, start_new_session=True, env={**os.environ, **SERVER_ENV})
+    server = subprocess.Popen(command, start_new_session=True, env={**SERVER_ENV, **os.environ})  # the user's own settings win
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         return server.wait() or 1

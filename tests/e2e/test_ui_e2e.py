@@ -341,6 +341,8 @@ def test_ui_prints_one_link_that_opens_the_training_runs_table_of_the_copy(origi
             }, screenshot=tmp_path / "runs-table.png")
         finally:
             browser.close()
+        # the server's start-up INFO lines and its dependencies' deprecation warnings stay off the console
+        assert not [line for line in output.errors if line and ("INFO" in line or "Warning" in line)], output.errors
     finally:
         stop(server)
     print(f"screenshot: {tmp_path / 'runs-table.png'}")
