@@ -409,6 +409,51 @@ def _sha256(path: Path) -> str:
         return ""
 
 
+BUILD_S_PER_STEP = {"small": 0.5, "large": 1.4}
+"""Rough seconds per warm-start step of a build, one thread on the project's 2-core machine
+(measured: small 0.3-0.75, large 0.9-2.0 between a quiet and a loaded machine)."""
+
+
+def builtin_ready(recipe: BuiltinRecipe) -> bool:
+    """Whether `recipe`'s policy needs no build: shipped in the package, or already in the cache."""
+    return shipped_checkpoint(recipe) is not None or (cache_root() / f"builtin-{recipe.digest()}" / "recipe.json").is_file()
+
+
+@dataclass(frozen=True)
+class PolicyBuild:
+    """A built-in policy a plan needs that neither ships nor is cached here."""
+
+    model: ModelConfig
+    task: str
+    threads: int
+
+    @property
+    def words(self) -> str:
+        return f"{self.model.builtin_size} policy, {self.task} task, {self.model.builtin_warmup_steps} warm-start steps"
+
+    @property
+    def rough_s(self) -> float:
+        return BUILD_S_PER_STEP[self.model.builtin_size] * self.model.builtin_warmup_steps
+
+    def command(self, python: str) -> list[str]:
+        """The process that builds it with its progress on stdout (`core.build_policy`)."""
+        return [python, "-m", "dapo_ablate.core.build_policy", self.model.builtin_size, self.task,
+                str(self.model.builtin_warmup_steps), str(self.threads)]
+
+
+def policies_to_build(models: list[tuple[ModelConfig, str]]) -> list[PolicyBuild]:
+    """The built-in policies of (model config, built-in task) pairs that neither ship nor are
+    cached here, each once."""
+    found: dict[str, PolicyBuild] = {}
+    for cfg, task in models:
+        if cfg.path != BUILTIN:
+            continue
+        recipe = builtin_recipe(cfg, task)
+        if recipe.digest() not in found and not builtin_ready(recipe):
+            found[recipe.digest()] = PolicyBuild(cfg, task, cfg.threads)
+    return list(found.values())
+
+
 def builtin_checkpoint(recipe: BuiltinRecipe = BuiltinRecipe(), log=print) -> Path:
     """The built-in policy's checkpoint folder: the package's when it ships it (`shipped_checkpoint`),
     else built under a file lock on first use and cached."""

@@ -5,6 +5,8 @@ checks pass."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -16,7 +18,7 @@ from dapo_ablate.ablation.app.specs import Experiment, load_experiment, names_a_
 from dapo_ablate.ablation.app.texts import command_line
 from dapo_ablate.ablation.experiment.fractions import DesignError
 from dapo_ablate.ablation.experiment.overrides import OverrideError
-from dapo_ablate.ablation.experiment.plan import format_plan
+from dapo_ablate.ablation.experiment.plan import format_duration, format_plan
 from dapo_ablate.ablation.experiment.spec import SpecError, run_root
 from dapo_ablate.ablation.runtime.backends.verl import VerlTranslationError
 from dapo_ablate.ablation.runtime.backends.verl_plan import format_verl_jobs, uses_verl, verl_jobs
@@ -36,6 +38,8 @@ from dapo_ablate.ablation.store.runs_view import (
 )
 from dapo_ablate.ablation.store.tracking import rebase_artifacts, sqlite_path
 from dapo_ablate.core.config import ConfigError
+from dapo_ablate.core.policy import policies_to_build
+
 from dapo_ablate.core.contracts import METRIC_PATTERN
 
 ERRORS = (SpecError, ConfigError, LedgerError, ExecutorError, ResultsError, DesignError, OverrideError,
@@ -110,6 +114,7 @@ def run(experiment: Experiment, address: str | None = None, options: RunOptions 
     the finished runs the driver holds (`ExperimentSummary.records`), not read back."""
     options = options or RunOptions()
     check_verl(experiment)
+    build_policies(experiment, address)
     with user_errors(*ERRORS):
         summary = run_experiment(experiment.spec, experiment.plan, address=address, cell_fn=cell_fn, options=options,
                                  policy=look_policy(experiment.spec), origin=origin_of(experiment))
@@ -120,6 +125,30 @@ def run(experiment: Experiment, address: str | None = None, options: RunOptions 
 
     headline = experiment_headline(experiment.spec, experiment.plan, summary.records, summary.parent_run_id)
     return RunOutcome(summary, headline, browse)
+
+
+def build_policies(experiment: Experiment, address: str | None = None) -> None:
+    """Build, on this machine and before Ray starts, the built-in policies the runs still to do
+    need that neither ship nor are cached, each in a process whose progress shows on the console
+    (a run would build it silently, in its Ray job's log). Only for a local Ray: a cluster's nodes
+    build on first use. The spec's checks run first, so a refused spec builds nothing."""
+    spec = experiment.spec
+    if (address if address is not None else spec.executor.address) is not None:
+        return
+    models = [(run.config.model, run.config.data.builtin_task) for run in experiment.plan.runs]
+    builds = policies_to_build(models)
+    if not builds:
+        return
+    with user_errors(*ERRORS):
+        preflight(spec, None)
+        check_name_binding(spec)
+        check_contexts(spec)
+    for build in builds:
+        print(f"building the built-in {build.words} before the first run (rough ~{format_duration(build.rough_s)}; "
+              "once: it is cached) ...", flush=True)
+        if subprocess.run(build.command(sys.executable)).returncode != 0:
+            raise UserError(f"building the built-in {build.words} failed (its messages above say why); "
+                            "the runs were not started")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import math
 
 from dapo_ablate.ablation.experiment.design import Calibration, ComputeEstimate, Plan
 from dapo_ablate.ablation.experiment.fractions import LETTERS, roman
+from dapo_ablate.core.policy import policies_to_build
 
 __all__ = ["format_duration", "format_plan", "format_tokens"]
 
@@ -40,7 +41,7 @@ def format_plan(plan: Plan, seconds_per_run: float | None = None, calibration: C
     if plan.aliases:
         lines += _block("aliases", plan.aliases)
     verl = plan.spec.trainer.backend == "verl" and seconds_per_run is None and calibration is None
-    lines += _block("compute", _compute(plan.estimate(seconds_per_run, calibration), verl))
+    lines += _block("compute", _compute(plan.estimate(seconds_per_run, calibration), verl) + _builds(plan))
     lines += _block(
         "results",
         [
@@ -173,6 +174,13 @@ def _compute(est: ComputeEstimate, verl: bool = False) -> list[str]:
     if est.real_model and not est.measured and est.calibration is None:
         lines.append("the scaling assumes the built-in model; time one run of a real model and pass its seconds instead")
     return lines
+
+
+def _builds(plan: Plan) -> list[str]:
+    """The built-in policies the runs need that neither ship nor are cached here: built once, first."""
+    models = [(run.config.model, run.config.data.builtin_task) for run in plan.runs]
+    return [f"+ ~{format_duration(build.rough_s)} (rough) first, once: building the built-in {build.words}, which is "
+            "not shipped or cached here" for build in policies_to_build(models)]
 
 
 def _resources(plan: Plan) -> str:

@@ -47,3 +47,27 @@ def test_the_comparison_task_trains_one_step_with_its_own_policy_and_verifier():
     assert run.policy.encode_prompt("7+5?9+4=") == run.policy.tokenizer("7+5?9+4=", add_special_tokens=False)["input_ids"]
     result = train(config)
     assert result.steps == 1 and result.signals[0]["tokens_trained"] > 0 and result.signals[0]["grad_norm"] > 0
+
+
+def test_a_policy_neither_shipped_nor_cached_is_planned_and_built_on_the_console(tmp_path, monkeypatch):
+    """`validate` adds the build to its estimate; `run` builds it before Ray, its progress on the
+    console, once (the next `validate` has nothing to build)."""
+    from support import dapo_ablate, write_spec
+
+    monkeypatch.setenv("DAPO_ABLATE_CACHE", str(tmp_path / "cache"))
+    trainer = {"rollout": {"max_response_len": 64}, "algorithm": {"overlong_cache": 8},
+               "model": {"builtin_warmup_steps": 20}}
+    spec = write_spec(tmp_path, name="builds", trainer=trainer)
+    planned = dapo_ablate("validate", str(spec), cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr
+    assert "(rough) first, once: building the built-in small policy, addition task, 20 warm-start steps" in planned.stdout
+    done = dapo_ablate("run", str(spec), "--no-progress", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    building = next(i for i, line in enumerate(lines) if line.startswith("building the built-in small policy"))
+    ready = next(i for i, line in enumerate(lines) if line.startswith("built-in policy ready: "))
+    started = next(i for i, line in enumerate(lines) if "runs to do" in line)
+    assert building < ready < started
+    assert len(list((tmp_path / "cache").glob("builtin-*/recipe.json"))) == 1
+    again = dapo_ablate("validate", str(spec), cwd=tmp_path)
+    assert again.returncode == 0 and "building the built-in" not in again.stdout
