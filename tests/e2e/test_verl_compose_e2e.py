@@ -13,6 +13,7 @@ import pytest
 
 from dapo_ablate.ablation.runtime.backends.verl import (
     OVERLONG_FILTER_LOSS,
+    OVERLONG_FILTER_TRAINER,
     verl_overrides,
 )
 
@@ -33,7 +34,7 @@ from verl.utils.config import omega_conf_to_dataclass
 config_dir = os.path.join(importlib.util.find_spec("verl").submodule_search_locations[0], "trainer", "config")
 read = ["actor_rollout_ref.actor.policy_loss.loss_mode", "actor_rollout_ref.actor.clip_ratio_high",
         "actor_rollout_ref.actor.loss_agg_mode", "algorithm.filter_groups.enable",
-        "algorithm.filter_groups.max_inflight_gen_batches", "trainer.use_v1", "trainer.nnodes", "trainer.n_gpus_per_node",
+        "algorithm.filter_groups.max_inflight_gen_batches", "trainer.use_v1", "trainer.v1.trainer_mode", "trainer.nnodes", "trainer.n_gpus_per_node",
         "reward.reward_kwargs.overlong_buffer_cfg.enable", "reward.reward_manager.name",
         "actor_rollout_ref.rollout.val_kwargs.n", "actor_rollout_ref.actor.ppo_mini_batch_size"]
 with initialize_config_dir(config_dir=config_dir, version_base=None):
@@ -80,6 +81,8 @@ def test_the_overrides_of_all_32_cells_compose_into_verls_config_and_a_wrong_key
         assert result["ok"], result["error"]
         values, t = result["values"], config.techniques
         assert values["actor_rollout_ref.actor.policy_loss.loss_mode"] == (OVERLONG_FILTER_LOSS if t.overlong_filter else "vanilla")
+        # the loss comes with the trainer mode that makes verl count its units (verl_trainer)
+        assert values["trainer.v1.trainer_mode"] == (OVERLONG_FILTER_TRAINER if t.overlong_filter else "sync")
         assert values["actor_rollout_ref.actor.clip_ratio_high"] == pytest.approx(0.28 if t.clip_higher else 0.2)
         assert values["actor_rollout_ref.actor.loss_agg_mode"] == ("token-mean" if t.token_level_loss else "seq-mean-token-mean")
         assert values["algorithm.filter_groups.enable"] is t.dynamic_sampling

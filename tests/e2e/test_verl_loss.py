@@ -16,6 +16,7 @@ from dapo_ablate.ablation.runtime.backends.verl import NO_DUAL_CLIP
 from dapo_ablate.ablation.runtime.backends.verl_loss import (
     MAX_RESPONSE_LEN_ENV,
     LossSettings,
+    loss_units_masks,
     overlong_filtered_policy_loss,
     register,
     truncated_rows,
@@ -67,28 +68,44 @@ def test_equals_the_builtin_clipped_loss_with_truncated_rows_masked(seed: int, t
     assert abs(float(unfiltered) - float(expected)) > 1e-4
 
 
+def units_count(mask: torch.Tensor, mode: str) -> int:
+    """What verl's engine counts for a mini-batch once the trainer mode has rewritten loss_mask:
+    the sum of `loss_units_masks` over its responses (batch_num_tokens)."""
+    return int(sum(m.sum() for m in loss_units_masks(list(mask.unbind()), T, mode)))
+
+
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
-def test_verls_entry_point_with_its_global_counts_equals_the_filtered_loss(mode: str, monkeypatch):
-    """Through the registered signature, with verl's global_batch_info of one rank and two
-    micro-batches: the micro-batch losses add up to the filtered loss of the whole batch."""
+def test_loss_units_masks_count_the_kept_tokens_or_the_kept_responses(mode: str):
+    b = batch(4)
+    kept = b["mask"] * (~truncated_rows(b["mask"], T)).unsqueeze(-1)
+    expected = int(kept.sum()) if mode == "token-mean" else int(((kept.sum(-1) > 0)).sum())
+    assert units_count(b["mask"], mode) == expected
+    # a padding row of verl's (no valid token) counts for nothing either way, a truncated row neither
+    empty, cut = torch.zeros(T), torch.ones(T)
+    assert [int(m.sum()) for m in loss_units_masks([empty, cut], T, mode)] == [0, 0]
+    with pytest.raises(ValueError, match="loss_agg_mode 'token-sum'"):
+        loss_units_masks([cut], T, "token-sum")
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+@pytest.mark.parametrize("split", [[4, 8], [1, 3, 8], [2, 10]])
+def test_verls_entry_point_with_its_global_count_is_exact_for_any_micro_batches(mode: str, split: list[int], monkeypatch):
+    """Through the registered signature, one rank, the batch cut into micro-batches whose kept shares
+    differ (four truncated rows at 1, 4, 7, 10): with verl's count of the rewritten loss_mask, the
+    micro-batch losses add up to the filtered loss of the whole batch. (The share-scaled count of
+    the previous version was off here whenever the kept shares differed.)"""
     monkeypatch.setenv(MAX_RESPONSE_LEN_ENV, str(T))
     b = batch(3)
-    full, _ = overlong_filtered_policy_loss(b["old"], b["new"], b["adv"].unsqueeze(-1).expand(B, T), b["mask"],
+    adv = b["adv"].unsqueeze(-1).expand(B, T)
+    full, _ = overlong_filtered_policy_loss(b["old"], b["new"], adv, b["mask"],
                                             LossSettings(0.2, 0.28, T, clip_ratio_c=3.0, loss_agg_mode=mode))
-    info = {"dp_size": 1, "batch_num_tokens": int(b["mask"].sum()), "global_batch_size": B}
+    info = {"dp_size": 1, "batch_num_tokens": units_count(b["mask"], mode), "global_batch_size": B}
     config = ActorConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, global_batch_info=info)
-    # two micro-batches with the same kept share of tokens / rows (two truncated rows each)
-    order = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
-    halves = [order[:6], order[6:]]
-    kept_share = [float((b["mask"][h] * (~truncated_rows(b["mask"][h], T)).unsqueeze(-1)).sum()) / float(b["mask"][h].sum()) for h in halves]
     total = 0.0
-    for h in halves:
-        loss, _ = verl_policy_loss(b["old"][h], b["new"][h], b["adv"][h].unsqueeze(-1).expand(len(h), T), b["mask"][h], mode, config)
+    for h in torch.tensor_split(torch.arange(B), split):
+        loss, _ = verl_policy_loss(b["old"][h], b["new"][h], adv[h], b["mask"][h], mode, config)
         total += float(loss)
-    whole, _ = verl_policy_loss(b["old"], b["new"], b["adv"].unsqueeze(-1).expand(B, T), b["mask"], mode, config)
-    assert abs(float(whole) - float(full)) < 1e-6  # one micro-batch: exact
-    if mode == "seq-mean-token-mean" or abs(kept_share[0] - kept_share[1]) < 1e-12:
-        assert abs(total - float(full)) < 1e-6
+    assert abs(total - float(full)) < 1e-9
 
 
 def test_rollout_importance_weights_are_refused(monkeypatch):

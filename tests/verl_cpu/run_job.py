@@ -66,6 +66,8 @@ def dapo_overrides(
         "algorithm.filter_groups.enable=true",
         "algorithm.filter_groups.metric=acc",
         f"{A}.policy_loss.loss_mode={loss_mode}",
+        # the project's loss comes with the trainer mode that makes verl count its units (verl_trainer)
+        f"trainer.v1.trainer_mode={PROJECT_LOSS if loss_mode == PROJECT_LOSS else 'sync'}",
         f"{A}.loss_agg_mode=token-mean",
         f"{A}.clip_ratio_low=0.2",
         f"{A}.clip_ratio_high=0.28",

@@ -11,7 +11,11 @@ The five toggles (on / off):
   through ``VERL_USE_EXTERNAL_MODULES``; verl has no Overlong Filtering of its own) / ``vanilla``.
   A response is truncated when its length reaches ``rollout.max_response_len``, which the job's
   environment gives the loss (``DAPO_ABLATE_MAX_RESPONSE_LEN``): verl's V1 trainer pads each
-  micro-batch only to its own longest response, so the tensor's width says nothing.
+  micro-batch only to its own longest response, so the tensor's width says nothing. With it,
+  ``trainer.v1.trainer_mode=dapo_overlong_filter`` (``verl_trainer``, registered the same way; off:
+  verl's ``sync``) takes the truncated responses out of the ``loss_mask`` verl counts before it
+  splits a mini-batch, so the loss is an exact global mean over kept tokens (or responses) under any
+  micro-batching and data parallelism.
 - Clip-Higher: ``clip_ratio_low=eps_low, clip_ratio_high=eps_high`` / both ``eps_low`` (the config's
   ``eps_high_effective``).
 - Soft Overlong Punishment: the ``dapo`` reward manager always scores (+1 / -1, as the paper);
@@ -74,6 +78,10 @@ check asks every node whether it is the Python Ray runs verl's workers in)."""
 ENTRYPOINT = f"{ENTRYPOINT_PYTHON} -m verl.trainer.main_ppo"
 LOSS_MODULE = "dapo_ablate.ablation.runtime.backends.verl_loss"
 OVERLONG_FILTER_LOSS = "dapo_overlong_filter"
+OVERLONG_FILTER_TRAINER = "dapo_overlong_filter"
+"""verl's sync V1 trainer that rewrites ``loss_mask`` to the loss's units before each update
+(``verl_trainer``; registered when verl imports its V1 package), so verl's own global count is the
+kept tokens or responses."""
 NO_DUAL_CLIP = 1e9
 MAX_RESPONSE_LEN_ENV = "DAPO_ABLATE_MAX_RESPONSE_LEN"
 """The job's environment gives the Overlong Filtering loss the response ceiling (verl_loss)."""
@@ -136,6 +144,7 @@ def technique_overrides(config: TrainerConfig) -> list[str]:
     inflight = math.ceil(config.gen_prompts_per_round / config.batch.prompts_per_step)
     return [
         "trainer.use_v1=true",
+        f"trainer.v1.trainer_mode={OVERLONG_FILTER_TRAINER if t.overlong_filter else 'sync'}",
         f"{A}.policy_loss.loss_mode={OVERLONG_FILTER_LOSS if t.overlong_filter else 'vanilla'}",
         f"{A}.clip_ratio_low={algo.eps_low}",
         f"{A}.clip_ratio_high={config.eps_high_effective}",
