@@ -15,8 +15,9 @@ running. Its submission id is a pure function of the run (``dapo-ablate-<experim
 so a rerun that claims the run again finds the job and re-attaches to it (running: waits; finished:
 reads its result; failed while nobody watched: reports that failure) instead of starting it again.
 A failure is raised once with the tail of the job's log; the retry that follows submits attempt
-n + 1 (a verl job resumes from the run's last checkpoint; the run's ``wall_s`` adds up the jobs of all its
-attempts: `attempts_wall_s`). A job the driver stopped (`stop_job`: the run timed out or was pruned) had
+n + 1 (a verl job resumes from the run's last checkpoint, without verl's validation before training
+when there is one: `verl_checkpoints.resumed_entrypoint`; the run's ``wall_s`` adds up the jobs of all
+its attempts: `attempts_wall_s`). A job the driver stopped (`stop_job`: the run timed out or was pruned) had
 its end recorded by the driver, so the next attempt is submitted at once. The submission id is
 sent to the driver (``on_event("job", ...)``, which writes it to the ledger) and written to
 ``job.json`` in the run's folder.
@@ -32,9 +33,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from dapo_ablate.ablation.runtime.backends.verl_checkpoints import resumed_entrypoint
 from dapo_ablate.ablation.runtime.backends.verl_job import JOB_ENV, VerlJob
 from dapo_ablate.ablation.runtime.backends.verl_results import result_from_mlflow
 from dapo_ablate.ablation.runtime.joblog import log_tail
+from dapo_ablate.core.config import build_trainer_config
 
 RESULT_MARKER = "DAPO_ABLATE_RESULT "
 MLFLOW_RUN_ENV = "DAPO_ABLATE_MLFLOW_RUN_ID"  # the cell's MLflow child run (set by the driver: pool.MLFLOW_RUN_ENV)
@@ -165,8 +168,10 @@ def _mlflow_run_id() -> str:
 def _submit(client: Any, sid: str, config: dict[str, Any], run_dir: str, eval_cache_dir: str | None) -> None:
     if config.get("backend") == "verl":
         # the job as the driver built it; its GPUs are verl's own placement groups, not the entrypoint's
+        # a retry that resumes from the run's checkpoint skips verl's validation before training
         job = _verl_job()
-        entrypoint, runtime_env, cpus, gpus = job.entrypoint, job.runtime_env(_mlflow_run_id()), job.num_cpus, 0.0
+        entrypoint = resumed_entrypoint(job.entrypoint, build_trainer_config(config), run_dir)
+        runtime_env, cpus, gpus = job.runtime_env(_mlflow_run_id()), job.num_cpus, 0.0
     else:
         env = {CONFIG_ENV: json.dumps(config), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
         entrypoint, runtime_env = builtin_entrypoint(run_dir, eval_cache_dir), {"env_vars": env}

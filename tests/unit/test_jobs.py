@@ -91,3 +91,36 @@ def test_a_resumed_runs_wall_time_adds_up_the_jobs_of_all_its_attempts():
     assert attempts_wall_s(JobApi(), "p", 3) == 3600.0 + 1800.0  # not the last attempt's 1800 s alone
     assert attempts_wall_s(JobApi(), "p", 4) == 5400.0  # a4 unknown to Ray: nothing added
     assert attempts_wall_s(JobApi(), "q", 2) is None  # no job known: the read-back uses the run's own span
+
+
+def test_a_verl_retry_that_resumes_from_a_checkpoint_skips_validation_before_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The job submitted for a verl run: as the dry run printed it (validation before training on)
+    while the run has no checkpoint; with one (verl's tracker file in the run's checkpoints/), the
+    same entrypoint with ``trainer.val_before_train=false`` last (Hydra keeps the last value)."""
+    import shlex
+
+    from dapo_ablate.ablation.experiment.design import expand
+    from dapo_ablate.ablation.experiment.spec import load_spec
+    from dapo_ablate.ablation.runtime.backends.verl_job import JOB_ENV, verl_job
+    from dapo_ablate.ablation.runtime.jobs import MLFLOW_RUN_ENV, _submit
+
+    spec = load_spec(ROOT / "examples" / "paper_verl.yaml")
+    run = expand(spec).runs[0]
+    job = verl_job(spec, run, ship=False)
+    monkeypatch.setenv(JOB_ENV, job.to_json())
+    monkeypatch.setenv(MLFLOW_RUN_ENV, "mlflow-child")
+
+    class JobApi:
+        submitted: list[str] = []
+
+        def submit_job(self, entrypoint, **_):
+            self.submitted.append(entrypoint)
+
+    run_dir = tmp_path / "exp" / run.run_id
+    _submit(JobApi(), "a1", run.config.to_dict(), str(run_dir), None)
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("300")
+    _submit(JobApi(), "a2", run.config.to_dict(), str(run_dir), None)
+    first, resumed = JobApi.submitted
+    assert first == job.entrypoint and "trainer.val_before_train=true" in shlex.split(first)
+    assert resumed == f"{job.entrypoint} trainer.val_before_train=false"
