@@ -84,3 +84,44 @@ def test_the_paper_example_runs_the_recipes_settings_where_the_paper_is_silent(t
         assert expected in words, expected
     checkpoints = next(w for w in words if w.startswith("trainer.default_local_dir=")).split("=", 1)[1]
     assert Path(checkpoints).is_absolute() and checkpoints.endswith(f"/{run.run_id}/checkpoints")
+
+
+def test_the_estimate_follows_v1s_dispatch_not_the_recipes_rounds():
+    """verl 0.9.1's V1 replay buffer, sync mode: the step's 512 prompts, 2 refills per evicted group,
+    at most 3 x 512 in flight, all drained. At a drop share d, kept groups reach 512 after
+    512 / (1 - d) finished ones, with 512 d / (1 - d) still in flight (at most 1,536):
+    d 0.5: 1,024 + 512 = 1,536 (the previous estimate said 1,024); d 0.1: 568.9 + 56.9 = 625.8;
+    d 0.8: 2,560 + min(1,536, 2,048) = 4,096. Without Dynamic Sampling: the batch alone."""
+    from dapo_ablate.ablation.runtime.backends.verl_plan import generated_prompts, v1_prompts_per_step
+
+    assert v1_prompts_per_step(512, 0.5, 3) == pytest.approx(1536)
+    assert v1_prompts_per_step(512, 0.1, 3) == pytest.approx(512 / 0.9 + 512 * 0.1 / 0.9)
+    assert v1_prompts_per_step(512, 0.8, 3) == pytest.approx(4096)
+    assert v1_prompts_per_step(512, 0.0, 3) == 512
+    plan = expand(load_spec(EXAMPLE))
+    grpo = next(run for run in plan.runs if not any(run.factors.values()))
+    dapo = next(run for run in plan.runs if all(run.factors.values()))
+    assert (generated_prompts(grpo.config), generated_prompts(dapo.config)) == (512, pytest.approx(1536))
+
+
+def test_validate_says_how_verl_samples_dynamically_and_that_the_round_limit_is_not_applied(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["validate", str(EXAMPLE)])
+    assert result.exit_code == 0, result.output
+    assert "Dynamic Sampling evicting 50% of groups, as verl's V1 dispatches" in result.output
+    assert ("no round limit (algorithm.max_gen_rounds 10 is not applied). The estimate assumes 50% of groups evicted: "
+            "1,536 prompts generated per step (3.00 x prompts_per_step)") in result.output
+
+
+@pytest.mark.parametrize("command", [["validate"], ["run", "--dry-run"]])
+def test_a_round_limit_verl_cannot_honour_is_refused_not_dropped(command: list[str], tmp_path: Path, monkeypatch):
+    spec_path = tmp_path / "paper_verl.yaml"
+    text = EXAMPLE.read_text()
+    assert "    max_gen_rounds: 10 " in text
+    spec_path.write_text(text.replace("    max_gen_rounds: 10 ", "    max_gen_rounds: 4 ", 1))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, [*command, str(spec_path)])
+    assert result.exit_code == 2, result.output
+    assert ("trainer.algorithm.max_gen_rounds (4) cannot be honoured: verl's V1 Dynamic Sampling has no round limit on "
+            "backend verl; leave it at its default 10 (not applied; validate says so) or use backend builtin") in " ".join(result.output.split())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["paper_verl.yaml"]

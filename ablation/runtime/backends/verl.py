@@ -32,7 +32,9 @@ The five toggles (on / off):
   in-flight one: ``max_inflight_gen_batches = ceil(gen_prompts_per_round / prompts_per_step)``, from
   the config's ``gen_prompts_per_round`` (3 by default, the recipe's 3 x batch; 1 off). It has no
   round limit: ``algorithm.max_gen_rounds`` has no verl counterpart (``max_num_gen_batches=0``; V1
-  ignores it and warns otherwise), and a step whose groups are never mixed keeps sampling.
+  ignores it and warns otherwise), and a step whose groups are never mixed keeps sampling. A value
+  other than its default (10) is refused rather than dropped; ``validate`` says the default is not
+  applied, and its GPU-hour estimate follows V1's dispatch (``verl_plan.v1_prompts_per_step``).
 
 Open points, decided here:
 
@@ -60,7 +62,7 @@ node for flash-attn (``verl_cluster``) before any GPU is allocated.
 
 Refused, in one sentence each (`VerlTranslationError`): the built-in model or data, the ``hf``
 rollout engine, non +1/-1 rewards, a noisy verifier, truncated samples left out of group stats,
-``advantage_eps`` other than verl's 1e-6, a chat template turned off, a GPU count that is not a
+``advantage_eps`` other than verl's 1e-6, a round limit other than the default, a chat template turned off, a GPU count that is not a
 whole number of nodes, and a ``trainer.verl.overrides`` entry that sets a key a technique decides.
 """
 
@@ -70,7 +72,7 @@ import math
 import shlex
 from typing import Any
 
-from dapo_ablate.core.config import BUILTIN, TrainerConfig
+from dapo_ablate.core.config import BUILTIN, AlgorithmConfig, TrainerConfig
 
 ENTRYPOINT_PYTHON = "python3"
 """The interpreter a job's entrypoint runs: the first ``python3`` on the node's PATH (the cluster
@@ -89,6 +91,8 @@ CHECKPOINT_DIR_KEY = "trainer.default_local_dir"
 CHECKPOINT_DIR = "checkpoints"
 """A run's checkpoints go to ``<run folder>/checkpoints`` (``verl_checkpoints`` prunes them there)."""
 VERL_VERSION = "0.9.1"
+DEFAULT_MAX_GEN_ROUNDS = AlgorithmConfig.model_fields["max_gen_rounds"].default
+"""``algorithm.max_gen_rounds``'s default: the only value a verl cell accepts, and one it cannot apply."""
 VLLM_BATCHED_TOKENS = 8192
 """verl's default rollout.max_num_batched_tokens: the least we set (vLLM also wants it at least
 its max_num_seqs, 256); one longest sequence when that is longer (the recipe's 2048 + 20480)."""
@@ -122,6 +126,9 @@ def check_translatable(config: TrainerConfig) -> None:
         raise _refuse("algorithm.filtered_in_group_stats", "false is not available (verl's GRPO counts every response)", "leave it true")
     if algo.advantage_eps != 1e-6:
         raise _refuse("algorithm.advantage_eps", f"({algo.advantage_eps:g}) is fixed at 1e-6 in verl's GRPO", "leave it at 1e-6")
+    if algo.max_gen_rounds != DEFAULT_MAX_GEN_ROUNDS:
+        raise _refuse("algorithm.max_gen_rounds", f"({algo.max_gen_rounds}) cannot be honoured: verl's V1 Dynamic Sampling has no round limit",
+                      f"leave it at its default {DEFAULT_MAX_GEN_ROUNDS} (not applied; validate says so) or use backend builtin")
     if not config.model.use_chat_template:
         raise _refuse("model.use_chat_template", "false is not available (verl applies the chat template)", "leave it true")
     decided = technique_keys(config)
@@ -140,8 +147,7 @@ def technique_overrides(config: TrainerConfig) -> list[str]:
     """The overrides the five toggles decide."""
     t, algo = config.techniques, config.algorithm
     buffer = "+reward.reward_kwargs.overlong_buffer_cfg"
-    # the config decides the prompts per round (one batch without Dynamic Sampling, so 1 in flight)
-    inflight = math.ceil(config.gen_prompts_per_round / config.batch.prompts_per_step)
+    inflight = max_inflight_gen_batches(config)
     return [
         "trainer.use_v1=true",
         f"trainer.v1.trainer_mode={OVERLONG_FILTER_TRAINER if t.overlong_filter else 'sync'}",
@@ -161,6 +167,12 @@ def technique_overrides(config: TrainerConfig) -> list[str]:
         "algorithm.filter_groups.max_num_gen_batches=0",
         f"algorithm.filter_groups.max_inflight_gen_batches={inflight}",
     ]
+
+
+def max_inflight_gen_batches(config: TrainerConfig) -> int:
+    """V1's bound on Dynamic Sampling's prompts in flight, in batches: the config's prompts per round
+    over prompts_per_step, rounded up (one batch without Dynamic Sampling, so 1)."""
+    return math.ceil(config.gen_prompts_per_round / config.batch.prompts_per_step)
 
 
 def override_key(override: str) -> str:

@@ -5,9 +5,9 @@ The estimate is a FLOP count, not a measurement (no GPU here): per rollout step,
 
 - generation: 2 N FLOPs per generated token at `GENERATION_MFU` of the GPU's bf16 peak (decoding is
   memory-bound), for the prompts verl's V1 trainer generates x group_size responses: without
-  Dynamic Sampling prompts_per_step; with it prompts_per_step / (1 - `EVICTED_SHARE`) (V1 refills
-  evicted groups until prompts_per_step mixed ones are finished: ``backends.verl``), the share of
-  all-correct or all-wrong groups assumed, not known before a run;
+  Dynamic Sampling prompts_per_step; with it `v1_prompts_per_step` (what V1's replay buffer
+  dispatches, in expectation, when a share `EVICTED_SHARE` of groups is all correct or all wrong:
+  assumed, not known before a run);
 - training: 8 N FLOPs per trained token (6 N forward-backward + 2 N for the old log-probs) at
   `TRAINING_MFU`, for prompts_per_step x group_size responses of `PROMPT_TOKENS` + their length;
 - evaluation: 2 N per token at `GENERATION_MFU`, eval_k samples of every row of the evaluation
@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from dapo_ablate.ablation.runtime.backends.verl import DEFAULT_MAX_GEN_ROUNDS, max_inflight_gen_batches
 from dapo_ablate.ablation.runtime.backends.verl_cluster import shared_tracking_problem
 from dapo_ablate.ablation.runtime.backends.verl_data import EvalSet, eval_set
 from dapo_ablate.ablation.runtime.backends.verl_job import VerlJob, verl_job
@@ -65,14 +66,39 @@ def gpu_hours(config: TrainerConfig, eval_rows: int | None = None) -> float | No
         return None
     algo, batch, s = config.algorithm, config.batch, config.schedule
     length = MEAN_RESPONSE_SHARE * config.rollout.max_response_len
-    gen_prompts = batch.prompts_per_step / (1 - EVICTED_SHARE) if config.techniques.dynamic_sampling else batch.prompts_per_step
-    generated = gen_prompts * algo.group_size * length
+    generated = generated_prompts(config) * algo.group_size * length
     trained = batch.prompts_per_step * algo.group_size * (PROMPT_TOKENS + length) * batch.epochs
     evaluations = s.evaluations
     evaluated = evaluations * (eval_rows or EVAL_PROBLEMS) * config.rollout.eval_k * length
     seconds = (2 * n * (generated * s.total_steps + evaluated) / (PEAK_FLOPS * GENERATION_MFU)
                + 8 * n * trained * s.total_steps / (PEAK_FLOPS * TRAINING_MFU))
     return seconds / 3600
+
+
+def v1_prompts_per_step(prompts: int, drop_share: float, max_inflight: int) -> float:
+    """Prompts verl 0.9.1's V1 trainer generates in one step with Dynamic Sampling (sync mode,
+    ``trainer/ppo/v1/replay_buffer.py``), in expectation, when a share `drop_share` of groups is evicted.
+
+    V1 dispatches the step's `prompts`, then 2 new prompts per evicted group while at most
+    `max_inflight` x `prompts` are pending or running; once `prompts` groups are kept it stops
+    dispatching, waits for every prompt in flight to finish, and discards the surplus. Kept groups
+    reach `prompts` after prompts / (1 - d) finished ones; by then the dispatched ones number
+    prompts + 2 d x that, so prompts x d / (1 - d) are still in flight (at most the bound), all
+    generated: prompts / (1 - d) + min(max_inflight x prompts, prompts x d / (1 - d)).
+    Examples at 512 prompts and a bound of 3: d 0.1 -> 626, 0.5 -> 1,536, 0.8 -> 4,096
+    (the recipe's rounds of 1,536: 1,536, 1,536, 3,072)."""
+    if not 0 <= drop_share < 1:
+        raise ValueError(f"drop_share must be in [0, 1), got {drop_share}")
+    finished = prompts / (1 - drop_share)
+    return finished + min(max_inflight * prompts, prompts * drop_share / (1 - drop_share))
+
+
+def generated_prompts(config: TrainerConfig) -> float:
+    """Prompts generated per step: prompts_per_step, or V1's dispatch with Dynamic Sampling."""
+    prompts = config.batch.prompts_per_step
+    if not config.techniques.dynamic_sampling:
+        return prompts
+    return v1_prompts_per_step(prompts, EVICTED_SHARE, max_inflight_gen_batches(config))
 
 
 def uses_verl(plan: Plan) -> bool:
@@ -98,7 +124,7 @@ def format_estimate(runs: list[PlannedRun], sets: dict[str, EvalSet | None], gpu
     total = sum(hours)  # type: ignore[arg-type]
     return (
         f"GPU-hours (FLOP estimate, H100 bf16, responses at {MEAN_RESPONSE_SHARE:.0%} of the ceiling, Dynamic "
-        f"Sampling evicting {EVICTED_SHARE:.0%} of groups): {total:,.0f} in all, {total / len(hours):,.0f} per run; "
+        f"Sampling evicting {EVICTED_SHARE:.0%} of groups, as verl's V1 dispatches): {total:,.0f} in all, {total / len(hours):,.0f} per run; "
         f"{total / gpus:,.0f} h of wall time on {gpus} GPUs per run, one run at a time"
     )
 
@@ -113,6 +139,20 @@ def format_evaluations(runs: list[PlannedRun], sets: dict[str, EvalSet | None]) 
                                                 f"{EVAL_PROBLEMS} x val n {n} = {EVAL_PROBLEMS * n:,} samples per evaluation")
         lines.append(f"  evaluation {path}: {size}; {evaluations} evaluations per run")
     return lines
+
+
+def format_dynamic_sampling(runs: list[PlannedRun]) -> str | None:
+    """What Dynamic Sampling does on verl and what the estimate assumed (None: no run has it on)."""
+    config = next((run.config for run in runs if run.config.techniques.dynamic_sampling), None)
+    if config is None:
+        return None
+    prompts, inflight = config.batch.prompts_per_step, max_inflight_gen_batches(config)
+    per_step = v1_prompts_per_step(prompts, EVICTED_SHARE, inflight)
+    return (f"  dynamic sampling: verl's V1 replay buffer, not the paper's rounds: each step {prompts} prompts, 2 more per "
+            f"evicted group, at most {inflight} x {prompts} in flight, all drained once {prompts} groups are kept; no round "
+            f"limit (algorithm.max_gen_rounds {DEFAULT_MAX_GEN_ROUNDS} is not applied). The estimate assumes "
+            f"{EVICTED_SHARE:.0%} of groups evicted: {per_step:,.0f} prompts generated per step "
+            f"({per_step / prompts:.2f} x prompts_per_step)")
 
 
 def checkpoint_saves(config: TrainerConfig) -> int:
@@ -158,6 +198,7 @@ def format_verl_jobs(spec: ExperimentSpec, plan: Plan) -> str:
         f"{first.num_cpus:g} CPU(s) and no GPU; runtime env: py_modules [{', '.join(first.py_modules)}], "
         f"env {env} MLFLOW_RUN_ID=<the run's MLflow child run>",
         *format_evaluations(verl_runs, sets),
+        *filter(None, [format_dynamic_sampling(verl_runs)]),
         format_checkpoints(spec, verl_runs),
     ]
     refused = shared_tracking_problem(first.env["MLFLOW_TRACKING_URI"], first.nnodes)
