@@ -16,8 +16,9 @@ thread and its stale-trial check for us; with ask/tell the driver does both itse
   and queued the same way at once, without waiting for the grace period (`recover_orphans`).
 
 That needs every running trial to name its driver, so a driver's storage (`open_storage(...,
-driver=)`) writes it with the trial: a new trial carries it from the write that creates it, a
-queued one from the write right after it is taken. Optuna's ``ask`` then samples the knobs, which
+driver=)`: `sweeps.driver_storage`, the one place that relies on Optuna's internals) writes it
+with the trial: a new trial carries it from the write that creates it, a queued one from the
+write right after it is taken. Optuna's ``ask`` then samples the knobs, which
 can take seconds; a driver killed meanwhile used to leave a running trial that named nobody, was
 never recovered and held a place in the budget for good. The one window left (a queued trial
 taken, its driver killed before the next write) is closed by `fail_stale`: a running trial that
@@ -45,10 +46,9 @@ from dapo_ablate.ablation.store.database import with_psycopg_driver
 from dapo_ablate.ablation.runtime.hosts import pid_alive
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.store.tracking import sqlite_path
+from dapo_ablate.sweeps.driver_storage import DRIVER_ATTR, DriverStorage
 from dapo_ablate.sweeps.spec import SweepSpec
 
-DRIVER_ATTR = "dapo.driver"
-"""Trial system attr: ``hostname:pid`` of the driver that asked the trial."""
 ERROR_ATTR = "error"
 """Trial user attr: why a failed trial failed (one line)."""
 SQLITE_BUSY_TIMEOUT_S = 30
@@ -64,31 +64,6 @@ class StudyError(ValueError):
 def storage_url(ledger_url: str) -> str:
     """The ledger URL as SQLAlchemy spells it for Optuna: plain postgresql:// uses psycopg 3."""
     return with_psycopg_driver(ledger_url)
-
-
-class _DriverStorage(RDBStorage):
-    """The RDB storage of one driver (``hostname:pid``): each trial it starts running names it."""
-
-    def __init__(self, *args: Any, driver: str, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.driver = driver
-
-    def _create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> FrozenTrial:
-        # Both RDBStorage.create_new_trial and Optuna's cache in front of it (`_CachedStorage`)
-        # create trials through this method; `Study.ask` passes no template.
-        if template_trial is None:
-            template_trial = FrozenTrial(
-                number=-1, state=TrialState.RUNNING, value=None, datetime_start=datetime.now(), datetime_complete=None,
-                params={}, distributions={}, user_attrs={}, system_attrs={DRIVER_ATTR: self.driver},
-                intermediate_values={}, trial_id=-1,
-            )
-        return super()._create_new_trial(study_id, template_trial)
-
-    def set_trial_state_values(self, trial_id: int, state: TrialState, values: Sequence[float] | None = None) -> bool:
-        taken = super().set_trial_state_values(trial_id, state, values)
-        if taken and state == TrialState.RUNNING:  # a queued trial taken by `Study.ask`
-            self.set_trial_system_attr(trial_id, DRIVER_ATTR, self.driver)
-        return taken
 
 
 def open_storage(spec: SweepSpec, *, heartbeat: bool = True, driver: str | None = None) -> RDBStorage:
@@ -112,7 +87,7 @@ def open_storage(spec: SweepSpec, *, heartbeat: bool = True, driver: str | None 
             }
             if driver is None:
                 return RDBStorage(url, engine_kwargs=engine_kwargs, **beating)
-            return _DriverStorage(url, engine_kwargs=engine_kwargs, driver=driver, **beating)
+            return DriverStorage(url, engine_kwargs=engine_kwargs, driver=driver, **beating)
     except Exception as err:  # sqlalchemy / driver errors: the user's database URL or server
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise LedgerError(f"could not open the Optuna study storage at {spec.ledger} ({first}); check `ledger:`") from None
