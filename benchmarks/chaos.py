@@ -1,4 +1,4 @@
-"""A fault campaign against ``dapo-ablate run`` (issue 13, item 6).
+"""A fault campaign against ``dapo-ablate run`` (results: benchmarks/README.md, "Fault campaign").
 
     .venv/bin/python benchmarks/chaos.py [--kills 20] [--seed 0] [--sleep 2] [--factors 4] [--seeds 4]
 

@@ -1,7 +1,8 @@
 """Peak memory of the training log-prob pass (forward + backward) at Qwen2.5's vocabulary.
 
-Shape (issue 9): vocabulary 151,936, batch 4 responses of 4,096 tokens (16-token prompts), on a
-small random-init Qwen2 decoder (hidden 64, 1 layer), so that the lm-head and the softmax over the
+Shape (results: benchmarks/README.md, "Log-prob pass memory at a real vocabulary"): vocabulary
+151,936, batch 4 responses of 4,096 tokens (16-token prompts), on a small random-init Qwen2
+decoder (hidden 64, 1 layer), so that the lm-head and the softmax over the
 vocabulary, not the decoder, are what is measured. Each case runs in a fresh process and reports
 its peak resident memory (ru_maxrss, Python and torch included) and the increase over the process
 before the pass.

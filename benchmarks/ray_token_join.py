@@ -1,4 +1,4 @@
-"""Joining a token-authenticated Ray head (issue 12, item 4): time to an answer, with and without
+"""Joining a token-authenticated Ray head (benchmarks/README.md, same title): time to an answer, with and without
 the token, through dapo-ablate's ray_connect against Ray's own ``ray.init(address=...)``.
 
 Starts ``ray start --head --block`` on 127.0.0.1 with token authentication (a token file, private

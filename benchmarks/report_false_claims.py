@@ -11,7 +11,7 @@ counts the experiments whose claims.csv would hold at least one row. The issue's
 its own seed effects and noise, analysed as one report (``analyze_transfer``: each setting's
 families pooled over the settings, the transfer and flips families, one guarantee), counting
 the experiments with any row in the report's claims.csv, per-setting and transfer rows
-together. Bar (issue "Statistics v3"): at most 5.5% with 3 settings.
+together. Bar (benchmarks/README.md, "Report intervals and claims"): at most 5.5% with 3 settings.
 
     .venv/bin/python benchmarks/report_false_claims.py --experiments 300 --seeds 3
     .venv/bin/python benchmarks/report_false_claims.py --experiments 300 --seeds 1

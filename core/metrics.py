@@ -1,6 +1,6 @@
 """Evaluation metrics over k sampled responses per problem: avg@k, pass@k, maj@k.
 
-All return fractions in [0, 1] (DESIGN.md: accuracies are stored as fractions).
+All return fractions in [0, 1] (docs/contracts.md, "The results table": accuracies are stored as fractions).
 - avg@k: mean correctness over all P*k samples; the paper's AIME number is avg@32.
 - pass@k: chance that at least one of k samples is correct, estimated without bias from n >= k
   samples (Chen et al., 2021, "Evaluating Large Language Models Trained on Code").

@@ -14,7 +14,7 @@ sentences give the comparison's own (unadjusted) interval and say so.
 ``log_parent_headline`` puts the headline on the experiment's MLflow parent run (metrics
 ``headline/full_vs_baseline``, ``headline/ci_low``, ``headline/ci_high``, ...; tag
 ``dapo.headline.best_cell``). It takes the tracker as an argument so that this package imports
-neither ``dapo_ablate.ablation`` nor MLflow (DESIGN: reports read a results table).
+neither ``dapo_ablate.ablation`` nor MLflow (docs/contracts.md: reports read a results table).
 """
 
 from __future__ import annotations

@@ -214,8 +214,8 @@ class FactorialScheduler:
     # -- set-up --------------------------------------------------------------------------------
 
     def _open_stores(self) -> None:
-        """MLflow's store is created here, once, before any task starts (FINDINGS: processes
-        creating a fresh SQLite store at once race on its schema). The ledger is opened first and
+        """MLflow's store is created here, once, before any task starts (docs/stores.md:
+        processes creating a fresh SQLite store at once race on its schema). The ledger is opened first and
         the spec checked against the experiment its name is bound to (`store.binding`), so a
         database that is not a ledger, or another design under this name, is refused before
         anything is written; so is a verl job the cluster cannot place."""

@@ -65,7 +65,7 @@ Whose database
 Stored values
     JSON columns take dicts/lists of str, int, float, bool, None and numpy/torch scalars;
     NaN and infinities are stored as null (PostgreSQL's JSON has no NaN).
-    Accuracy metrics are fractions in [0, 1] (see DESIGN: results table).
+    Accuracy metrics are fractions in [0, 1] (docs/contracts.md, "The results table").
 """
 
 from __future__ import annotations

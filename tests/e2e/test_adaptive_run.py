@@ -1,4 +1,4 @@
-"""Issue 21 through the product's command: `dapo-ablate run` of a design: adaptive spec looks with
+"""design: adaptive through the product's command: `dapo-ablate run` of a design: adaptive spec looks with
 the claims engine's group-sequential policy, grows and stops by itself; a driver killed after a
 look resumes from the ledger without repeating a look or retraining a run; `status` shows the
 current look, its decisions and the budget; a finished adaptive experiment reruns without Ray.

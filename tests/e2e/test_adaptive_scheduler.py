@@ -1,4 +1,4 @@
-"""Issue 21, the adaptive scheduler's mechanics (runtime.adaptive) on the one Driver, with cheap
+"""The adaptive scheduler's mechanics (runtime.adaptive) on the one Driver, with cheap
 cell functions and scripted look policies (the policy is an input of the scheduler; the real one,
 the claims engine's, is tested in test_sequential and through `dapo-ablate run`): each look is
 stored in the ledger once, its runs join the plan and train once, a driver stopped between looks

@@ -28,7 +28,7 @@ except ReportInputError as error:
 
 
 def _linear_scan(effect, sigma, contrast, m, level, wanted):
-    """The reference: every n from 2 up (the code before issue 23)."""
+    """The reference: every n from 2 up (plan-seeds' first implementation, before bisection)."""
     unit = float(np.sum(np.asarray(contrast) ** 2))
     for n in range(2, power.MAX_SEEDS + 1):
         achieved = power.power_at(effect, sigma * np.sqrt(unit / n), power.welch_df(contrast, m, n), level)
@@ -39,7 +39,7 @@ def _linear_scan(effect, sigma, contrast, m, level, wanted):
 
 def test_thirty_factors_are_refused_not_planned():
     """In a subprocess with 3 GiB of address space and a generous timeout: 2^30 cells would
-    need far more (and hung before issue 23); the refusal needs none of it."""
+    need far more (and hung before the refusal); the refusal needs none of it."""
     done = subprocess.run([sys.executable, "-c", THIRTY], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("REFUSED: plan-seeds got 30 factors"), done.stdout

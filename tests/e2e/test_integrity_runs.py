@@ -1,4 +1,4 @@
-"""Issue 23, runs: a result kept on disk is recorded only if this product sealed it for that run
+"""Runs: a result kept on disk is recorded only if this product sealed it for that run
 (anything else is set aside and the run trains); an experiment name bound to one design refuses
 another; every MLflow child carries its params from the moment a rerun can see it; the headline
 is logged once and the end of a run rides out a blip. Real Ray tasks with cheap cell functions."""

@@ -62,7 +62,7 @@ def test_cli_train_writes_result_json(tmp_path):
 
 @pytest.mark.slow
 def test_quickstart_config_learns(tmp_path):
-    """examples/dapo_cpu.yaml raises held-out avg@32 by at least 0.10 (the issue's bar)."""
+    """examples/dapo_cpu.yaml raises held-out avg@32 by at least 0.10 (the bar the quickstart is held to)."""
     config = load_trainer_config(ROOT / "examples" / "dapo_cpu.yaml")
     result = train(config, tmp_path)
     first, last = result.eval[0]["avg@32"], result.eval[-1]["avg@32"]

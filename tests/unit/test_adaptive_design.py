@@ -1,4 +1,4 @@
-"""Issue 21, design: adaptive in the spec and the plan: stage 1 is the resolution V fraction (every
+"""design: adaptive in the spec and the plan: stage 1 is the resolution V fraction (every
 cell below 5 factors, or the user's fraction) at the spec's seeds; the runs the looks add join the
 plan; the name is bound to the rules the error guarantee rests on, not to the budgets."""
 

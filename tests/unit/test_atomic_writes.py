@@ -1,5 +1,5 @@
 """Files the product writes into a folder someone else may have touched (--out) land whole and are
-never written through a link already there (issue 23)."""
+never written through a link already there."""
 
 from __future__ import annotations
 

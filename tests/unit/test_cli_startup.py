@@ -1,4 +1,4 @@
-"""Start-up of the command line (issue 20): `dapo-ablate COMMAND --help` imports none of the heavy
+"""Start-up of the command line: `dapo-ablate COMMAND --help` imports none of the heavy
 libraries (the commands import the app layer inside their functions), and the help texts' copies
 of the values the layers below check against are the same values. Wall-clock times are measured
 by benchmarks/cli_startup.py, never asserted here."""

@@ -185,7 +185,7 @@ def test_eval_set_fully_contaminated_is_an_error(tmp_path):
         load_eval_set(path, exclude=[Problem("q", "1", "t")])
 
 
-# --- decontamination and prompt templates (issue "Real models") --------------------------------
+# --- decontamination and prompt templates --------------------------------------------------------
 def test_builtin_held_out_set_is_disjoint_from_training_by_construction():
     from dapo_ablate.core.config import TrainerConfig
     from dapo_ablate.core.data import problem_key

@@ -1,4 +1,4 @@
-"""Issue 20, honest estimates: `validate`'s time per run is the rough reference scaling until runs
+"""Honest estimates: `validate`'s time per run is the rough reference scaling until runs
 of the experiment have finished, then the same scaling calibrated on their measured wall times,
 and the printout says which it used."""
 

@@ -1,4 +1,4 @@
-"""Hostile problem files through core/data.py's loader (issue 23): each is refused with one
+"""Hostile problem files through core/data.py's loader: each is refused with one
 sentence naming the file and the line, record or row, before it costs memory or time; a pipe or a
 device is never opened for reading."""
 

@@ -1,4 +1,4 @@
-"""Hostile model folders and context lengths through core/policy.py (issue 23): an empty, incomplete
+"""Hostile model folders and context lengths through core/policy.py: an empty, incomplete
 or garbage checkpoint folder is one ConfigError sentence naming it and what is missing, a pickled
 weights file is refused without running it, and a prompt + response ceiling beyond the model's
 positions is refused from config.json alone (no torch), so `validate` can say so before a run starts."""

@@ -1,4 +1,4 @@
-"""Hostile YAML through core/yamlio.py (issue 23): a file or a command-line value that is too big,
+"""Hostile YAML through core/yamlio.py: a file or a command-line value that is too big,
 too deep, an alias bomb or not UTF-8 is refused in one sentence naming it, before anything walks it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile FILES where a file is expected (issue 23's test-suite item): a FIFO, /dev/zero, a symlink
+"""Hostile FILES where a file is expected: a FIFO, /dev/zero, a symlink
 loop, a symlink to outside, a read-only or unreadable file or folder, a directory, another
 application's SQLite database named as the ledger, and a result planted in a run folder, each
 passed as the spec, the --results CSV, a data file, the ledger or --out.

@@ -1,4 +1,4 @@
-"""Hostile names in a results table (issue 23, "exports are inert"): factor, setting and metric
+"""Hostile names in a results table (exports are inert): factor, setting and metric
 names are user text, and every file a report writes keeps them inert. A CSV cell that a
 spreadsheet would run as a formula is prefixed with a single quote (numbers stay numbers),
 report.md escapes HTML and Markdown, a newline in a name does not split a table row, and the

@@ -1,4 +1,4 @@
-"""Bounded work for every results table (issue 23): more than MAX_FACTORS factors is one sentence
+"""Bounded work for every results table: more than MAX_FACTORS factors is one sentence
 before any work starts, and 12 factors (4,096 cells) analyse in seconds because the analysis uses
 the structure of the 2^k design (a diagonal information matrix when seeds are balanced, the Walsh
 transform of the observed cells for the alias structure) instead of dense cubic algebra over the
@@ -32,8 +32,8 @@ def _factor_table(k: int, rows: int, rng: int = 0) -> pd.DataFrame:
 
 
 def _gram_alias_structure(masks: np.ndarray, k: int):
-    """The reference: the Gram matrix of all 2^k contrast columns over the cells (the code before
-    issue 23): regular iff every entry is 0 or +-m; groups are the terms whose columns are equal
+    """The reference: the Gram matrix of all 2^k contrast columns over the cells (the analysis'
+    first implementation): regular iff every entry is 0 or +-m; groups are the terms whose columns are equal
     up to sign, in term order."""
     terms = [(), *all_terms(k)]
     columns = np.stack([contrast_column(masks, term) for term in terms], axis=1)

@@ -1,4 +1,4 @@
-"""Hostile results files (issue 23): ``load_results_csv`` refuses in one sentence, before reading
+"""Hostile results files: ``load_results_csv`` refuses in one sentence, before reading
 anything it cannot bound, a FIFO (which would block forever), a device (/dev/zero never ends), a
 directory, a file over MAX_RESULTS_BYTES and a line over MAX_LINE_BYTES.
 

@@ -1,4 +1,4 @@
-"""plan-seeds on hostile input (issue 23): more than MAX_FACTORS factors is one sentence before any
+"""plan-seeds on hostile input: more than MAX_FACTORS factors is one sentence before any
 work (30 factors hung, 13 took 130 s), and the plan itself is cheap: the family contrasts are
 built as contrast rows (no 2^k identity), and the smallest seed count is found by bisection on
 the monotone power, a dozen power evaluations instead of one per candidate.
@@ -30,7 +30,7 @@ def _power_calls(monkeypatch) -> list:
 
 def _identity_families(design, factors):
     """The reference: each family's rows from the statistics applied to the 2^k identity and all
-    effects (the code before issue 23)."""
+    effects (plan-seeds' first implementation, before contrast rows)."""
     m, k = len(design.observed), design.k
     eye = np.eye(2**k)
     value_map = np.eye(m) if design.kind == "full" else model_prediction_map(design, np.eye(m))

@@ -1,5 +1,5 @@
 """`validate`, `run --dry-run` and `sweep --dry-run` catch what the spec and the environment can
-tell before Ray starts (issue 23, item 4): each case exits 2 with one sentence starting "error: "
+tell before Ray starts: each case exits 2 with one sentence starting "error: "
 that names the field, and nothing is written (not even the output folder)."""
 
 from __future__ import annotations

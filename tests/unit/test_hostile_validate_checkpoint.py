@@ -1,6 +1,6 @@
 """A checkpoint.pt that is not one this product wrote for the run (garbage, empty, truncated,
 pickled code, the wrong shape) is one sentence naming the file and the fix, exit 2, through
-`dapo-ablate train` (issue 23): never a traceback, never code run, the file left as it was."""
+`dapo-ablate train`: never a traceback, never code run, the file left as it was."""
 
 from __future__ import annotations
 

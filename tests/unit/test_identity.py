@@ -1,4 +1,4 @@
-"""An experiment you can find again (issue 20): `run SPEC k=v` records the resolved spec in the
+"""An experiment you can find again: `run SPEC k=v` records the resolved spec in the
 experiment's folder before any run starts; `status`, `report` and `ui` reach the same runs from
 the spec with the same overrides or from the folder; the plain spec says how to reach them; every
 hint a command prints runs as printed; a finished experiment's rerun starts no Ray.

@@ -1,4 +1,4 @@
-"""Issue 23, stores: nothing forged is trusted and nothing outside is touched. A ledger opens only
+"""Stores: nothing forged is trusted and nothing outside is touched. A ledger opens only
 an empty database or its own; a finished run's result must be a mapping of numbers, and one
 already stored that is not never counts as done; an experiment name is bound to its design; a
 sweep resumed with another search space is refused; the key that seals kept results is created

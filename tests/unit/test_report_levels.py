@@ -1,5 +1,5 @@
 """A report says what each factor's 0 and 1 stand for when the experiment's spec is known: a
-technique off / on, a knob's two values (issue 22: FactorInfo)."""
+technique off / on, a knob's two values (core/contracts.py: FactorInfo)."""
 
 from __future__ import annotations
 

