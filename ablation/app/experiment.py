@@ -33,8 +33,10 @@ from dapo_ablate.ablation.store.runs_view import (
     metric_column,
     mlflow_ui_command,
     param_column,
+    pp_tag,
     runs_page_link,
     save_runs_view,
+    tag_column,
 )
 from dapo_ablate.ablation.store.tracking import rebase_artifacts, sqlite_path
 from dapo_ablate.core.config import ConfigError
@@ -260,7 +262,8 @@ def store_ui_server(uri: str, name: str, view: RunsView, opens: str, run_command
 
 def runs_view(experiment: Experiment) -> RunsView:
     """The runs table a researcher reads first: the runs ranked by the spec's metric (its verl
-    name on the children; one column per evaluation set), each factor's level (params
+    name on the children), shown in percentage points (`pp_tag`; one column per evaluation set;
+    the fraction itself stays on each run's page), each factor's level (params
     ``factor.<name>``, and ``setting`` in a transfer study), and the parent's headline: the full
     recipe's gain over the baseline with its interval."""
     spec, plan = experiment.spec, experiment.plan
@@ -269,10 +272,10 @@ def runs_view(experiment: Experiment) -> RunsView:
     settings = list(dict.fromkeys(run.setting for run in plan.runs if run.setting))
     prefixes = [f"headline/{setting}/" for setting in settings] or ["headline/"]
     params = [f"factor.{factor.name}" for factor in plan.factors] + (["setting"] if settings else [])
-    columns = ([metric_column(name) for name in metrics] + [param_column(name) for name in params]
+    columns = ([tag_column(pp_tag(name)) for name in metrics] + [param_column(name) for name in params]
                + [metric_column(prefix + name) for prefix in prefixes for name in HEADLINE_METRICS])
-    widths = {metric_column(name): 40 + 6 * len(name) for name in metrics}  # the whole verl name in view
-    return RunsView(f"dapo-ablate: runs by {spec.metric}", metrics[0], tuple(columns), widths)
+    widths = {tag_column(pp_tag(name)): 60 + 6 * len(name) for name in metrics}  # the whole verl name in view
+    return RunsView(f"dapo-ablate: runs by {spec.metric}", metrics[0], tuple(columns), widths, tuple(metrics))
 
 
 def check_port_free(port: int) -> None:

@@ -17,7 +17,7 @@ from dapo_ablate.ablation.runtime.executor import SWEEP_RECORD
 from dapo_ablate.ablation.runtime.preflight import check_contexts, preflight
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError
-from dapo_ablate.ablation.store.runs_view import RunsView, metric_column, param_column
+from dapo_ablate.ablation.store.runs_view import RunsView, param_column, pp_tag, tag_column
 from dapo_ablate.ablation.store.tracking import metric_name
 from dapo_ablate.core.config import ConfigError
 from dapo_ablate.core.contracts import metric_text
@@ -121,7 +121,7 @@ def sweep_ui_server(spec: SweepSpec, port: int, run_command: str) -> UiServer:
     """The MLflow UI of the sweep's store, its link opening the trials ranked by the metric with
     each knob's value (`ablation.app.experiment.store_ui_server` does the checks)."""
     name = metric_name(spec.metric)
-    columns = (metric_column(name), param_column("trial"), *(param_column(knob) for knob in spec.space))
-    view = RunsView(f"dapo-ablate: trials by {spec.metric}", name, columns, {metric_column(name): 40 + 6 * len(name)})
+    columns = (tag_column(pp_tag(name)), param_column("trial"), *(param_column(knob) for knob in spec.space))
+    view = RunsView(f"dapo-ablate: trials by {spec.metric}", name, columns, {tag_column(pp_tag(name)): 60 + 6 * len(name)}, (name,))
     opens = f"{spec.name}: its trials by {spec.metric}, with each knob's value"
     return store_ui_server(spec.tracking.uri, spec.name, view, opens, run_command, port)

@@ -53,6 +53,18 @@ def param_column(name: str) -> str:
     return f"params.`{name}`"
 
 
+def tag_column(name: str) -> str:
+    """The runs table's column of MLflow tag `name`."""
+    return f"tags.`{name}`"
+
+
+def pp_tag(metric: str) -> str:
+    """The tag that shows fraction metric `metric` of a run in percentage points, one decimal
+    ("49.7"), as every page of the project shows accuracy; the metric itself stays a fraction.
+    (MLflow's names allow no brackets.)"""
+    return f"{metric} in pp"
+
+
 @dataclass(frozen=True)
 class RunsView:
     """A view of an experiment's runs table: which columns, in which order, ranked by what."""
@@ -68,6 +80,8 @@ class RunsView:
     """Column keys (`metric_column`, `param_column`), shown in this order."""
     widths: dict[str, int] = field(default_factory=dict)
     """Column key -> width in pixels, where the UI's default would cut its name short."""
+    percent: tuple[str, ...] = ()
+    """Fraction metrics whose runs get their `pp_tag` (set when the view is saved) as a column."""
 
     def state(self) -> dict[str, Any]:
         """The view as the UI's shared state: search facets (those the URL carries) and table state."""
@@ -95,7 +109,25 @@ def save_runs_view(uri: str, experiment_name: str, view: RunsView) -> str | None
         client.set_experiment_tag(experiment.experiment_id, key, json.dumps(envelope))
         if experiment.tags.get(EXPERIMENT_KIND_TAG) != TRAINING_KIND:
             client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
+        _tag_in_pp(client, experiment.experiment_id, view.percent)
     return experiment.experiment_id
+
+
+def _tag_in_pp(client: Any, experiment_id: str, metrics: tuple[str, ...]) -> None:
+    """Give every run of the experiment that has one of `metrics` its `pp_tag` (where missing or
+    stale), so the runs table reads 49.7, not 0.49658203125."""
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], max_results=1000, page_token=token)
+        for run in page:
+            for metric in metrics:
+                value = run.data.metrics.get(metric)
+                shown = None if value is None else f"{100 * value:.1f}"
+                if shown is not None and run.data.tags.get(pp_tag(metric)) != shown:
+                    client.set_tag(run.info.run_id, pp_tag(metric), shown)
+        token = page.token
+        if not token:
+            return
 
 
 def _view_created(envelope: str | None) -> int | None:

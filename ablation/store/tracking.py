@@ -3,7 +3,7 @@ run per cell x seed, live while it trains.
 
 Only the driver writes MLflow (Ray tasks never touch it). Creating a `Tracker` opens the store
 once, before any task starts: several processes creating a fresh SQLite store at once race on
-its schema (FINDINGS).
+its schema (docs/stores.md).
 
 Live: a child run is created RUNNING when its run starts (`start_child`), receives each
 training step's signals and each evaluation as they happen (`log_event`, fed by the driver from

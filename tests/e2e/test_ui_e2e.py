@@ -332,12 +332,13 @@ def test_ui_prints_one_link_that_opens_the_training_runs_table_of_the_copy(origi
         assert [entry["path"] for entry in listing["files"]] == ["config.json"]
 
         metric, factors = "metrics.`val-core/builtin/acc/mean_at_4`", ["params.`factor.overlong_filter`", "params.`factor.clip_higher`"]
+        in_pp = "tags.`val-core/builtin/acc/mean_at_4 in pp`"
         headline = "metrics.`headline/full_vs_baseline`"
         browser = Chromium(tmp_path / "profile")
         try:
             page = browser.evaluate_on(link, READ_RUNS_TABLE % {
                 "runs": json.dumps([run.info.run_id for run in runs.values()]),
-                "columns": json.dumps([metric, *factors, headline]),
+                "columns": json.dumps([in_pp, *factors, headline]),
             }, screenshot=tmp_path / "runs-table.png")
         finally:
             browser.close()
@@ -356,13 +357,14 @@ def test_ui_prints_one_link_that_opens_the_training_runs_table_of_the_copy(origi
     assert facets["workflowType"] == ["machine_learning"] and facets["orderByKey"] == [metric], page["href"]
 
     # every run a row of its own, ranked by the metric; its metric and factor levels in the view's columns
-    assert [metric, *factors, headline] == [column for column in page["columns"] if column in (metric, *factors, headline)]
+    # the metric in pp (the fraction stays on each run's page), ranking the rows
+    assert [in_pp, *factors, headline] == [column for column in page["columns"] if column in (in_pp, metric, *factors, headline)]
     rows = {name: page["rows"].get(run.info.run_id) for name, run in runs.items()}
     assert all(rows.values()), (page["rows"], page["text"])
     for name in CHILDREN:
         params = runs[name].data.params
         shown = rows[name]["cells"]
-        assert shown[metric] == f"{runs[name].data.metrics['val-core/builtin/acc/mean_at_4']:g}", (name, shown)
+        assert shown[in_pp] == f"{100 * runs[name].data.metrics['val-core/builtin/acc/mean_at_4']:.1f}", (name, shown)  # 75.0, not 0.75
         assert [shown[column] for column in factors] == [params["factor.overlong_filter"], params["factor.clip_higher"]]
     ranked = sorted(CHILDREN, key=lambda name: rows[name]["index"])
     assert {*ranked[:2]} == {"CH s0", "OF+CH s0"}  # 0.75 before 0.25

@@ -24,11 +24,9 @@ ISSUE = re.compile(r"\b[Ii]ssues? #?\d+\b|\b[Ii]ssue \"")
 """An issue of the project's tracker cited as if it were a document (code files; the README's
 history of measurements may name the issue that asked for them)."""
 
-PENDING = {
-    "ablation/store/tracking.py": "(FINDINGS)",
-}
-"""Files another change is editing right now, and the citation each still holds: each entry fails
-this test once the citation is gone, so that it is removed from here."""
+PENDING: dict[str, str] = {}
+"""Files another change is editing right now, and the citation each still holds (none now): each
+entry fails this test once the citation is gone, so that it is removed from here."""
 
 
 def _scanned_files() -> list[Path]:
