@@ -142,7 +142,7 @@ def _sweep_status(spec_path: Path, overrides: Optional[list[str]]) -> None:
 def ui(
     spec_path: Path = TARGET_ARG,
     overrides: Optional[list[str]] = OVERRIDES_ARG,
-    port: int = typer.Option(5000, "--port", help="Port of the MLflow UI on 127.0.0.1."),
+    port: int = typer.Option(5000, "--port", min=1, max=65535, help="Port of the MLflow UI on 127.0.0.1 (1-65535)."),
 ) -> None:
     """Serve the MLflow UI of the experiment's tracking store on 127.0.0.1 and, once it answers,
     print the link to the experiment's runs: ranked by the spec's metric, with each factor's level

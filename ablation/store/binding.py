@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from dapo_ablate.ablation.experiment.identity import config_delta
@@ -86,8 +87,10 @@ def differences(stored: dict[str, Any], spec: ExperimentSpec, limit: int = 3) ->
 
 
 def _rename(name: str) -> str:
-    return (f"give this spec another name, e.g. `name: {name}-2` in the spec or `name={name}-2` on the command "
-            "line (runs the two share are not trained again)")
+    """How to rename: the command-line form shell-quoted, so a name holding `$(...)`, quotes or
+    spaces pastes as the literal name it is."""
+    return (f"give this spec another name, e.g. `name: {json.dumps(name + '-2')}` in the spec or "
+            f"`{shlex.quote('name=' + name + '-2')}` on the command line (runs the two share are not trained again)")
 
 
 def _short(value: Any) -> str:
