@@ -22,7 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dapo_ablate.core.contracts import COMPUTE_COLUMNS, DEFAULT_METRIC, MAX_FACTORS, SEED_COLUMN, SETTING_COLUMN, SHORT_LABELS
+from dapo_ablate.core.contracts import (
+    COMPUTE_COLUMNS, DEFAULT_METRIC, MAX_FACTORS, METRIC_PATTERN, SEED_COLUMN, SETTING_COLUMN, SHORT_LABELS,
+)
 from dapo_ablate.core.contracts import TECHNIQUES as PAPER_FACTORS  # re-exported: DAPO's five, the paper's order
 from dapo_ablate.core.config_errors import not_a_file_error, not_a_file_mode, one_line, shown_path, shown_value
 
@@ -199,6 +201,23 @@ MAX_METRIC_MAGNITUDE = 1e15
 square the variances (fourth powers of the metric), which overflow to inf from about 1e77."""
 
 
+def _check_accuracy_range(results: pd.DataFrame, metric: str) -> None:
+    """An accuracy (avg@k, pass@k, maj@k) is a fraction in [0, 1]: in a column of fractions (most
+    values in [0, 1]) one value outside would switch every page of the report to raw numbers
+    without a word, so it is refused naming its row. (A column with most values outside is read in
+    its own unit, as any metric.)"""
+    if not METRIC_PATTERN.match(metric):
+        return
+    inside = results[metric].between(0, 1)
+    outside = results.index[~inside]
+    if len(outside) and inside.mean() > 0.5:
+        row, value = int(outside[0]), results.loc[outside[0], metric]
+        hint = "; divide the column by 100 if it holds percentages" if results[metric].between(0, 100).all() else ""
+        raise ReportInputError(
+            f"column '{metric}' holds accuracies, fractions in [0, 1], but row {row + 1} (of {len(results)}) has "
+            f"{value:g}{f' and {len(outside) - 1} other rows are outside it too' if len(outside) > 1 else ''}{hint}")
+
+
 def _check_metric(results: pd.DataFrame, factors: list[str], metric: str) -> None:
     values = pd.to_numeric(results[metric], errors="coerce")
     huge = values.abs().gt(MAX_METRIC_MAGNITUDE) & ~np.isinf(values.fillna(0))
@@ -331,6 +350,7 @@ def validate_results(results: pd.DataFrame, factors: list[str], metric: str) -> 
         raise ReportInputError(f"column '{SEED_COLUMN}' has empty values; give every run its seed")
     _check_metric(clean, factors, metric)
     clean[metric] = pd.to_numeric(clean[metric]).astype(float)
+    _check_accuracy_range(clean, metric)
     _check_duplicates(clean, factors, metric)
     _check_confounded(clean, factors)
     _check_compute(clean, factors)

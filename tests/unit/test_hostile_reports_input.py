@@ -124,3 +124,14 @@ def test_a_results_path_and_its_cells_are_echoed_on_one_line(tmp_path):
     with pytest.raises(ReportInputError) as raised:
         load_results_csv(_write(tmp_path, table))
     assert f"is not a number ('{'x' * 56}...) in cell" in str(raised.value)
+
+
+def test_one_accuracy_out_of_range_is_refused_naming_its_row_not_a_switch_of_units(tmp_path: Path):
+    """A column of fractions with one 1.05 (a typo, or a percentage pasted in) would have switched
+    every page from percentage points to raw numbers without a word."""
+    table = _results()
+    table.loc[3, "avg@32"] = 1.05
+    with pytest.raises(ReportInputError) as refused:
+        load_results_csv(_write(tmp_path, table))
+    assert str(refused.value) == (f"column 'avg@32' holds accuracies, fractions in [0, 1], but row 4 (of {len(table)}) "
+                                  "has 1.05; divide the column by 100 if it holds percentages")
