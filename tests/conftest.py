@@ -55,10 +55,12 @@ def local_ray(request: pytest.FixtureRequest) -> Iterator[None]:
     by value: by reference the workers would have to import the test modules."""
     import ray
 
+    from dapo_ablate.ablation.runtime.ray_connect import start_local
+
     for module in test_modules(request.module):
         ray.cloudpickle.register_pickle_by_value(module)
-    ray.init(address="local", num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
-             log_to_driver=False, logging_level=logging.ERROR)
+    # the product's local start: tried again when Ray's fixed 30 s raylet wait passes on a busy machine
+    start_local(2, 100 * 2**20, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     yield
     ray.shutdown()
 

@@ -177,9 +177,7 @@ def join_cluster(address: str, token_file: str | None = None, **init_kwargs: Any
 def start_local(num_cpus: float, object_store_memory: int | None = None, **init_kwargs: Any) -> None:
     """Start this driver's own Ray, never joining another cluster on the machine (``ray start``
     or a stale current-cluster file; ``address="local"`` also wins over ``RAY_ADDRESS``)."""
-    import ray
-
-    ray.init(address="local", num_cpus=num_cpus, object_store_memory=object_store_memory, **{**QUIET, **init_kwargs})
+    _start_local_ray(num_cpus=num_cpus, object_store_memory=object_store_memory, **{**QUIET, **init_kwargs})
 
 
 def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
@@ -207,13 +205,7 @@ def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
         )
     # address="local": always a new Ray of our own; a bare ray.init() would join whatever cluster
     # Ray's current-cluster file names (a colleague's `ray start`, another driver's, a crashed one)
-    before = _children_now()
-    try:
-        with ctrl_c_held():
-            ray.init(address="local", num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
-    except BaseException:  # Ctrl-C (once Ray started) or SIGTERM while Ray starts: stop what it has started
-        _stop_interrupted_ray(before)
-        raise
+    _start_local_ray(num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
     start_reaper()  # the local Ray's processes die with this driver, even after a SIGKILL
     if executor.gpus_per_run > ray.cluster_resources().get("GPU", 0):
         ray.shutdown()
@@ -221,6 +213,31 @@ def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
             f"executor.gpus_per_run ({executor.gpus_per_run:g}) exceeds the GPUs Ray finds here; set it to 0 or join a GPU cluster with --address"
         )
     return True
+
+
+LOCAL_START_TRIES = 3
+"""Ray waits a fixed 30 s for a new raylet to register with its GCS; a machine loaded far past its
+cores can take longer ("The current node timed out during startup"), so a local start that times
+out is tried again, what it had started stopped first."""
+
+
+def _start_local_ray(**init_kwargs: Any) -> None:
+    """``ray.init(address="local", **init_kwargs)``, tried again when it times out starting."""
+    import ray
+
+    for attempt in range(1, LOCAL_START_TRIES + 1):
+        before = _children_now()
+        try:
+            with ctrl_c_held():
+                ray.init(address="local", **init_kwargs)
+            return
+        except Exception as err:  # noqa: BLE001 - Ray raises a bare Exception for the start-up timeout
+            _stop_interrupted_ray(before)
+            if "timed out during startup" not in str(err) or attempt == LOCAL_START_TRIES:
+                raise
+        except BaseException:  # Ctrl-C (once Ray started) or SIGTERM while Ray starts: stop what it has started
+            _stop_interrupted_ray(before)
+            raise
 
 
 def _children_now() -> set[tuple[int, int | None]]:
