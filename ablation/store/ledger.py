@@ -78,7 +78,7 @@ from typing import Any, Protocol, runtime_checkable
 from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.orm import Session
 
 from dapo_ablate.ablation.experiment.identity import RunSpec
@@ -257,13 +257,19 @@ class SQLLedger:
             return experiment_id
 
     def get_experiment(self, name: str) -> ExperimentRecord | None:
-        with self._session() as session:
-            row = session.scalar(select(Experiment).where(Experiment.name == name))
-            if row is None:
-                return None
-            return ExperimentRecord(
-                row.id, row.name, row.spec, row.created_at, row.mlflow_parent_run_id, row.digest
-            )
+        """Experiment `name`'s row; LedgerError (one sentence naming it) when its recorded spec is
+        not a JSON mapping: a row edited by hand, never one this ledger wrote."""
+        try:
+            with self._session() as session:
+                row = session.scalar(select(Experiment).where(Experiment.name == name))
+                if row is None:
+                    return None
+                record = ExperimentRecord(row.id, row.name, row.spec, row.created_at, row.mlflow_parent_run_id, row.digest)
+        except (ValueError, StatementError) as err:  # the JSON column does not decode
+            raise rules.unreadable_experiment(self.url, name, err) from None
+        if not isinstance(record.spec, dict):
+            raise rules.unreadable_experiment(self.url, name, TypeError(f"a {type(record.spec).__name__}, not a mapping"))
+        return record
 
     def result_key(self, name: str) -> bytes:
         """The experiment's secret key for sealing kept results (32 bytes), created by the first

@@ -43,6 +43,15 @@ class ExperimentRecord:
     """What the experiment's name is bound to (`ensure_experiment`); None: not bound yet."""
 
 
+def unreadable_experiment(url: str, name: str, err: BaseException) -> LedgerError:
+    """Experiment `name`'s row holds a spec this ledger did not write (edited by hand)."""
+    reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return LedgerError(
+        f"the ledger at {url} holds experiment {name!r} with a recorded spec that does not read ({reason[:120]}): "
+        "a row edited outside dapo-ablate; restore the ledger from a copy, or point `ledger:` at another database"
+    )
+
+
 def other_design(url: str, name: str, digest: str | None) -> LedgerError:
     """`ensure_experiment` with a digest other than the one experiment `name` is bound to."""
     return LedgerError(

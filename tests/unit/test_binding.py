@@ -41,3 +41,25 @@ def test_ui_refuses_a_port_outside_1_to_65535_before_anything(tmp_path: Path, po
     refused = CliRunner().invoke(app, ["ui", str(write_spec(tmp_path)), "--port", port])
     assert refused.exit_code == 2 and "Invalid value for '--port'" in refused.output, refused.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
+
+
+@pytest.mark.parametrize("stored", ["{not json", "[1, 2]"])
+def test_an_experiment_row_edited_by_hand_is_one_sentence_not_a_traceback(tmp_path: Path, stored: str):
+    import sqlite3
+
+    from typer.testing import CliRunner
+
+    from dapo_ablate.cli.main import app
+
+    spec_path = write_spec(tmp_path, name="edited")
+    url = load_spec(spec_path).ledger
+    SQLLedger(url).close()
+    db = sqlite3.connect(url.removeprefix("sqlite:///"))
+    with db:
+        db.execute("INSERT INTO experiments (name, spec, created_at) VALUES ('edited', ?, '2026-01-01 00:00:00')", (stored,))
+    db.close()
+    for argv in (["status", str(spec_path)], ["run", str(spec_path), "--dry-run"]):
+        refused = CliRunner().invoke(app, argv)
+        assert refused.exit_code == 2, refused.output
+        assert "holds experiment 'edited' with a recorded spec that does not read" in refused.output
+        assert "Traceback" not in refused.output
