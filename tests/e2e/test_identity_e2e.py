@@ -8,8 +8,6 @@ import io
 import os
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,6 @@ from dapo_ablate.ablation.experiment.design import expand
 from dapo_ablate.ablation.experiment.overrides import load_spec_with_overrides
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec, load_spec, run_root
 from dapo_ablate.ablation.runtime import executor
-from dapo_ablate.ablation.runtime.reaper import kill_session
 from dapo_ablate.ablation.runtime.task import CELL_FN_ENV
 from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.store.tracking import Tracker
@@ -29,10 +26,9 @@ from dapo_ablate.cli import run_cmd
 from dapo_ablate.cli.main import app
 
 from test_identity import TRAINER, stores  # noqa: F401, F811 - shared with the fast part
-from support import HANG_GUARD_S, pythonpath_with_tests
+from support import dapo_ablate
 
 
-COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
 
 OVERRIDES = ["trainer.schedule.total_steps=8"]
 
@@ -47,19 +43,6 @@ def identity_cell(config: dict, run_dir: str, eval_cache_dir: str, on_eval=None)
         "metrics": {"avg@4": value, "recorded": float(recorded)},
         "eval_curve": [{"step": 0, "avg@4": value}], "signals": [{"step": 1, "reward": 0.5}], "wall_s": 0.1,
     }
-
-
-def subprocess_command(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """The real `dapo-ablate` with the identity cell function, in its own session (reaped after)."""
-    environment = {**os.environ, CELL_FN_ENV: "test_identity_e2e:identity_cell",
-                   "PYTHONPATH": pythonpath_with_tests()}
-    process = subprocess.Popen([COMMAND, *argv], cwd=cwd, env=environment, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = process.communicate(timeout=HANG_GUARD_S)
-    finally:
-        kill_session(process.pid)
-    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
 def invoke(argv: list[str], cwd: Path) -> Any:
@@ -78,7 +61,7 @@ def follow(hint: str, cwd: Path) -> Any:
     argv = [str(cwd / f"dir{len(list(cwd.iterdir()))}") if word == "DIR" else word for word in shlex.split(hint)]
     assert argv[0] == "dapo-ablate", hint
     if argv[1] in ("run", "sweep"):
-        return subprocess_command(argv[1:], cwd=cwd)
+        return dapo_ablate(*argv[1:], cwd=cwd, cell="test_identity_e2e:identity_cell")
     return invoke(argv[1:], cwd)
 
 
