@@ -68,12 +68,18 @@ def validate(experiment: Experiment, address: str | None = None) -> Validation:
     that verl can run every one; writes nothing."""
     spec, plan = experiment.spec, experiment.plan
     with user_errors(*ERRORS):
-        preflight(spec, address if address is not None else spec.executor.address)
-        check_name_binding(spec)  # as `run` refuses it: a name bound to another design
-        check_contexts(spec)
+        check_spec(spec, address)
         verl = check_verl(experiment)
     plan_text = format_plan(plan, calibration=run_time_calibration(spec, plan))  # measured run times, once any exist
     return Validation(plan_text, ledger_line(experiment), format_verl_jobs(spec, plan) if verl else None)
+
+
+def check_spec(spec: Any, address: str | None) -> None:
+    """The checks `run` makes before Ray starts: folders, stores and Ray address (`address` over
+    ``executor.address``), the name's binding, every prompt plus response ceiling in its context."""
+    preflight(spec, address if address is not None else spec.executor.address)
+    check_name_binding(spec)  # as `run` refuses it: a name bound to another design
+    check_contexts(spec)
 
 
 def check_verl(experiment: Experiment) -> bool:
@@ -130,7 +136,7 @@ def run(experiment: Experiment, address: str | None = None, options: RunOptions 
 
 
 def build_policies(experiment: Experiment, address: str | None = None) -> None:
-    """Build, on this machine and before Ray starts, the built-in policies the runs still to do
+    """Build, on this machine and before Ray starts, the built-in policies the plan's runs
     need that neither ship nor are cached, each in a process whose progress shows on the console
     (a run would build it silently, in its Ray job's log). Only for a local Ray: a cluster's nodes
     build on first use. The spec's checks run first, so a refused spec builds nothing."""
@@ -142,9 +148,7 @@ def build_policies(experiment: Experiment, address: str | None = None) -> None:
     if not builds:
         return
     with user_errors(*ERRORS):
-        preflight(spec, None)
-        check_name_binding(spec)
-        check_contexts(spec)
+        check_spec(spec, address)
     for build in builds:
         print(f"building the built-in {build.words} before the first run (rough ~{format_duration(build.rough_s)}; "
               "once: it is cached) ...", flush=True)
