@@ -87,6 +87,22 @@ def slow_cell(config: dict, run_dir: str, eval_cache_dir: str, on_eval=None) -> 
     return _curve_cell(config, run_dir, on_eval, 0.15)
 
 
+HOLD_ENV = "DAPO_TEST_SWEEP_HOLD"
+
+
+def held_cell(config: dict, run_dir: str, eval_cache_dir: str, on_eval=None) -> dict:
+    """quick_cell, except that while the file named by $DAPO_TEST_SWEEP_HOLD exists, a cell started
+    once two others are done writes `held` in its folder and waits until that file is removed: a
+    driver killed then has two trials done and one running, however busy the machine is."""
+    hold = os.environ.get(HOLD_ENV)
+    if hold and len(list(Path(run_dir).parent.glob("*/done"))) >= 2 and Path(hold).exists():
+        _calls(run_dir, "held")
+        deadline = time.time() + HANG_GUARD_S
+        while Path(hold).exists() and time.time() < deadline:
+            time.sleep(0.1)
+    return _curve_cell(config, run_dir, on_eval, 0.02)
+
+
 def plain_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:
     """A cell function without on_eval (the executor's signature): no streaming."""
     return _curve_cell(config, run_dir, None, 0.0)
@@ -326,26 +342,27 @@ def test_mlflow_study_parent_trial_children_runs_and_best_tag(local_ray, tmp_pat
 def test_resume_after_the_driver_is_killed(tmp_path, ledger_url, shared_mlflow):
     path = write_sweep(tmp_path, mlflow=shared_mlflow, ledger=ledger_url, n_trials=6, heartbeat={"interval_s": 1, "grace_period_s": 600})
     spec = load_sweep(path)
-    env = {**os.environ, CELL_FN_ENV: "test_sweep_e2e:slow_cell",
+    assert len(plan_trial(spec, 0, {"eps_high": 0.3}).runs) == 1  # a trial is one cell: two cells done, two trials
+    hold = tmp_path / "hold"
+    hold.touch()
+    env = {**os.environ, CELL_FN_ENV: "test_sweep_e2e:held_cell", HOLD_ENV: str(hold),
            "PYTHONPATH": pythonpath_with_tests()}
     command = [sys.executable, "-m", "dapo_ablate.cli.main", "sweep", str(path), "--no-progress"]
     driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + HANG_GUARD_S
-    done_before: dict[int, optuna.trial.FrozenTrial] = {}
+    # Events, not timing: a third cell waits in held_cell until `hold` is removed, so the driver
+    # cannot finish before it is killed with two trials complete and one running.
     while time.time() < deadline and driver.poll() is None:
         time.sleep(0.3)
-        if not optuna_schema_ready(spec.ledger):  # reading earlier would race the driver creating it
+        if not list((tmp_path / "out" / spec.name).glob("*/held")) or not optuna_schema_ready(spec.ledger):
             continue
-        try:
-            found = trials(spec)
-        except Exception:  # the study itself is being created
-            continue
+        found = trials(spec)
         done_before = {t.number: t for t in found if t.state == TrialState.COMPLETE}
         if len(done_before) >= 2 and any(t.state == TrialState.RUNNING for t in found):
             break
-    assert driver.poll() is None, driver.stderr.read().decode()[-2000:]
     driver.send_signal(signal.SIGKILL)
     driver.wait()
+    hold.unlink()  # the killed driver's held cells may finish; the rerun's cells do not wait
     found = trials(spec)
     done_before = {t.number: t for t in found if t.state == TrialState.COMPLETE}
     running_before = {t.number: t for t in found if t.state == TrialState.RUNNING}
