@@ -291,6 +291,14 @@ class VerlConfig(_Frozen):
     ``trainer.device=npu``). Keys the five techniques decide are refused: set the technique instead."""
 
 
+def trains_here(backend: str | None) -> bool:
+    """Whether a config of this `backend` trains in this package's own process, on this machine's
+    files (`builtin`, also while the field itself is invalid), so its paths and in-process vLLM are
+    checked as the config is built; verl's run on a cluster, whose nodes are checked before any run
+    (`ablation.runtime.backends.registry`). The one test of the backend's name below that registry."""
+    return backend != "verl"
+
+
 class TrainerConfig(_Frozen):
     """Everything `train()` needs. Build it with `load_trainer_config` or `TrainerConfig(**dict)`."""
 
@@ -312,7 +320,7 @@ class TrainerConfig(_Frozen):
     @classmethod
     def _model_path_exists(cls, model: ModelConfig, info: Any) -> ModelConfig:
         # backend verl: the path is on the cluster (or a Hugging Face hub name), not checked here
-        if info.data.get("backend") != "verl" and model.path != BUILTIN and not path_exists(Path(model.path).expanduser(), folder=True):
+        if trains_here(info.data.get("backend")) and model.path != BUILTIN and not path_exists(Path(model.path).expanduser(), folder=True):
             raise ValueError(
                 f"model.path {shown_value(model.path)} is not a folder; give a local Hugging Face checkpoint folder or `builtin`"
             )
@@ -323,7 +331,7 @@ class TrainerConfig(_Frozen):
     def _data_paths_exist(cls, data: DataConfig, info: Any) -> DataConfig:
         for name in ("train", "eval"):
             value = getattr(data, name)
-            problem = "" if info.data.get("backend") == "verl" or value == BUILTIN else not_a_file(Path(value).expanduser())
+            problem = "" if not trains_here(info.data.get("backend")) or value == BUILTIN else not_a_file(Path(value).expanduser())
             if problem:
                 raise ValueError(f"data.{name} file {shown_value(value)} {problem}; "
                                  "give an existing file or `builtin`")
@@ -375,7 +383,7 @@ class TrainerConfig(_Frozen):
                 f"data.builtin_min_terms ({self.data.builtin_min_terms}) exceeds builtin_max_terms "
                 f"({self.data.builtin_max_terms}); set min_terms <= max_terms"
             )
-        if self.backend == "builtin" and self.rollout.engine == "vllm" and self.rollout.tensor_parallel_size > 1:
+        if trains_here(self.backend) and self.rollout.engine == "vllm" and self.rollout.tensor_parallel_size > 1:
             raise ValueError(
                 "rollout.tensor_parallel_size above 1 is not supported yet (weights are synced to one in-process "
                 "vLLM worker); set it to 1 and pick a model that fits one GPU"

@@ -40,7 +40,6 @@ from dapo_ablate.ablation.experiment.spec import run_root
 from dapo_ablate.ablation.runtime.driver import Driver, RunRequest
 from dapo_ablate.ablation.runtime.executor import session
 from dapo_ablate.ablation.runtime.hosts import release_orphans, this_host
-from dapo_ablate.ablation.runtime.cell import submits_jobs
 from dapo_ablate.ablation.runtime.pool import (
     DONE,
     FAILED,
@@ -119,8 +118,7 @@ def run_sweep(
     """Run the sweep until `n_trials` (default: the spec's) trials have finished; see the module
     docstring. Raises ExecutorError / LedgerError / StudyError for a user's mistake."""
     fn = resolve_cell_fn(cell_fn)
-    if submits_jobs(fn):  # the real trainer: a prompt + response ceiling beyond a model's context fails every run
-        check_contexts(spec)
+    check_contexts(spec)  # a prompt + response ceiling beyond a model's context fails every trial
     address = address if address is not None else spec.executor.address
     scheduler = SweepScheduler(spec, fn, progress=progress, n_trials=n_trials, local=not address)
     # the study is opened before Ray starts: a database mistake is reported at once

@@ -52,7 +52,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def local_ray(request: pytest.FixtureRequest) -> Iterator[None]:
     """One small local Ray for the requesting module, whose functions (its cheap cell functions),
     and those of every test module it imported (`support`'s, a fast part's), travel to Ray's workers
-    by value: by reference the workers would have to import the test modules."""
+    by value: by reference the workers would have to import the test modules. A module's
+    ``LOCAL_RAY_GPUS`` declares that many (logical) GPUs, as a GPU machine's Ray has: a verl run's
+    job is placed on them before it starts (`Backend.prepare`)."""
     import ray
 
     from dapo_ablate.ablation.runtime.ray_connect import start_local
@@ -60,7 +62,8 @@ def local_ray(request: pytest.FixtureRequest) -> Iterator[None]:
     for module in test_modules(request.module):
         ray.cloudpickle.register_pickle_by_value(module)
     # the product's local start: tried again when Ray's fixed 30 s raylet wait passes on a busy machine
-    start_local(2, 100 * 2**20, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    gpus = {"num_gpus": request.module.LOCAL_RAY_GPUS} if hasattr(request.module, "LOCAL_RAY_GPUS") else {}
+    start_local(2, 100 * 2**20, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR, **gpus)
     yield
     ray.shutdown()
 

@@ -21,7 +21,7 @@ from dapo_ablate.ablation.experiment.overrides import OverrideError
 from dapo_ablate.ablation.experiment.plan import format_duration, format_plan
 from dapo_ablate.ablation.experiment.spec import SpecError, run_root
 from dapo_ablate.ablation.runtime.backends.verl import VerlTranslationError
-from dapo_ablate.ablation.runtime.backends.verl_plan import format_verl_jobs, uses_verl, verl_jobs
+from dapo_ablate.ablation.runtime.backends.registry import check_backends, estimate_note, plan_texts
 from dapo_ablate.ablation.runtime.executor import ExperimentSummary, RunOptions, check_name_binding, run_experiment
 from dapo_ablate.ablation.runtime.preflight import check_contexts, preflight
 from dapo_ablate.ablation.store.errors import ExecutorError
@@ -52,26 +52,27 @@ ERRORS = (SpecError, ConfigError, LedgerError, ExecutorError, ResultsError, Desi
 @dataclass(frozen=True)
 class Validation:
     """What `validate` (and `run --dry-run`) prints: the plan, where its runs stand in the ledger,
-    and for verl cells every job and a GPU-hour estimate."""
+    and what the backends add (`Backend.plan_text`: for verl cells every job and a GPU-hour estimate)."""
 
     plan: str
     ledger: str
-    verl_jobs: str | None = None
+    backends: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
-        return [self.plan, self.ledger, *([self.verl_jobs] if self.verl_jobs else [])]
+        return [self.plan, self.ledger, *self.backends]
 
 
 def validate(experiment: Experiment, address: str | None = None) -> Validation:
     """Check the spec's folders, stores and Ray address (`address` over ``executor.address``),
-    that every run's prompt plus response ceiling fits its model's context, and, for verl cells,
-    that verl can run every one; writes nothing."""
+    that every run's prompt plus response ceiling fits its model's context, and that each run's
+    backend can run it (e.g. verl every verl cell); writes nothing."""
     spec, plan = experiment.spec, experiment.plan
     with user_errors(*ERRORS):
         check_spec(spec, address)
-        verl = check_verl(experiment)
-    plan_text = format_plan(plan, calibration=run_time_calibration(spec, plan))  # measured run times, once any exist
-    return Validation(plan_text, ledger_line(experiment), format_verl_jobs(spec, plan) if verl else None)
+        check_backends(spec, plan)
+    # measured run times, once any exist
+    plan_text = format_plan(plan, calibration=run_time_calibration(spec, plan), estimate_note=estimate_note(plan))
+    return Validation(plan_text, ledger_line(experiment), tuple(plan_texts(spec, plan)))
 
 
 def check_spec(spec: Any, address: str | None) -> None:
@@ -80,15 +81,6 @@ def check_spec(spec: Any, address: str | None) -> None:
     preflight(spec, address if address is not None else spec.executor.address)
     check_name_binding(spec)  # as `run` refuses it: a name bound to another design
     check_contexts(spec)
-
-
-def check_verl(experiment: Experiment) -> bool:
-    """True when cells run on verl, after checking that verl can run every one."""
-    if not uses_verl(experiment.plan):
-        return False
-    with user_errors(*ERRORS):
-        verl_jobs(experiment.spec, experiment.plan)
-    return True
 
 
 def ledger_line(experiment: Experiment) -> str:
@@ -121,7 +113,8 @@ def run(experiment: Experiment, address: str | None = None, options: RunOptions 
     `Interrupted` for a Ctrl-C or SIGTERM before any run started. The headline is computed from
     the finished runs the driver holds (`ExperimentSummary.records`), not read back."""
     options = options or RunOptions()
-    check_verl(experiment)
+    with user_errors(*ERRORS):  # before any policy is built (`run_experiment` checks again, as for any caller)
+        check_backends(experiment.spec, experiment.plan)
     build_policies(experiment, address)
     with user_errors(*ERRORS):
         summary = run_experiment(experiment.spec, experiment.plan, address=address, cell_fn=cell_fn, options=options,

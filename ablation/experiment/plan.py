@@ -19,10 +19,13 @@ LISTED_ORDERINGS = 6
 WIDTH = 12  # label column
 
 
-def format_plan(plan: Plan, seconds_per_run: float | None = None, calibration: Calibration | None = None) -> str:
+def format_plan(plan: Plan, seconds_per_run: float | None = None, calibration: Calibration | None = None,
+                estimate_note: str | None = None) -> str:
     """Experiment, design, factors, runs, orderings, what the design supports, aliases,
     estimated compute (calibrated on measured runs when `calibration` is given) and where
-    results go, as aligned lines."""
+    results go, as aligned lines. `estimate_note`: where the run time is estimated instead of
+    scaling it from the CPU quickstart (the backend's, `runtime.backends.registry.estimate_note`:
+    verl's GPU-hours), unless measured run times are given."""
     spec = plan.spec
     lines = [_row("experiment", f"{spec.name}  (spec {spec.digest()[:12]})"), _row("design", _design(plan))]
     lines += _block("factors", _factor_lines(plan))
@@ -40,8 +43,8 @@ def format_plan(plan: Plan, seconds_per_run: float | None = None, calibration: C
     lines += _block("supports", plan.supports)
     if plan.aliases:
         lines += _block("aliases", plan.aliases)
-    verl = plan.spec.trainer.backend == "verl" and seconds_per_run is None and calibration is None
-    lines += _block("compute", _compute(plan.estimate(seconds_per_run, calibration), verl) + _builds(plan))
+    note = estimate_note if seconds_per_run is None and calibration is None else None
+    lines += _block("compute", _compute(plan.estimate(seconds_per_run, calibration), note) + _builds(plan))
     lines += _block(
         "results",
         [
@@ -151,13 +154,12 @@ def _orderings(plan: Plan) -> str:
     return text
 
 
-def _compute(est: ComputeEstimate, verl: bool = False) -> list[str]:
-    """The compute block. A verl plan's time is its GPU-hour estimate (the verl jobs' block): one
-    estimate per plan, not a second one scaled from the CPU quickstart."""
+def _compute(est: ComputeEstimate, note: str | None = None) -> list[str]:
+    """The compute block. With a backend's `note` (verl: its jobs' GPU-hour block) the time is
+    estimated there: one estimate per plan, not a second one scaled from the CPU quickstart."""
     tokens = f"at most ~{format_tokens(est.tokens_upper)} generated tokens (every response at the ceiling, one sampling round per step)"
-    if verl:
-        return [f"{est.runs} runs: time and GPU-hours in the verl jobs' estimate below (calibrated once runs have finished)",
-                tokens]
+    if note:
+        return [f"{est.runs} runs: {note}", tokens]
     if est.measured:
         source = "given"
     elif est.calibration is not None:

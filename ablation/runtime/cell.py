@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from dapo_ablate.ablation.runtime.backends.registry import backend_of
 from dapo_ablate.ablation.runtime.jobs import CONFIG_ENV, RESULT_MARKER, job_cell
 from dapo_ablate.core.contracts import RunRecord
 
@@ -48,7 +49,7 @@ def run_cell(
     to its pruner: `sweeps.tasks.run_streaming`). ``on_event(kind, step, data)``, if given, is
     called after each training step ("step", its signals) and evaluation ("eval").
     """
-    if config_dict.get("backend") == "verl":  # a verl job on the Ray cluster (runtime/jobs.py)
+    if backend_of(config_dict).runs_as_job:  # e.g. a verl job on the Ray cluster (runtime/jobs.py)
         return job_cell(config_dict, run_dir, eval_cache_dir, on_event=on_event)
     from dapo_ablate.core.config import build_trainer_config
     from dapo_ablate.core.trainer import train
@@ -63,9 +64,11 @@ def run_cell(
     return ledger_result(result)
 
 
-def submits_jobs(cell_fn: Callable[..., Any]) -> bool:
-    """True for the cell functions that submit a verl cell as a Ray job (`run_cell`, `jobs.job_cell`);
-    False for a stand-in (tests, debugging)."""
+def runs_backend_software(cell_fn: Callable[..., Any]) -> bool:
+    """True for the cell functions that run each backend's own trainer (`run_cell`, `jobs.job_cell`):
+    the cluster's nodes need that trainer's packages (`Backend.check_nodes`). A stand-in (tests,
+    debugging) replaces only how a run executes: every check of the spec and of the cluster runs
+    for it as for the trainer, but for software it does not import."""
     return cell_fn in (run_cell, job_cell)
 
 

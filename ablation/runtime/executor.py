@@ -50,7 +50,7 @@ from dapo_ablate.core.config import ConfigError
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec, SpecError, load_spec_file, run_root, validate_spec
 from dapo_ablate.ablation.runtime.adaptive import AdaptiveScheduler, LookPolicy
 from dapo_ablate.ablation.runtime.factorial import ExperimentSummary, FactorialScheduler, RunOptions
-from dapo_ablate.ablation.runtime.cell import submits_jobs
+from dapo_ablate.ablation.runtime.backends.registry import check_backends
 from dapo_ablate.ablation.runtime.preflight import check_contexts, preflight
 from dapo_ablate.ablation.runtime.ray_connect import connect_ray
 from dapo_ablate.ablation.runtime.signals import Interrupted, StopSignals, sigterm_as_interrupt, stopped_at_start
@@ -100,8 +100,8 @@ def run_experiment(spec: ExperimentSpec, plan: Plan, *, address: str | None = No
     """
     address = address if address is not None else spec.executor.address
     fn = resolve_cell_fn(cell_fn)
-    if submits_jobs(fn):  # the real trainer: a prompt + response ceiling beyond a model's context fails every run
-        check_contexts(spec)
+    check_contexts(spec)  # a prompt + response ceiling beyond a model's context fails every run
+    check_backends(spec, plan)  # e.g. a verl run verl cannot do: whatever cell function executes the runs
     finished = rerun_finished(spec, plan, address, origin)
     if finished is not None:
         return finished

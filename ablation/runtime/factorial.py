@@ -14,12 +14,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from dapo_ablate.ablation.experiment.spec import run_root
-from dapo_ablate.ablation.runtime.backends.verl_checkpoints import own_checkpoint_dir, prune_checkpoints
-from dapo_ablate.ablation.runtime.backends.verl_cluster import (
-    check_cluster, check_placement, check_shared_tracking, node_needs,
-)
-from dapo_ablate.ablation.runtime.backends.verl_job import JOB_ENV, REQUIREMENTS, verl_job, write_package_copy
-from dapo_ablate.ablation.runtime.cell import submits_jobs
+from dapo_ablate.ablation.runtime.backends.registry import backend_of, runs_by_backend
+from dapo_ablate.ablation.runtime.backends.verl_checkpoints import prune_checkpoints
+from dapo_ablate.ablation.runtime.cell import runs_backend_software
 from dapo_ablate.ablation.runtime.driver import Driver, RunRequest
 from dapo_ablate.ablation.runtime.hosts import release_orphans, this_host
 from dapo_ablate.ablation.runtime.pool import DONE as DONE_OUTCOME
@@ -91,10 +88,6 @@ class ExperimentSummary:
         return 0 if self.counts.get(DONE, 0) == sum(self.counts.values()) else 1
 
 
-JOB_WATCHER = {"num_cpus": 0, "num_gpus": 0}
-"""Resources of a task that only submits a Ray job and waits for it: none (the job holds its own)."""
-
-
 @dataclass(frozen=True)
 class RunOptions:
     """How one `run` invocation goes: a progress bar or plain lines, a concurrency limit over the
@@ -134,8 +127,8 @@ class FactorialScheduler:
         """Attempts per run made by this invocation."""
         self.display_note_later: list[str] = []
         """Lines for the display, gathered before it starts."""
-        self.verl_jobs: dict[str, Any] = {}
-        """Run id -> its verl job (`backends.verl_job.VerlJob`), for verl runs."""
+        self.task_env: dict[str, dict[str, str]] = {}
+        """Run id -> what its backend adds to its task's environment (`Backend.prepare`: a verl run's job)."""
         self.record: Callable[[], Any] = lambda: None
         """Records the spec in the experiment's folder (`executor.record_spec`), called once the
         ledger and MLflow have accepted it and before any store is written: a spec they refuse
@@ -218,8 +211,9 @@ class FactorialScheduler:
         processes creating a fresh SQLite store at once race on its schema). The ledger is opened first and
         the spec checked against the experiment its name is bound to (`store.binding`), so a
         database that is not a ledger, or another design under this name, is refused before
-        anything is written; so is a verl job the cluster cannot place."""
-        self._place_verl_jobs()
+        anything is written; so is a run the cluster cannot place (`Backend.prepare`)."""
+        for backend, runs in runs_by_backend(self.plan):
+            self.task_env.update(backend.prepare(self.spec, runs))
         self.ledger = self.ledger or connect_ledger(self.spec.ledger)
         self.digest = experiment_digest(self.spec)
         check_binding(self.ledger.get_experiment(self.name), self.spec, self.ledger.url)
@@ -232,7 +226,8 @@ class FactorialScheduler:
         self.tracker = open_tracker(tracking.uri, location, self.name)
         record = self.ledger.get_experiment(self.name)
         self.tracker.check_parent(record.mlflow_parent_run_id if record else None, self.digest)
-        self._check_verl_cluster()
+        for backend, runs in runs_by_backend(self.plan):  # e.g. verl: every node has what a verl job needs
+            backend.check_nodes(self.spec, runs, software=runs_backend_software(self.cell_fn))
         self.record()
         self._open_ledger_experiment()
         record = self.ledger.get_experiment(self.name)
@@ -262,30 +257,6 @@ class FactorialScheduler:
                 self.display_note_later.append(f"{self.planned[run_id].name}: its stored result was unusable; it trains again")
         release_orphans(self.ledger, self.name, self.host)
         self._record_kept_results()
-
-    def _place_verl_jobs(self) -> None:
-        """verl runs: their jobs built (as the dry run prints them) and their shape checked against
-        the cluster's nodes (one sentence if it cannot be placed), before any store is written."""
-        verl_runs = [run for run in self.plan.runs if run.config.backend == "verl"]
-        if not verl_runs or not submits_jobs(self.cell_fn):
-            return  # no verl run, or a stand-in cell function (tests, debugging) that submits no verl job
-        self.verl_jobs = {run.run_id: verl_job(self.spec, run) for run in verl_runs}
-        job = next(iter(self.verl_jobs.values()))
-        check_shared_tracking(job.env["MLFLOW_TRACKING_URI"], job.nnodes)
-        check_placement(job.nnodes, job.gpus_per_node)
-
-    def _check_verl_cluster(self) -> None:
-        """verl runs: this package copied where the jobs ship it from, and every node checked for
-        what a verl job needs: packages, flash-attn when the cells use it, the entrypoint's Python,
-        the model and data paths, the MLflow store (one sentence if not)."""
-        if not self.verl_jobs:
-            return
-        job = next(iter(self.verl_jobs.values()))
-        write_package_copy(self.spec)
-        runtime_env = job.runtime_env("check")
-        runtime_env["env_vars"].update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="1", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
-        configs = [run.config for run in self.plan.runs if run.run_id in self.verl_jobs]
-        check_cluster(runtime_env, node_needs(configs, REQUIREMENTS, job.env["MLFLOW_TRACKING_URI"], self.name))
 
     def _plan_rows(self) -> dict[str, dict[str, Any]]:
         return {row["run_id"]: row for row in self.ledger.runs_table(self.name) if row["run_id"] in self.planned}
@@ -337,7 +308,7 @@ class FactorialScheduler:
         run_id = self.queue.popleft()
         planned = self.planned[run_id]
         return RunRequest(run_id, planned.config.to_dict(), self.budget[run_id],
-                          resources=JOB_WATCHER if planned.config.backend == "verl" else None,
+                          resources=backend_of(planned.config).task_resources,
                           prepare=lambda: self._start_child(run_id))
 
     def submitted(self, request: RunRequest, accepted: bool) -> None:
@@ -360,13 +331,10 @@ class FactorialScheduler:
 
     def _start_child(self, run_id: str) -> dict[str, str]:
         """The run's MLflow child, RUNNING, before its task starts; the task's environment names
-        it (a verl job logs into it) and, for a verl run, holds its job as the dry run printed it."""
+        it (a verl job logs into it) and holds what its backend prepared (a verl run's job as the dry run printed it)."""
         self.live[run_id] = self._mlflow(lambda: self.tracker.start_child(self.parent_id, self._child_run(run_id, {})),
                                          f"start the MLflow run of {self.planned[run_id].name}")
-        env = {MLFLOW_RUN_ENV: self.live[run_id]}
-        if run_id in self.verl_jobs:
-            env[JOB_ENV] = self.verl_jobs[run_id].to_json()
-        return env
+        return {MLFLOW_RUN_ENV: self.live[run_id], **self.task_env.get(run_id, {})}
 
     def _settle(self, outcome: Outcome, queue: deque[str]) -> None:
         """Record what became of one run in flight."""
@@ -415,10 +383,11 @@ class FactorialScheduler:
         self._prune_checkpoints(run_id)
 
     def _prune_checkpoints(self, run_id: str) -> None:
-        """A done verl run's checkpoints as ``executor.checkpoints_when_done`` says (its result is
-        recorded: a failure to remove them is a note, not a failed run)."""
+        """A done run's checkpoints (`Backend.checkpoint_folder`: a verl run's) as
+        ``executor.checkpoints_when_done`` says (its result is recorded: a failure to remove them is a
+        note, not a failed run)."""
         planned, policy = self.planned[run_id], self.spec.executor.checkpoints_when_done
-        folder = own_checkpoint_dir(planned.config, self.run_root / run_id) if planned.config.backend == "verl" else None
+        folder = backend_of(planned.config).checkpoint_folder(planned.config, self.run_root / run_id)
         if folder is None or policy == "all":
             return
         try:
@@ -447,8 +416,8 @@ class FactorialScheduler:
     def _log_child(self, run_id: str, result: dict[str, Any], set_ledger: bool) -> None:
         live_id = self.live.pop(run_id, None)
         child = self._child_run(run_id, result)
-        if self.planned[run_id].config.backend == "verl" and live_id is not None:
-            # verl logged its metrics into this very run: it is finished, not logged a second time
+        if backend_of(self.planned[run_id].config).job_from_driver and live_id is not None:
+            # the job (verl's) logged its metrics into this very run: it is finished, not logged a second time
             self._mlflow(lambda: self.tracker.end_child(live_id, "FINISHED"), f"finish the MLflow run of {child.name}")
             mlflow_id = live_id
         else:

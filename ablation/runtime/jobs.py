@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from dapo_ablate.ablation.runtime.backends.registry import backend_of
 from dapo_ablate.ablation.runtime.backends.verl_checkpoints import resumed_entrypoint
 from dapo_ablate.ablation.runtime.backends.verl_job import JOB_ENV, VerlJob
 from dapo_ablate.ablation.runtime.backends.verl_results import result_from_mlflow
@@ -117,7 +118,7 @@ def job_cell(
     if status != "SUCCEEDED":
         reported.write_text(status)
         raise JobFailed(f"Ray job {sid} ended {status}; last lines of its log: {log_tail(logs)}")
-    if config.get("backend") == "verl":
+    if backend_of(config).job_from_driver:  # verl: the job logged into the run's MLflow child
         job = _verl_job()
         return result_from_mlflow(job.env["MLFLOW_TRACKING_URI"], _mlflow_run_id(),
                                   wall_s=attempts_wall_s(client, prefix, attempt), config=config, job_log=logs)
@@ -166,8 +167,8 @@ def _mlflow_run_id() -> str:
 
 
 def _submit(client: Any, sid: str, config: dict[str, Any], run_dir: str, eval_cache_dir: str | None) -> None:
-    if config.get("backend") == "verl":
-        # the job as the driver built it; its GPUs are verl's own placement groups, not the entrypoint's
+    if backend_of(config).job_from_driver:
+        # the job as the driver built it (verl's); its GPUs are verl's own placement groups, not the entrypoint's
         # a retry that resumes from the run's checkpoint skips verl's validation before training
         job = _verl_job()
         entrypoint = resumed_entrypoint(job.entrypoint, build_trainer_config(config), run_dir)

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from dapo_ablate.ablation.experiment.spec import run_folder_name
+from dapo_ablate.ablation.runtime.backends.registry import backend_of
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError, check_ledger
 from dapo_ablate.ablation.store.tracking import default_artifact_location, sqlite_path
@@ -188,15 +189,16 @@ def check_contexts(spec: Any) -> None:
     """Every trainer the spec can run (the base or each setting, at each level of the factors and
     each bound or choice of a sweep's space that moves the model, the response ceiling or verl's
     prompt length) fits a prompt plus the response ceiling in its model's context
-    (`core.policy.check_context`: config.json only). A prompt is at least 1 token on the built-in
-    backend, verl.max_prompt_length on verl's. Not part of `preflight`: a run given its own cell
-    function (the library's, the tests') need not train the trainer config at all."""
+    (`core.policy.check_context`: config.json only). A prompt is as long as its backend counts it
+    (`Backend.prompt_tokens`: at least 1 token on the built-in one, verl.max_prompt_length on verl's).
+    Not part of `preflight`: a sweep's space is checked too, and `validate` and `run` make it for
+    every run whatever cell function executes it."""
     for (field_name, setting), trainer in _trainers(spec):
         options = [_values(spec, trainer, path) for path in CONTEXT_KNOBS]
         for (model, *model_knob), (response, *response_knob), (prompt, *prompt_knob) in itertools.product(*options):
             knobs = [knob for knob in (model_knob, response_knob, prompt_knob) if knob]
             try:
-                check_context(model, prompt if trainer.backend == "verl" else 1, response)
+                check_context(model, backend_of(trainer).prompt_tokens(prompt), response)
             except ConfigError as err:
                 field_name = knobs[0][0] if knobs else field_name
                 where = " ".join(filter(None, [setting, "with " + ", ".join(label for _, label in knobs) if knobs else ""]))

@@ -2,7 +2,10 @@
 environment names it (verl logs into it), and the driver finishes that run without logging a
 second copy of its metrics. verl itself needs GPUs: the cell here is a stand-in that logs verl's
 metric names into the run the environment names, as verl's MLflow logger does, and returns the
-result a verl cell reads back."""
+result a verl cell reads back. The stand-in replaces only the job: the spec is one verl can run (a
+job of one GPU, data files the nodes read) and goes through every check a verl run gets, on a local
+Ray with one GPU (`Backend.prepare` places the job; `Backend.check_nodes` checks the node), all
+but verl's packages, which the stand-in does not import."""
 
 from __future__ import annotations
 
@@ -17,12 +20,22 @@ from dapo_ablate.ablation.store.tracking import RUN_ID_TAG
 from support import rows, run, write_spec
 
 
-VERL_TRAINER = {
-    "backend": "verl",
-    "model": {"path": "Qwen/Qwen2.5-0.5B"},
-    "data": {"train": "/cluster/data/dapo-math-17k.parquet", "eval": "/cluster/data/aime-2024.parquet"},
-}
+LOCAL_RAY_GPUS = 1  # conftest's local_ray: a one-GPU machine, where a verl job of one GPU is placed
+VERL_EXECUTOR = {"gpus_per_run": 1}
 VERL_AVG = "val-core/aime-2024/acc/mean_at_32"  # verl's MLflow logger writes @ as _at_
+
+
+def verl_trainer(folder: Path) -> dict:
+    """A verl trainer whose data files exist (tiny parquet files: the node check reads their metadata)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for split, name in (("train", "dapo-math-17k"), ("eval", "aime-2024")):
+        paths[split] = str(folder / f"{name}.parquet")
+        pq.write_table(pa.table({"prompt": ["1+1?"], "answer": ["2"]}), paths[split])
+    return {"backend": "verl", "model": {"path": "Qwen/Qwen2.5-0.5B"}, "data": paths}
 
 
 def verl_standin_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:
@@ -39,7 +52,7 @@ def verl_standin_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:
 
 
 def test_a_verl_cell_logs_into_the_child_the_driver_made_and_nothing_twice(local_ray, tmp_path):
-    spec, summary = run(write_spec(tmp_path, trainer=VERL_TRAINER), verl_standin_cell)
+    spec, summary = run(write_spec(tmp_path, trainer=verl_trainer(tmp_path / "data"), executor=VERL_EXECUTOR), verl_standin_cell)
     assert summary.exit_code == 0
     client = mlflow.MlflowClient(spec.tracking.uri)
     experiment = client.get_experiment_by_name(spec.name)
@@ -96,8 +109,9 @@ def checkpointing_standin_cell(config: dict, run_dir: str, eval_cache_dir: str) 
 
 
 def test_a_done_verl_run_keeps_only_its_final_checkpoint(local_ray, tmp_path):
-    executor = {"checkpoints_when_done": "final", "retries": 1}
-    spec, summary = run(write_spec(tmp_path, trainer=VERL_TRAINER, executor=executor), checkpointing_standin_cell)
+    executor = {**VERL_EXECUTOR, "checkpoints_when_done": "final", "retries": 1}
+    spec, summary = run(write_spec(tmp_path, trainer=verl_trainer(tmp_path / "data"), executor=executor),
+                        checkpointing_standin_cell)
     assert summary.exit_code == 0
     for run_id, row in rows(spec).items():
         assert row["status"] == "done"
@@ -113,11 +127,12 @@ def test_a_done_verl_run_keeps_only_its_final_checkpoint(local_ray, tmp_path):
 
 
 def test_none_removes_a_done_runs_checkpoints_and_all_leaves_them(local_ray, tmp_path):
-    spec, summary = run(write_spec(tmp_path / "none", trainer=VERL_TRAINER, executor={"checkpoints_when_done": "none"}),
+    trainer = verl_trainer(tmp_path / "data")
+    spec, summary = run(write_spec(tmp_path / "none", trainer=trainer, executor={**VERL_EXECUTOR, "checkpoints_when_done": "none"}),
                         checkpointing_standin_cell)
     assert summary.exit_code == 0
     done = [run_id for run_id, row in rows(spec).items() if row["status"] == "done"]
     assert done and all(not (Path(spec.output_dir) / spec.name / run_id / "checkpoints").exists() for run_id in done)
-    spec, _ = run(write_spec(tmp_path / "all", trainer=VERL_TRAINER), checkpointing_standin_cell)  # the default: all
+    spec, _ = run(write_spec(tmp_path / "all", trainer=trainer, executor=VERL_EXECUTOR), checkpointing_standin_cell)  # the default: all
     run_id = next(run_id for run_id, row in rows(spec).items() if row["status"] == "done")
     assert len(list((Path(spec.output_dir) / spec.name / run_id / "checkpoints").glob("global_step_*"))) == 4

@@ -158,3 +158,79 @@ def test_no_module_redefines_a_name_it_imports():
 def test_the_shadowing_check_sees_a_def_over_an_import():
     tree = ast.parse("from x import metric_column, y as z\n\ndef metric_column(): pass\nz = 1\nw = 2\n")
     assert _shadowed(tree) == ["metric_column", "z"]
+
+
+# Where the backend's name may be compared with a string: the registry (one `Backend` per name) and
+# the config's own rule below it (core cannot import the registry).
+BACKEND_NAME_TESTS_ALLOWED = {
+    ("ablation/runtime/backends/registry.py", None): "the registry: one Backend per TrainerConfig.backend literal",
+    ("core/config.py", "trains_here"): "the config's own validators, in core below the registry",
+}
+BACKEND_NAMES = ("builtin", "verl")
+
+
+def _mentions_backend(node: ast.AST) -> bool:
+    """`x.backend`, `x["backend"]`, `x.get("backend")` or a name `backend`."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "backend"
+    if isinstance(node, ast.Name):
+        return node.id == "backend"
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "backend"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+        return bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == "backend"
+    return False
+
+
+def _names_a_backend(node: ast.AST) -> bool:
+    """A string literal naming a backend, or a tuple, list or set of them."""
+    if isinstance(node, ast.Constant):
+        return node.value in BACKEND_NAMES
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_a_backend(element) for element in node.elts)
+    return False
+
+
+def _backend_name_tests(tree: ast.Module) -> list[tuple[int, str | None]]:
+    """(line, enclosing function) of each comparison of a backend with a name: ``config.backend ==
+    "verl"``, ``config.get("backend") in ("builtin", "verl")``, and any comparison with ``"verl"``."""
+    found = []
+    for function in [None, *(node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
+        nodes = ast.walk(function) if function is not None else (
+            node for top in tree.body if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            for node in ast.walk(top))  # fmt: skip
+        for node in nodes:
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            verl = any(isinstance(o, ast.Constant) and o.value == "verl" for o in operands)
+            if verl or (any(map(_mentions_backend, operands)) and any(map(_names_a_backend, operands))):
+                found.append((node.lineno, function.name if function is not None else None))
+    return sorted(set(found))
+
+
+def test_the_backend_is_chosen_through_its_registry_not_by_comparing_its_name():
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if (relative, None) in BACKEND_NAME_TESTS_ALLOWED:
+                continue
+            for line, function in _backend_name_tests(ast.parse(path.read_text(), str(path))):
+                if (relative, function) not in BACKEND_NAME_TESTS_ALLOWED:
+                    found.append(f"{relative}:{line}")
+    assert not found, ("the backend's name compared with a string outside ablation/runtime/backends/registry.py "
+                       f"(look the Backend up with backend_of(config) and ask it instead): {found}")
+
+
+def test_the_backend_name_check_sees_each_form():
+    source = '''
+def f(config, spec, run):
+    if config.backend == "verl": pass
+    if config.get("backend") != "builtin": pass
+    if spec["backend"] in ("builtin", "verl"): pass
+    if "verl" == run.name: pass
+    if config.model.path == "builtin": pass
+    if backend_of(config).runs_as_job: pass
+'''
+    assert [line for line, _ in _backend_name_tests(ast.parse(source))] == [3, 4, 5, 6]

@@ -36,7 +36,7 @@ from dapo_ablate.ablation.runtime.backends.verl_job import VerlJob, verl_job
 from dapo_ablate.core.config import TrainerConfig
 
 if TYPE_CHECKING:
-    from dapo_ablate.ablation.experiment.design import Plan, PlannedRun
+    from dapo_ablate.ablation.experiment.design import PlannedRun
     from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
 PEAK_FLOPS = 989e12  # H100 SXM dense bf16
@@ -101,18 +101,14 @@ def generated_prompts(config: TrainerConfig) -> float:
     return v1_prompts_per_step(prompts, EVICTED_SHARE, max_inflight_gen_batches(config))
 
 
-def uses_verl(plan: Plan) -> bool:
-    return any(run.config.backend == "verl" for run in plan.runs)
+def verl_jobs(spec: ExperimentSpec, runs: list[PlannedRun]) -> list[VerlJob]:
+    """The Ray job of every verl run (`registry.runs_by_backend`); raises VerlTranslationError (one sentence)."""
+    return [verl_job(spec, run) for run in runs]
 
 
-def verl_jobs(spec: ExperimentSpec, plan: Plan) -> list[VerlJob]:
-    """The Ray job of every verl run; raises VerlTranslationError (one sentence)."""
-    return [verl_job(spec, run) for run in plan.runs if run.config.backend == "verl"]
-
-
-def eval_sets(plan: Plan) -> dict[str, EvalSet | None]:
+def eval_sets(runs: list[PlannedRun]) -> dict[str, EvalSet | None]:
     """The evaluation parquet of each verl run's config, read where this machine sees it."""
-    paths = {run.config.data.eval for run in plan.runs if run.config.backend == "verl"}
+    paths = {run.config.data.eval for run in runs}
     return {path: eval_set(path) for path in sorted(paths)}
 
 
@@ -183,12 +179,11 @@ def format_checkpoints(spec: ExperimentSpec, runs: list[PlannedRun]) -> str:
             f"{_size(done * per_save)} per run, {_size(done * per_save * len(runs))} for the {len(runs)} runs")
 
 
-def format_verl_jobs(spec: ExperimentSpec, plan: Plan) -> str:
+def format_verl_jobs(spec: ExperimentSpec, verl_runs: list[PlannedRun]) -> str:
     """The GPU-hour estimate, the evaluation's size, what every job shares, and one entrypoint
-    per run, exactly as the job receives it."""
-    jobs = verl_jobs(spec, plan)  # raises VerlTranslationError (one sentence)
-    verl_runs = [run for run in plan.runs if run.config.backend == "verl"]
-    sets = eval_sets(plan)
+    per verl run (`registry.runs_by_backend`), exactly as the job receives it."""
+    jobs = verl_jobs(spec, verl_runs)  # raises VerlTranslationError (one sentence)
+    sets = eval_sets(verl_runs)
     first = jobs[0]
     shared = all(job.env == first.env for job in jobs)
     env = " ".join(f"{key}={value}" for key, value in first.env.items()) if shared else "(per job, below)"
