@@ -35,7 +35,7 @@ def verl_trainer(folder: Path) -> dict:
     for split, name in (("train", "dapo-math-17k"), ("eval", "aime-2024")):
         paths[split] = str(folder / f"{name}.parquet")
         pq.write_table(pa.table({"prompt": ["1+1?"], "answer": ["2"]}), paths[split])
-    return {"backend": "verl", "model": {"path": "Qwen/Qwen2.5-0.5B"}, "data": paths}
+    return {"backend": "verl", "model": {"path": "Qwen/Qwen2.5-0.5B"}, "data": paths, "rollout": {"engine": "vllm"}}
 
 
 def verl_standin_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:
