@@ -3,7 +3,8 @@
 `run_experiment(spec, plan)` is what ``dapo-ablate run`` does:
 
 1. check everything a user can get wrong (output folder, database folders, Ray address, cell
-   function) before anything is written; connect to Ray (a local one by default); record the
+   function, every context, what each run's backend needs: `backends.registry`) before anything
+   is written; connect to Ray (a local one by default); record the
    resolved spec in the experiment's folder (`record_spec`: OUTPUT_DIR/NAME/spec.yaml, overrides
    applied). A rerun of a finished experiment (every planned run done in the ledger, with a
    FINISHED MLflow child run, the ledger's spec the same but for `executor`) starts no Ray:
@@ -25,7 +26,8 @@
 Only this driver process writes the ledger and MLflow; a task only trains and returns a dict.
 A task's body is a *cell function* (`cell.run_cell` by default). For tests and debugging the
 environment variable ``DAPO_ABLATE_CELL_FN=module:function`` substitutes another one (the
-module must be importable by the driver and by the Ray workers, e.g. through PYTHONPATH).
+module must be importable by the driver and by the Ray workers, e.g. through PYTHONPATH). It
+replaces only how a run executes: the checks (contexts, each run's `Backend`) are the same.
 
 On a cluster, ``output_dir`` (run folders with checkpoints, the shared step-0 evaluation cache)
 must be a path every node sees, e.g. a shared filesystem.

@@ -1,1 +1,2 @@
-"""Trainers a cell can run on besides the built-in one (``TrainerConfig.backend``)."""
+"""The trainers a cell can run on (``TrainerConfig.backend``): `registry` holds one `Backend` per
+name (the built-in trainer, verl); the verl_* modules are verl's translation, jobs and checks."""
