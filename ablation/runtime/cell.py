@@ -64,14 +64,6 @@ def run_cell(
     return ledger_result(result)
 
 
-def runs_backend_software(cell_fn: Callable[..., Any]) -> bool:
-    """True for the cell functions that run each backend's own trainer (`run_cell`, `jobs.job_cell`):
-    the cluster's nodes need that trainer's packages (`Backend.check_nodes`). A stand-in (tests,
-    debugging) replaces only how a run executes: every check of the spec and of the cluster runs
-    for it as for the trainer, but for software it does not import."""
-    return cell_fn in (run_cell, job_cell)
-
-
 def ledger_result(result: Any) -> dict[str, Any]:
     """A `RunResult` as the dict `Ledger.finish` stores.
 

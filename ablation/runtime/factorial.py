@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Callable
 from dapo_ablate.ablation.experiment.spec import run_root
 from dapo_ablate.ablation.runtime.backends.registry import backend_of, runs_by_backend
 from dapo_ablate.ablation.runtime.backends.verl_checkpoints import prune_checkpoints
-from dapo_ablate.ablation.runtime.cell import runs_backend_software
 from dapo_ablate.ablation.runtime.driver import Driver, RunRequest
 from dapo_ablate.ablation.runtime.hosts import release_orphans, this_host
 from dapo_ablate.ablation.runtime.pool import DONE as DONE_OUTCOME
@@ -227,7 +226,7 @@ class FactorialScheduler:
         record = self.ledger.get_experiment(self.name)
         self.tracker.check_parent(record.mlflow_parent_run_id if record else None, self.digest)
         for backend, runs in runs_by_backend(self.plan):  # e.g. verl: every node has what a verl job needs
-            backend.check_nodes(self.spec, runs, software=runs_backend_software(self.cell_fn))
+            backend.check_nodes(self.spec, runs)
         self.record()
         self._open_ledger_experiment()
         record = self.ledger.get_experiment(self.name)

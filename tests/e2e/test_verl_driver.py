@@ -4,23 +4,45 @@ second copy of its metrics. verl itself needs GPUs: the cell here is a stand-in 
 metric names into the run the environment names, as verl's MLflow logger does, and returns the
 result a verl cell reads back. The stand-in replaces only the job: the spec is one verl can run (a
 job of one GPU, data files the nodes read) and goes through every check a verl run gets, on a local
-Ray with one GPU (`Backend.prepare` places the job; `Backend.check_nodes` checks the node), all
-but verl's packages, which the stand-in does not import."""
+Ray with one GPU (`Backend.prepare` places the job) whose node has verl's distributions
+(`Backend.check_nodes`: `verl_node`)."""
 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import mlflow
+import pytest
 
 from dapo_ablate.ablation.runtime.pool import MLFLOW_RUN_ENV
 from dapo_ablate.ablation.store.tracking import RUN_ID_TAG
 
 from support import rows, run, write_spec
+from test_verl_job_shape import fake_verl
 
 
 LOCAL_RAY_GPUS = 1  # conftest's local_ray: a one-GPU machine, where a verl job of one GPU is placed
+
+
+@pytest.fixture(scope="module", autouse=True)
+def verl_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """This machine as a verl node for the node check (before `local_ray` starts: its workers inherit
+    the environment): verl's distributions on PYTHONPATH (`test_verl_job_shape.fake_verl`, the
+    stand-ins import none of them) and this Python first on PATH, as the jobs' entrypoint needs."""
+    site = tmp_path_factory.mktemp("site")
+    fake_verl(site)
+    saved = {key: os.environ.get(key) for key in ("PYTHONPATH", "PATH")}
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), saved["PYTHONPATH"]]))
+    os.environ["PATH"] = os.pathsep.join(filter(None, [str(Path(sys.executable).parent), saved["PATH"]]))
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 VERL_EXECUTOR = {"gpus_per_run": 1}
 VERL_AVG = "val-core/aime-2024/acc/mean_at_32"  # verl's MLflow logger writes @ as _at_
 

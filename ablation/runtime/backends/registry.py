@@ -78,9 +78,8 @@ class Backend(Protocol):
         """Before any store is written: run id -> what its task's environment adds; refuses a run
         the connected cluster cannot place."""
 
-    def check_nodes(self, spec: ExperimentSpec, runs: list[PlannedRun], software: bool) -> None:
-        """Once the MLflow store exists: every node can run these runs (`software`: the backend's
-        own trainer runs them, so the nodes need its packages too)."""
+    def check_nodes(self, spec: ExperimentSpec, runs: list[PlannedRun]) -> None:
+        """Once the MLflow store exists: every node of the cluster can run these runs."""
 
 
 class BuiltinBackend:
@@ -107,7 +106,7 @@ class BuiltinBackend:
     def prepare(self, spec: ExperimentSpec, runs: list[PlannedRun]) -> dict[str, dict[str, str]]:
         return {}
 
-    def check_nodes(self, spec: ExperimentSpec, runs: list[PlannedRun], software: bool) -> None:
+    def check_nodes(self, spec: ExperimentSpec, runs: list[PlannedRun]) -> None:
         return None
 
 
@@ -142,16 +141,16 @@ class VerlBackend:
         check_placement(job.nnodes, job.gpus_per_node)
         return {run_id: {JOB_ENV: job.to_json()} for run_id, job in jobs.items()}
 
-    def check_nodes(self, spec: ExperimentSpec, runs: list[PlannedRun], software: bool) -> None:
-        """This package copied where the jobs ship it from, and every node checked for the model and
-        data paths, the MLflow store and, with `software`, what verl needs: packages, flash-attn when
-        the cells use it, the entrypoint's Python (one sentence if not)."""
+    def check_nodes(self, spec: ExperimentSpec, runs: list[PlannedRun]) -> None:
+        """This package copied where the jobs ship it from, and every node checked for what a verl
+        job needs: packages, flash-attn when the cells use it, the entrypoint's Python, the model and
+        data paths, the MLflow store (one sentence if not)."""
         job = verl_job(spec, runs[0])
         write_package_copy(spec)
         runtime_env = job.runtime_env("check")
         runtime_env["env_vars"].update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="1", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
         needs = node_needs([run.config for run in runs], REQUIREMENTS, job.env["MLFLOW_TRACKING_URI"], spec.name)
-        check_cluster(runtime_env, needs if software else needs.without_software())
+        check_cluster(runtime_env, needs)
 
 
 BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (BuiltinBackend(), VerlBackend())}

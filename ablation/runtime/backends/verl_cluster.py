@@ -18,7 +18,7 @@ node, with the jobs' runtime environment) and raises one sentence naming the fir
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dapo_ablate.ablation.runtime.backends.verl import ENTRYPOINT_PYTHON, LOSS_MODULE, needs_flash_attn
@@ -51,11 +51,6 @@ class NodeNeeds:
     """Path -> the spec field naming it (``data.train``, ``data.eval``)."""
     python: str | None = ENTRYPOINT_PYTHON
     """The interpreter the job's entrypoint runs (None: not checked)."""
-
-    def without_software(self) -> NodeNeeds:
-        """Only what the cells' config names (model, data, MLflow store): the needs of a run whose
-        cell function is not verl's job (a test's stand-in), which imports none of verl's packages."""
-        return replace(self, requirements={}, modules=[], python=None)
 
 
 def node_needs(configs: list[TrainerConfig], requirements: dict[str, str], tracking_uri: str, experiment: str) -> NodeNeeds:
