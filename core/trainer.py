@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import random
 import resource
 import time
@@ -49,7 +50,7 @@ from typing import Any, Callable
 import torch
 
 from . import algorithms as alg
-from .atomic import replace_with
+from .checkpoints import UntrustedCheckpoint, load_sealed, save_sealed
 from .config import BUILTIN, ConfigError, TrainerConfig
 from .data import (  # noqa: F401  (the built-in seeds are re-exported: tests and benchmarks read them here)
     BUILTIN_EVAL_SEED,
@@ -65,6 +66,7 @@ from .evaluation import EvalSettings, cached_initial_eval, evaluate, initial_eva
 from .numerics import numerics_tag, pin_cpu_numerics
 from .policy import Policy, load_policy
 from .result import RunResult
+from .seals import UNKEYED
 from .rollout import HFRolloutEngine, Rollout, RolloutEngine, derive_seed
 from .update import (  # noqa: F401  (re-exported: the trainer's public names)
     NonFiniteError,
@@ -343,11 +345,16 @@ def train(
     resume: bool = True,
     eval_cache_dir: str | Path | None = None,
     engine_factory: Callable[[Policy, TrainerConfig], RolloutEngine] | None = None,
+    seal_key: bytes | None = None,
 ) -> RunResult:
     """Train one configuration and return its RunResult (also written to out_dir/result.json).
 
     out_dir: where checkpoints and result.json go (None: keep nothing on disk).
     resume: continue from out_dir/checkpoint.pt when it was written by the same config.
+    seal_key: the experiment's worker key (`seals.derive`): checkpoints and cached evaluations are
+        sealed under it, and one that is not sealed for this run is ignored with a note to the
+        callbacks ("note", step, {"message"}) and computed again. None (a direct call): sealed
+        under the public `seals.UNKEYED`, and a checkpoint that is not is a ConfigError.
     eval_cache_dir: share step-0 evaluations between runs with the same policy and eval settings.
     engine_factory: build the rollout engine (default: HFRolloutEngine; vLLM for engine "vllm").
 
@@ -360,8 +367,8 @@ def train(
     run = _setup(config, engine_factory)
     run.result.setup_s = time.perf_counter() - t_setup
     ckpt = Path(out_dir) / "checkpoint.pt" if out_dir is not None else None
-    if ckpt is not None and resume and ckpt.is_file():
-        _resume(run, ckpt)
+    if ckpt is not None and resume and os.path.lexists(ckpt):
+        _resume(run, ckpt, seal_key, callbacks)
     if not run.result.eval:
         t0 = time.perf_counter()
         _evaluate(run, 0, callbacks, eval_cache_dir)
@@ -376,7 +383,7 @@ def train(
             _evaluate(run, step, callbacks, eval_cache_dir)
         run.result.wall_s = wall_before + time.perf_counter() - started
         if ckpt is not None and schedule.checkpoint_every and step % schedule.checkpoint_every == 0:
-            _save_checkpoint(ckpt, run)
+            _save_checkpoint(ckpt, run, seal_key or UNKEYED)
     run.result.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if out_dir is not None:
         run.result.save(Path(out_dir) / "result.json")
@@ -426,25 +433,28 @@ def check_max_positions(config: TrainerConfig, model: torch.nn.Module, prompts: 
         )
 
 
-def _resume(run: Run, ckpt: Path) -> None:
+def _resume(run: Run, ckpt: Path, seal_key: bytes | None, callbacks) -> None:
     """Continue from a step-boundary checkpoint written by the same config (else start afresh).
 
-    The file is untrusted (a shared output folder): it is loaded with weights_only=True, so no
-    pickled code runs, and anything that is not a checkpoint of `_save_checkpoint`'s shape (garbage,
-    an empty or truncated file, pickled objects, missing or mistyped entries, tensors that do not
-    fit the model) is a ConfigError naming the file, never a traceback."""
+    The file is untrusted (a shared output folder): it is loaded only if it carries this product's
+    seal for its content (`checkpoints.load_sealed`: a regular file, weights_only=True so no pickled
+    code runs). One that does not (garbage, planted, copied from another run and edited, a link) is,
+    in an experiment (`seal_key`), ignored with a note and the run trains from the start; in a direct
+    call, a ConfigError naming the file. A sealed one that does not fit the model is a ConfigError."""
     def refuse(reason: str) -> ConfigError:
         return ConfigError(f"{ckpt} is not a checkpoint this trainer wrote for this run ({reason}); "
                            "delete it or pass --no-resume")
 
     try:
-        state = torch.load(ckpt, weights_only=True)  # never unpickle code from a shared output folder
-    except Exception as err:  # noqa: BLE001 - any failure to load untrusted bytes is the same user error
-        raise refuse(f"{type(err).__name__} while loading it") from None
-    if not isinstance(state, dict):
-        raise refuse(f"it holds a {type(state).__name__}, not a mapping")
-    if not isinstance(state.get("config_digest"), str):
-        raise refuse("it holds no config digest")
+        state = load_sealed(ckpt, seal_key or UNKEYED)
+    except UntrustedCheckpoint as why:
+        if seal_key is None and why.config_digest not in (None, run.config.digest()):
+            return  # a direct call: a checkpoint of another config is left for a fresh start, as before seals
+        if seal_key is None:
+            raise refuse(str(why)) from None
+        _note(callbacks, 0, f"{ckpt} is not a checkpoint dapo-ablate sealed for this run ({why}); "
+                            "it is ignored and the run trains from the start")
+        return
     if state["config_digest"] != run.config.digest():
         return
     kinds = {"model": dict, "optimizer": dict, "sampler": dict, "update_gen": torch.Tensor, "result": dict}
@@ -521,9 +531,10 @@ def _policy_identity(policy: Policy, config: TrainerConfig) -> str:
     return f"{policy.source}|{config.model.dtype}|{config.model.use_chat_template}|{config.rollout.engine}|{device}"
 
 
-def _save_checkpoint(path: Path, run: Run) -> None:
-    """Write a step-boundary checkpoint atomically (a crash mid-write leaves the previous one).
-    Tensors and plain data only, so it loads with weights_only=True."""
+def _save_checkpoint(path: Path, run: Run, key: bytes) -> None:
+    """Write a step-boundary checkpoint atomically (a crash mid-write leaves the previous one),
+    sealed under `key` (`checkpoints.save_sealed`). Tensors and plain data only, so it loads with
+    weights_only=True."""
     state = {
         "config_digest": run.config.digest(),
         "model": run.model.state_dict(),
@@ -532,4 +543,11 @@ def _save_checkpoint(path: Path, run: Run) -> None:
         "update_gen": run.update_gen.get_state(),
         "result": run.result.to_dict(),
     }
-    replace_with(path, lambda tmp: torch.save(state, tmp))
+    save_sealed(path, state, key)
+
+
+def _note(callbacks, step: int, message: str) -> None:
+    """Tell the callbacks (in an experiment: the driver's display) something the user should know."""
+    logger.warning(message)
+    for cb in callbacks:
+        cb("note", step, {"message": message})

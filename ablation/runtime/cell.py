@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from dapo_ablate.ablation.runtime.backends.registry import backend_of
-from dapo_ablate.ablation.runtime.jobs import CONFIG_ENV, RESULT_MARKER, job_cell
+from dapo_ablate.ablation.runtime.jobs import CONFIG_ENV, RESULT_MARKER, SEAL_ENV, job_cell
 from dapo_ablate.core.contracts import RunRecord
 
 COMPUTE_FIELDS = ("tokens_trained", "eval_tokens", "peak_rss_mb", "steps")
@@ -43,7 +43,9 @@ def run_cell(
     """Train one resolved configuration into `run_dir` and return its ledger result.
 
     ``resume=True``: a retried or re-queued run continues from its last checkpoint in `run_dir`
-    (written every ``schedule.checkpoint_every`` steps) instead of starting over.
+    (written every ``schedule.checkpoint_every`` steps) instead of starting over, if it carries the
+    seal of the experiment's worker key in ``$DAPO_ABLATE_SEAL_KEY`` (`seal_key`); an unsealed one
+    is ignored with a note (a "note" event) and the run trains from the start.
     `eval_cache_dir` is shared by all runs so the step-0 evaluation is computed once.
     ``on_eval(step, metrics)``, if given, is called after each evaluation (a sweep streams them
     to its pruner: `sweeps.tasks.run_streaming`). ``on_event(kind, step, data)``, if given, is
@@ -60,8 +62,19 @@ def run_cell(
 
     config = build_trainer_config(config_dict, source="run config")
     callbacks = ([eval_callback] if on_eval is not None else []) + ([on_event] if on_event is not None else [])
-    result = train(config, Path(run_dir), callbacks=callbacks, resume=True, eval_cache_dir=eval_cache_dir)
+    result = train(config, Path(run_dir), callbacks=callbacks, resume=True, eval_cache_dir=eval_cache_dir,
+                   seal_key=seal_key())
     return ledger_result(result)
+
+
+def seal_key() -> bytes | None:
+    """The experiment's worker key the driver put in this task's environment (`SEAL_ENV`), or None
+    (a run outside an experiment)."""
+    text = os.environ.get(SEAL_ENV, "")
+    try:
+        return bytes.fromhex(text) or None
+    except ValueError:
+        raise RuntimeError(f"${SEAL_ENV} is not a hex key; `dapo-ablate run` sets it") from None
 
 
 def ledger_result(result: Any) -> dict[str, Any]:

@@ -428,6 +428,8 @@ class FactorialScheduler:
         """A run's training step or evaluation, logged to its MLflow child while it trains. Best
         effort: when the store stays down, live logging stops for that run with a note (the
         result is logged in full when the run finishes); the runs go on."""
+        if kind == "note" and run_id in self.planned:  # e.g. a checkpoint it would not trust
+            self.display.note(f"{self.planned[run_id].name}: {data.get('message')}")
         if run_id in self.live and kind in ("step", "eval") and run_id not in self.live_off:
             mlflow_id = self.live[run_id]
             try:

@@ -43,6 +43,9 @@ from dapo_ablate.core.config import build_trainer_config
 RESULT_MARKER = "DAPO_ABLATE_RESULT "
 MLFLOW_RUN_ENV = "DAPO_ABLATE_MLFLOW_RUN_ID"  # the cell's MLflow child run (set by the driver: pool.MLFLOW_RUN_ENV)
 CONFIG_ENV = "DAPO_ABLATE_JOB_CONFIG"
+SEAL_ENV = "DAPO_ABLATE_SEAL_KEY"
+"""In a task's environment: the experiment's worker key (hex; `pool.worker_env`), which seals the
+run's checkpoints and cached evaluations (`core.seals`)."""
 ADDRESS_ENV = "DAPO_ABLATE_JOBS_ADDRESS"
 GPUS_ENV = "DAPO_ABLATE_JOB_GPUS"
 CPUS_ENV = "DAPO_ABLATE_JOB_CPUS"
@@ -174,7 +177,8 @@ def _submit(client: Any, sid: str, config: dict[str, Any], run_dir: str, eval_ca
         entrypoint = resumed_entrypoint(job.entrypoint, build_trainer_config(config), run_dir)
         runtime_env, cpus, gpus = job.runtime_env(_mlflow_run_id()), job.num_cpus, 0.0
     else:
-        env = {CONFIG_ENV: json.dumps(config), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+        env = {CONFIG_ENV: json.dumps(config), "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+               SEAL_ENV: os.environ.get(SEAL_ENV, "")}
         entrypoint, runtime_env = builtin_entrypoint(run_dir, eval_cache_dir), {"env_vars": env}
         cpus, gpus = float(os.environ.get(CPUS_ENV, "1")), float(os.environ.get(GPUS_ENV, "0"))
     deadline = time.monotonic() + AGENT_WAIT_S

@@ -17,7 +17,8 @@ scheduler (a factorial's, a sweep's), so that every rule of a run's life is writ
   (`store.kept_results`), before the ledger write, which is retried through database blips; a
   result kept by a driver that died (or whose database stayed down) is recorded by the next
   invocation instead of training the run again, and a kept file this product did not seal for
-  that run is set aside (the run trains);
+  that run is set aside (the run trains); every task gets the experiment's worker key
+  (`worker_key`, in ``$DAPO_ABLATE_SEAL_KEY``), which seals its checkpoints and cached evaluations;
 - **cancel**: a pruned trial's runs (or a timed-out one) are cancelled and their Ray jobs stopped;
   Ctrl-C gives every run in flight back to pending (`abandon`) and leaves jobs running, so that a
   rerun re-attaches to them.
@@ -33,12 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from dapo_ablate.ablation.runtime.jobs import SEAL_ENV
 from dapo_ablate.ablation.runtime.jobs import stop_job as stop_ray_job
 from dapo_ablate.ablation.runtime.task import STARTED, describe_error, execute_run
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.kept_results import KEPT_RESULT, KeptRecords, ResultKeeper, record_kept, record_result
 from dapo_ablate.ablation.store.ledger import Ledger
 from dapo_ablate.ablation.store.transient import retry_transient
+from dapo_ablate.core import seals
 
 __all__ = ["KEPT_RESULT", "KeptRecords", "Outcome", "PoolSettings", "ResultKeeper", "RunPool", "concurrency_limit",
            "live_queue", "record_kept", "record_result"]
@@ -95,6 +98,12 @@ class PoolSettings:
         return ResultKeeper(self.run_root, self.result_key)
 
 
+def worker_key(result_key: bytes) -> bytes:
+    """The key a run's task seals its checkpoints and cached evaluations with (`core.seals`),
+    derived from the experiment's `result_key` (which never leaves the driver)."""
+    return seals.derive(result_key, "worker")
+
+
 def concurrency_limit(fits: int, max_concurrent: int | None, local: bool) -> int:
     """Runs in flight at once. A local Ray cannot run more than `fits` (more would wait in Ray's
     queue while the ledger calls them running); a cluster may autoscale, so its limit is taken as
@@ -125,7 +134,7 @@ class RunPool:
         self.run_root, self.eval_cache = settings.run_root, settings.eval_cache
         self.keeper = settings.keeper
         self.names, self.on_event = names, on_event
-        self.env = dict(settings.env)
+        self.env = {**settings.env, SEAL_ENV: worker_key(settings.result_key).hex()}
         self.task = ray.remote(execute_run)
         self.events = live_queue()
         self._next_event: Any = None

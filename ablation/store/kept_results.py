@@ -20,11 +20,8 @@ The key is as secret as the ledger: someone who can read the ledger's database c
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
-import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +32,8 @@ from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import Ledger
 from dapo_ablate.ablation.store.ledger_values import result_values
 from dapo_ablate.ablation.store.transient import retry_transient
+from dapo_ablate.core import seals
+from dapo_ablate.core.atomic import UnreadableFile, read_regular
 from dapo_ablate.core.contracts import RunRecord
 
 KEPT_RESULT = "finished-result.json"
@@ -57,9 +56,8 @@ def canonical(result: dict[str, Any]) -> str:
 
 
 def seal(key: bytes, run_id: str, result: dict[str, Any]) -> str:
-    """HMAC-SHA256 (hex) of `result` kept for `run_id` under the experiment's `key`."""
-    message = _CONTEXT + run_id.encode() + b"\x00" + canonical(result).encode()
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
+    """HMAC-SHA256 (hex) of `result` kept for `run_id` under the experiment's `key` (`core.seals`)."""
+    return seals.seal(key, _CONTEXT, run_id, canonical(result))
 
 
 @dataclass(frozen=True)
@@ -112,8 +110,7 @@ class ResultKeeper:
         document = _parse(_read_regular(self.path(run_id)))
         if document.get("format") != FORMAT or not isinstance(document.get("result"), dict):
             raise UntrustedResult("it is not a sealed result")
-        found = document.get("hmac")
-        if not isinstance(found, str) or not hmac.compare_digest(found, seal(self.key, run_id, document["result"])):
+        if not seals.verify(document.get("hmac"), self.key, _CONTEXT, run_id, canonical(document["result"])):
             raise UntrustedResult("its seal does not match this run of this experiment")
         result = document["result"]
         try:
@@ -138,18 +135,11 @@ class ResultKeeper:
 
 def _read_regular(path: Path) -> str:
     """The text of a regular file of at most MAX_KEPT_BYTES, opened without following a link and
-    without blocking on a FIFO; UntrustedResult otherwise."""
+    without blocking on a FIFO (`atomic.read_regular`); UntrustedResult otherwise."""
     try:
-        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as err:
-        raise UntrustedResult("it is a symbolic link" if path.is_symlink() else f"it cannot be read ({err.strerror})") from None
-    with os.fdopen(handle, "rb") as kept:
-        info = os.fstat(kept.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise UntrustedResult("it is not a regular file")
-        if info.st_size > MAX_KEPT_BYTES:
-            raise UntrustedResult(f"it is larger than {MAX_KEPT_BYTES // 2**20} MiB")
-        data = kept.read(MAX_KEPT_BYTES + 1)
+        data = read_regular(path, MAX_KEPT_BYTES)
+    except UnreadableFile as why:
+        raise UntrustedResult(str(why)) from None
     try:
         return data.decode()
     except UnicodeDecodeError:
