@@ -8,21 +8,29 @@ policy and evaluation settings is identical: `cached_initial_eval` computes it o
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 import torch
 
+from . import seals
+from .atomic import UnreadableFile, read_regular
 from .contracts import metric_name
 from .metrics import avg_at_k, maj_at_k, mean_pass_at_k
 from .policy import file_lock
 from .rollout import Rollout, RolloutEngine, derive_seed
 from .verifier import Verifier, extract_answer, normalize_answer
+from .seals import UNKEYED
+
+CACHE_FORMAT = 1
+MAX_ENTRY_BYTES = 2**20
+"""A cache entry larger than this is not read (one holds a few numbers)."""
+_CACHE_CONTEXT = b"dapo-ablate step-0 evaluation\x00"
 
 
 @dataclass(frozen=True)
@@ -87,19 +95,47 @@ def initial_eval_key(policy_source: str, eval_problems: list[tuple[Any, str]], s
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-def cached_initial_eval(cache_dir: Path | None, key: str, compute) -> dict[str, float]:
-    """Return the cached step-0 evaluation for `key`, computing it under a file lock if absent."""
+def cached_initial_eval(cache_dir: Path | None, key: str, compute, seal_key: bytes = UNKEYED,
+                        note: Callable[[str], None] = lambda message: None) -> dict[str, float]:
+    """Return the cached step-0 evaluation for `key`, computing it under a file lock if absent.
+
+    The cache folder is shared and writable by others, so an entry is sealed (`core.seals`: its key
+    and metrics under `seal_key`, the experiment's worker key); an entry that is not (forged,
+    edited, another experiment's, an older version's, a link) is passed to `note` and computed
+    again, and the fresh entry replaces it."""
     if cache_dir is None:
         return compute()
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = cache_dir / f"initial-eval-{key}.json"
     with file_lock(cache_dir / f"initial-eval-{key}.lock"):
-        if path.is_file():
-            with contextlib.suppress(json.JSONDecodeError):
-                return json.loads(path.read_text())
+        if os.path.lexists(path):
+            try:
+                return _sealed_entry(path, key, seal_key)
+            except UnreadableFile as why:
+                note(f"the cached step-0 evaluation {path} is not one dapo-ablate sealed ({why}); it is computed again")
         metrics = compute()
+        document = {"format": CACHE_FORMAT, "key": key, "metrics": metrics,
+                    "hmac": seals.seal(seal_key, _CACHE_CONTEXT, key, _canonical(metrics))}
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(metrics))
+        tmp.write_text(json.dumps(document))
         tmp.replace(path)
         return metrics
 
+
+def _sealed_entry(path: Path, key: str, seal_key: bytes) -> dict[str, float]:
+    """The metrics of the cache entry at `path` if sealed for `key` under `seal_key`; else
+    UnreadableFile saying why."""
+    try:
+        document = json.loads(read_regular(path, MAX_ENTRY_BYTES))
+    except (ValueError, RecursionError):  # not UTF-8, not JSON
+        raise UnreadableFile("it is not JSON") from None
+    metrics = document.get("metrics") if isinstance(document, dict) else None
+    if not isinstance(metrics, dict) or document.get("format") != CACHE_FORMAT:
+        raise UnreadableFile("it is not a sealed entry")
+    if not seals.verify(document.get("hmac"), seal_key, _CACHE_CONTEXT, key, _canonical(metrics)):
+        raise UnreadableFile("its seal does not match this entry under this experiment's key")
+    return metrics
+
+
+def _canonical(metrics: dict[str, Any]) -> str:
+    return json.dumps(metrics, sort_keys=True, separators=(",", ":"))

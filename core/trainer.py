@@ -371,7 +371,7 @@ def train(
         _resume(run, ckpt, seal_key, callbacks)
     if not run.result.eval:
         t0 = time.perf_counter()
-        _evaluate(run, 0, callbacks, eval_cache_dir)
+        _evaluate(run, 0, callbacks, eval_cache_dir, seal_key or UNKEYED)
         run.result.initial_eval_s = time.perf_counter() - t0
     wall_before, started = run.result.wall_s, time.perf_counter()  # wall time before an interruption counts
     schedule = config.schedule
@@ -380,7 +380,7 @@ def train(
         for cb in callbacks:
             cb("step", step, signals)
         if schedule.evaluates_after(step):
-            _evaluate(run, step, callbacks, eval_cache_dir)
+            _evaluate(run, step, callbacks, eval_cache_dir, seal_key or UNKEYED)
         run.result.wall_s = wall_before + time.perf_counter() - started
         if ckpt is not None and schedule.checkpoint_every and step % schedule.checkpoint_every == 0:
             _save_checkpoint(ckpt, run, seal_key or UNKEYED)
@@ -474,8 +474,9 @@ def _resume(run: Run, ckpt: Path, seal_key: bytes | None, callbacks) -> None:
     run.engine.sync_weights(run.model)
 
 
-def _evaluate(run: Run, step: int, callbacks, eval_cache_dir) -> None:
-    """Held-out avg/pass/maj@k at `step`; the step-0 one is shared through the cache."""
+def _evaluate(run: Run, step: int, callbacks, eval_cache_dir, seal_key: bytes) -> None:
+    """Held-out avg/pass/maj@k at `step`; the step-0 one is shared through the cache, its entries
+    sealed under `seal_key`."""
     t0 = time.perf_counter()
     config, policy = run.config, run.policy
     answers = [a for _, a in run.task.held_out]
@@ -483,7 +484,8 @@ def _evaluate(run: Run, step: int, callbacks, eval_cache_dir) -> None:
     if step == 0:
         extra = {"verifier": config.verifier_method, "prompt_template": config.prompt_template, "cpu": numerics_tag()}
         key = initial_eval_key(_policy_identity(policy, config), run.task.held_out, run.settings, extra)
-        metrics = cached_initial_eval(Path(eval_cache_dir) if eval_cache_dir else None, key, compute)
+        metrics = cached_initial_eval(Path(eval_cache_dir) if eval_cache_dir else None, key, compute, seal_key,
+                                      note=lambda message: _note(callbacks, 0, message))
     else:
         metrics = compute()
     metrics = {**metrics, "time_eval_s": time.perf_counter() - t0}
