@@ -1,7 +1,8 @@
 """Files written whole and never through a link: a fresh temporary file in the target's folder
 (a name nobody planted: mkstemp opens it O_EXCL), renamed over the target with os.replace, which
 replaces a symbolic link at the target itself instead of writing where it points; and files read
-only when they are regular files, never through a link (`read_regular`)."""
+only when they are regular files, never through a link (`read_regular`); folders and lock files
+the product owns are never links either (`own_folder`, `open_lock`)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,31 @@ def replace_with(path: str | Path, write: Callable[[Path], None]) -> Path:
 def write_text(path: str | Path, text: str) -> Path:
     """`path` holds `text` (UTF-8), written whole, never through a link at `path`."""
     return replace_with(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def own_folder(path: str | Path) -> Path:
+    """`path` as a real folder: a symbolic link planted at its name is removed (never followed; what
+    it points to is left alone) and the folder created. For folders the product owns under an output
+    folder (an experiment's run folders, a run's folder, the evaluation cache), so that no write into
+    them lands outside it."""
+    path = Path(path)
+    if path.is_symlink():
+        path.unlink()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def open_lock(path: str | Path) -> int:
+    """A descriptor of the lock file `path` (created if absent, never truncated), opened without
+    following a link: a link planted at its name is replaced by the lock file."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+    try:
+        return os.open(path, flags, 0o644)
+    except OSError:
+        if not Path(path).is_symlink():
+            raise
+        os.unlink(path)
+        return os.open(path, flags, 0o644)
 
 
 class UnreadableFile(ValueError):

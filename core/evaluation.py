@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 
 from . import seals
-from .atomic import UnreadableFile, read_regular
+from .atomic import UnreadableFile, own_folder, read_regular, write_text
 from .contracts import metric_name
 from .metrics import avg_at_k, maj_at_k, mean_pass_at_k
 from .policy import file_lock
@@ -105,7 +105,7 @@ def cached_initial_eval(cache_dir: Path | None, key: str, compute, seal_key: byt
     again, and the fresh entry replaces it."""
     if cache_dir is None:
         return compute()
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    own_folder(cache_dir)  # a link planted as the cache folder is replaced, never written through
     path = cache_dir / f"initial-eval-{key}.json"
     with file_lock(cache_dir / f"initial-eval-{key}.lock"):
         if os.path.lexists(path):
@@ -116,9 +116,7 @@ def cached_initial_eval(cache_dir: Path | None, key: str, compute, seal_key: byt
         metrics = compute()
         document = {"format": CACHE_FORMAT, "key": key, "metrics": metrics,
                     "hmac": seals.seal(seal_key, _CACHE_CONTEXT, key, _canonical(metrics))}
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(document))
-        tmp.replace(path)
+        write_text(path, json.dumps(document))  # a fresh temporary file: never through a planted link
         return metrics
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import comparison, tasks
+from .atomic import open_lock
 from .comparison import ComparisonSpec
 from .config import BUILTIN, ConfigError, ModelConfig
 from .tasks import ANSWER_TOKEN, TaskSpec
@@ -491,8 +492,10 @@ def wait_for_builtin(recipe: BuiltinRecipe, on_wait: Callable[[str], None]) -> N
 @contextlib.contextmanager
 def file_lock(path: Path, on_wait: Callable[[str], None] | None = None):
     """Hold an exclusive lock on `path` (created if absent) across processes on this machine;
-    when another process holds it, ``on_wait(lock_holder(path))`` is called once before waiting."""
-    with open(path, "a") as fh:  # "a": never truncate a file another process holds
+    when another process holds it, ``on_wait(lock_holder(path))`` is called once before waiting.
+    The lock file is never opened through a link (`atomic.open_lock`) nor truncated (another
+    process may hold it)."""
+    with os.fdopen(open_lock(path), "a") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import yaml
 
+from dapo_ablate.core.atomic import own_folder
 from dapo_ablate.core.config import ConfigError
 
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec, SpecError, load_spec_file, run_root, validate_spec
@@ -312,8 +313,7 @@ def record_spec(spec: Any, origin: dict[str, Any] | None = None) -> Path:
     """Write the resolved spec (`record_data`) into its folder ``run_root(spec)`` as YAML, atomically
     (a reader sees the previous record or this one, whole), and `origin` beside it
     (`record_origin`); the record's path."""
-    folder = run_root(spec)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = own_folder(run_root(spec))  # a link planted as the runs' folder is replaced, never written through
     path = folder / record_name(spec)
     experiment = path.name == SPEC_RECORD
     header = RECORD_HEADER.format(kind="experiment" if experiment else "sweep", command="run" if experiment else "sweep",

@@ -38,6 +38,7 @@ from dapo_ablate.ablation.runtime.backends.verl_checkpoints import resumed_entry
 from dapo_ablate.ablation.runtime.backends.verl_job import JOB_ENV, VerlJob
 from dapo_ablate.ablation.runtime.backends.verl_results import result_from_mlflow
 from dapo_ablate.ablation.runtime.joblog import log_tail
+from dapo_ablate.core.atomic import own_folder, write_text
 from dapo_ablate.core.config import build_trainer_config
 
 RESULT_MARKER = "DAPO_ABLATE_RESULT "
@@ -100,7 +101,7 @@ def job_cell(
     address = dashboard_address()
     client = JobSubmissionClient(address)
     prefix, record = submission_ids(run_dir)
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    own_folder(run_dir)
     attempt = 1
     while True:
         sid = f"{prefix}-a{attempt}"
@@ -113,13 +114,13 @@ def job_cell(
         break
     if info is None:
         _submit(client, sid, config, run_dir, eval_cache_dir)
-    record.write_text(json.dumps({"submission_id": sid, "attempt": attempt, "address": address}))
+    write_text(record, json.dumps({"submission_id": sid, "attempt": attempt, "address": address}))
     if on_event is not None:
         on_event("job", 0, {"submission_id": sid, "address": address})
     status = _wait(client, sid)
     logs = client.get_job_logs(sid)
     if status != "SUCCEEDED":
-        reported.write_text(status)
+        write_text(reported, status)
         raise JobFailed(f"Ray job {sid} ended {status}; last lines of its log: {log_tail(logs)}")
     if backend_of(config).job_from_driver:  # verl: the job logged into the run's MLflow child
         job = _verl_job()

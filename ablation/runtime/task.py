@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from dapo_ablate.ablation.runtime.cell import run_cell
 from dapo_ablate.ablation.store.errors import ExecutorError
+from dapo_ablate.core.atomic import own_folder
 
 CELL_FN_ENV = "DAPO_ABLATE_CELL_FN"
 STARTED = "started"
@@ -68,6 +69,7 @@ def execute_run(cell_fn: Callable[..., dict[str, Any]], config: dict[str, Any], 
 
     silence_third_party_output()  # the driver's display owns the terminal
     os.environ.update(env or {})
+    own_folder(run_dir)  # a link planted as the run's folder is replaced: nothing the run writes lands outside
     if events is not None:  # the run's time limit counts from here, not from its wait in Ray's queue
         _send(events, (run_id, STARTED, 0, {}))
     try:

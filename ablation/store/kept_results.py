@@ -33,7 +33,7 @@ from dapo_ablate.ablation.store.ledger import Ledger
 from dapo_ablate.ablation.store.ledger_values import result_values
 from dapo_ablate.ablation.store.transient import retry_transient
 from dapo_ablate.core import seals
-from dapo_ablate.core.atomic import UnreadableFile, read_regular
+from dapo_ablate.core.atomic import UnreadableFile, own_folder, read_regular
 from dapo_ablate.core.contracts import RunRecord
 
 KEPT_RESULT = "finished-result.json"
@@ -85,8 +85,7 @@ class ResultKeeper:
             text = json.dumps(document)
         except (TypeError, ValueError):
             return False
-        folder = self.path(run_id).parent
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = own_folder(self.path(run_id).parent)  # a link planted as the run's folder is replaced
         handle, temporary = tempfile.mkstemp(prefix=".finished-result.", suffix=".tmp", dir=folder)
         try:
             with os.fdopen(handle, "w") as out:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,9 +18,12 @@ import torch
 from dapo_ablate.ablation.runtime.cell import run_cell
 from dapo_ablate.ablation.runtime.jobs import SEAL_ENV
 from dapo_ablate.ablation.runtime.pool import worker_key
+from dapo_ablate.ablation.runtime.task import execute_run
+from dapo_ablate.ablation.store.kept_results import ResultKeeper
 from dapo_ablate.core.config import TrainerConfig
 from dapo_ablate.core.evaluation import cached_initial_eval
 
+from support import counting_cell
 from tiny_configs import TINY_TRAINER
 
 CHECKPOINTED = {**TINY_TRAINER, "schedule": {"total_steps": 4, "eval_every": 2, "checkpoint_every": 2}}
@@ -92,3 +96,54 @@ def test_an_evaluation_cache_entry_not_sealed_under_this_key_is_computed_again(t
     assert metrics == {"step": 0, "avg@4": 0.25} and len(notes) == 1 and str(path) in notes[0]
     assert cached_initial_eval(tmp_path, key, lambda: {"step": 0, "avg@4": 0.5}, b"this experiment's key", notes.append) == metrics
     assert len(notes) == 1 and not path.is_symlink()
+
+
+# -- links planted where a run writes -------------------------------------------------------------------
+@pytest.fixture
+def victim(tmp_path) -> Path:
+    """A file outside the output folder that a planted link points to."""
+    (tmp_path / "outside").mkdir()
+    path = tmp_path / "outside" / "victim"
+    path.write_text("precious\n")
+    return path
+
+
+def test_a_link_planted_as_a_run_folder_is_replaced_and_nothing_is_written_where_it_points(tmp_path, victim):
+    """The task body (what every Ray task runs) replaces the link by a folder of its own before the
+    run writes into it; the folder it pointed to is left alone."""
+    run_dir = tmp_path / "out" / "exp" / "run-a"
+    run_dir.parent.mkdir(parents=True)
+    run_dir.symlink_to(victim.parent)
+    result = execute_run(counting_cell, {"techniques": {"clip_higher": False}, "schedule": {"seed": 0}}, str(run_dir),
+                         str(tmp_path / "out" / "eval-cache"))
+    assert result["metrics"]["avg@32"] == 0.25
+    assert not run_dir.is_symlink() and (run_dir / "calls").is_file()
+    assert sorted(path.name for path in victim.parent.iterdir()) == ["victim"] and victim.read_text() == "precious\n"
+
+
+def test_a_kept_result_is_never_written_through_a_link_planted_as_its_run_folder(tmp_path, victim):
+    keeper = ResultKeeper(tmp_path / "out" / "exp", b"k" * 32)
+    keeper.run_root.mkdir(parents=True)
+    (keeper.run_root / "run-a").symlink_to(victim.parent)
+    assert keeper.keep("run-a", {"metrics": {"avg@32": 0.5}})
+    assert keeper.load("run-a")["metrics"] == {"avg@32": 0.5} and not (keeper.run_root / "run-a").is_symlink()
+    assert sorted(path.name for path in victim.parent.iterdir()) == ["victim"]
+
+
+@pytest.mark.parametrize("planted", ["the entry's temporary file", "the entry's lock file", "the cache folder"])
+def test_an_evaluation_cache_write_never_goes_through_a_planted_link(tmp_path, victim, planted):
+    key, cache = "k" * 24, tmp_path / "out" / "eval-cache"
+    cache.parent.mkdir()
+    if planted == "the cache folder":
+        cache.symlink_to(victim.parent)
+    else:
+        cache.mkdir()
+        name = f"initial-eval-{key}.tmp" if planted == "the entry's temporary file" else f"initial-eval-{key}.lock"
+        (cache / name).symlink_to(victim)
+    dangling = tmp_path / "outside" / "never-created"
+    if planted == "the entry's lock file":
+        (cache / name).unlink()
+        (cache / name).symlink_to(dangling)  # opening a dangling link to append would create its target
+    assert cached_initial_eval(cache, key, lambda: {"step": 0, "avg@4": 0.25}, b"key") == {"step": 0, "avg@4": 0.25}
+    assert sorted(path.name for path in victim.parent.iterdir()) == ["victim"] and victim.read_text() == "precious\n"
+    assert cached_initial_eval(cache, key, lambda: {"step": 0, "avg@4": 0.5}, b"key") == {"step": 0, "avg@4": 0.25}
