@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import yaml
 
-from dapo_ablate.core.atomic import own_folder
+from dapo_ablate.core.atomic import UnreadableFile, own_folder, read_regular
 from dapo_ablate.core.config import ConfigError
 
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec, SpecError, load_spec_file, run_root, validate_spec
@@ -59,7 +59,7 @@ from dapo_ablate.ablation.runtime.ray_connect import connect_ray
 from dapo_ablate.ablation.runtime.signals import Interrupted, StopSignals, sigterm_as_interrupt, stopped_at_start
 from dapo_ablate.ablation.runtime.task import resolve_cell_fn
 from dapo_ablate.ablation.store.adaptive_state import adaptive_state
-from dapo_ablate.ablation.store.binding import check_binding, experiment_digest
+from dapo_ablate.ablation.store.binding import check_binding, check_folder, experiment_digest
 from dapo_ablate.ablation.store.ledger import DONE, FAILED, PENDING, RUNNING, Ledger, LedgerError, connect_ledger
 from dapo_ablate.ablation.store.results import open_ledger
 from dapo_ablate.ablation.store.tracking import Tracker, absolute_tracking_uri, default_artifact_location, open_tracker, sqlite_path
@@ -78,6 +78,8 @@ path), written into its folder OUTPUT_DIR/NAME by every `run` before any run sta
 keeps `.hydra/config.yaml`: `status`, `report` and `ui` take that folder in place of the spec and
 its overrides."""
 SWEEP_RECORD = "sweep.yaml"
+MAX_RECORD_BYTES = 16 * 2**20
+"""A record larger than this is not read for its name."""
 """A sweep's resolved spec, in its folder OUTPUT_DIR/NAME (`sweep-report` takes the folder)."""
 RECORD_HEADER = (
     "# The {kind} `dapo-ablate {command}` last ran in this folder: its spec with the command line's overrides\n"
@@ -238,7 +240,11 @@ def _same_spec(stored: dict[str, Any], spec: ExperimentSpec) -> bool:
 
 def check_name_binding(spec: ExperimentSpec) -> None:
     """LedgerError when the spec's name is bound in its (existing) ledger to another design or is
-    a sweep's (`store.binding`); reads only. The driver checks it again under its lock."""
+    a sweep's (`store.binding`), or when its runs' folder holds another experiment's or sweep's
+    record (two names, one folder: `check_folder`); reads only. The driver checks the ledger's
+    binding again under its lock."""
+    folder = run_root(spec)
+    check_folder(spec.name, folder, [recorded_name(folder / name) for name in (SPEC_RECORD, SWEEP_RECORD)])
     ledger = open_ledger(spec)
     if ledger is None:
         return
@@ -278,6 +284,17 @@ def repair_record(folder: Path) -> str | None:
 
 
 # ------------------------------------------------------------------------------- the record
+def recorded_name(path: Path) -> str | None:
+    """The name in the record at `path` (`record_spec`), or None where there is none to read (no
+    file, a link, not a YAML mapping with a string name)."""
+    try:
+        data = yaml.safe_load(read_regular(path, MAX_RECORD_BYTES))
+    except (UnreadableFile, yaml.YAMLError, RecursionError):
+        return None
+    name = data.get("name") if isinstance(data, dict) else None
+    return name if isinstance(name, str) else None
+
+
 def record_name(spec: Any) -> str:
     """The file a spec is recorded in inside its folder: `SPEC_RECORD` or, for a sweep, `SWEEP_RECORD`."""
     return SPEC_RECORD if isinstance(spec, ExperimentSpec) else SWEEP_RECORD

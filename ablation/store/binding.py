@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dapo_ablate.ablation.experiment.identity import config_delta
@@ -32,7 +33,7 @@ from dapo_ablate.ablation.store.tracking import DIGEST_TAG, flatten
 if TYPE_CHECKING:
     from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
-__all__ = ["DESIGN_FIELDS", "DIGEST_TAG", "check_binding", "design_of", "differences", "experiment_digest"]
+__all__ = ["DESIGN_FIELDS", "DIGEST_TAG", "check_binding", "check_folder", "design_of", "differences", "experiment_digest"]
 
 DESIGN_FIELDS = ("factors", "design", "resolution", "generators", "orderings", "settings")
 """The spec fields the digest covers besides the base trainer config."""
@@ -71,6 +72,19 @@ def check_binding(record: ExperimentRecord | None, spec: ExperimentSpec, url: st
         f"the ledger at {url} already has an experiment named {spec.name!r} made from another spec ({what}); "
         f"a name stays bound to its factors, design, settings and base trainer config (seeds may change); {_rename(spec.name)}"
     )
+
+
+def check_folder(name: str, folder: Path, recorded: list[str | None]) -> None:
+    """Refuse the experiment `name` when its runs' `folder` already records another experiment or
+    sweep (`recorded`: the names in its records): two names that differ only in characters a
+    folder name cannot hold (``h3 x``, ``h3/x``) would share run folders, checkpoints and kept
+    results. LedgerError naming both and how to rename."""
+    other = next((found for found in recorded if found is not None and found != name), None)
+    if other is not None:
+        raise LedgerError(
+            f"the experiment {name!r} would keep its runs in {folder}, which already holds the runs of {other!r} "
+            f"(characters other than letters, digits, '.', '-' and '_' become '_' in a folder name); {_rename(name)}"
+        )
 
 
 def differences(stored: dict[str, Any], spec: ExperimentSpec, limit: int = 3) -> list[str]:

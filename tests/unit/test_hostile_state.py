@@ -14,16 +14,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
+from dapo_ablate.ablation.experiment.spec import load_spec
 from dapo_ablate.ablation.runtime.cell import run_cell
+from dapo_ablate.ablation.runtime.executor import record_spec
 from dapo_ablate.ablation.runtime.jobs import SEAL_ENV
 from dapo_ablate.ablation.runtime.pool import worker_key
 from dapo_ablate.ablation.runtime.task import execute_run
 from dapo_ablate.ablation.store.kept_results import ResultKeeper
+from dapo_ablate.cli.main import app
 from dapo_ablate.core.config import TrainerConfig
 from dapo_ablate.core.evaluation import cached_initial_eval
 
-from support import counting_cell
+from support import counting_cell, write_spec
 from tiny_configs import TINY_TRAINER
 
 CHECKPOINTED = {**TINY_TRAINER, "schedule": {"total_steps": 4, "eval_every": 2, "checkpoint_every": 2}}
@@ -147,3 +151,19 @@ def test_an_evaluation_cache_write_never_goes_through_a_planted_link(tmp_path, v
     assert cached_initial_eval(cache, key, lambda: {"step": 0, "avg@4": 0.25}, b"key") == {"step": 0, "avg@4": 0.25}
     assert sorted(path.name for path in victim.parent.iterdir()) == ["victim"] and victim.read_text() == "precious\n"
     assert cached_initial_eval(cache, key, lambda: {"step": 0, "avg@4": 0.5}, b"key") == {"step": 0, "avg@4": 0.25}
+
+
+# -- two names, one folder ---------------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_two_experiment_names_that_share_a_folder_are_refused_naming_both(tmp_path, command):
+    """``h3 x`` and ``h3/x`` both keep their runs in ``out/h3_x``: once ``h3 x`` recorded its spec
+    there, ``h3/x`` is refused in one sentence naming both and how to rename, before anything is written."""
+    record_spec(load_spec(write_spec(tmp_path / "first", name="h3 x", output_dir=str(tmp_path / "out"))))
+    second = write_spec(tmp_path / "second", name="h3/x", output_dir=str(tmp_path / "out"))
+    before = sorted(path.name for path in (tmp_path / "out").rglob("*"))
+    result = CliRunner().invoke(app, [command, str(second)])
+    assert result.exit_code == 2, result.output
+    message = result.output.strip()
+    assert message.count("\n") == 0 and "'h3/x'" in message and "'h3 x'" in message, message
+    assert str(tmp_path / "out" / "h3_x") in message and "another name" in message, message
+    assert sorted(path.name for path in (tmp_path / "out").rglob("*")) == before
