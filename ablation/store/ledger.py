@@ -398,14 +398,15 @@ class SQLLedger:
             query = (
                 select(Run, Result)
                 .join(ExperimentRun, ExperimentRun.run_id == Run.run_id)
-                .join(Result, Result.run_id == Run.run_id)
+                .outerjoin(Result, Result.run_id == Run.run_id)  # a done row without its result too
                 .where(ExperimentRun.experiment_id == self._experiment_id(session, name), Run.status == DONE)
                 .order_by(*_RUN_ORDER)
             )
             for run, result in session.execute(query).tuples().all():
                 problem = rules.malformed(result)
                 if problem is not None:
-                    session.delete(result)
+                    if result is not None:
+                        session.delete(result)
                     for column, value in rules.reopened(problem).items():
                         setattr(run, column, value)
                     reopened.append(run.run_id)

@@ -195,7 +195,10 @@ def stored_result(result: dict[str, Any]) -> dict[str, Any]:
 def malformed(result: Any) -> str | None:
     """Why a stored `Result` row is not a finished run's result (None if it is): stored before the
     check at `finish` existed. Such a run is never counted as done: reads show it failed, and
-    `reopen_malformed` gives it back to pending."""
+    `reopen_malformed` gives it back to pending. A done run with no `Result` row at all (a hand
+    edit) is malformed too."""
+    if result is None:
+        return "the run is marked done but has no stored result"
     return result_problem({"metrics": result.metrics, "eval_curve": result.eval_curve, "signals": result.signals})
 
 
@@ -226,7 +229,7 @@ def count_by_status(found: Mapping[str, int]) -> dict[str, int]:
 def runs_table_row(run: Any, result: Any | None) -> dict[str, Any]:
     """A `Run` row (and its `Result`, None until done) as `runs_table` returns it; a done run whose
     stored result is unusable (`malformed`) shows as failed, with why."""
-    problem = malformed(result) if result is not None else None
+    problem = malformed(result) if result is not None or run.status == DONE else None
     if problem is not None:
         result = None
     return {

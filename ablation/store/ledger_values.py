@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from dapo_ablate.core.contracts import RunRecord
+from dapo_ablate.core.contracts import METRIC_PATTERN, RunRecord
 
 RESULT_DEFAULTS: dict[str, Any] = {key: value for key, value in RunRecord({}).result_dict().items() if key != "metrics"}
 """The result keys besides ``metrics`` and their values when a cell function leaves them out
@@ -45,7 +45,13 @@ def metrics_problem(metrics: Any) -> str | None:
             return f"{METRICS_RULE}; got the name {name!r}"
         if not _is_number(value):
             return f"{METRICS_RULE}; got {name}: {_shown(value)}"
+        if METRIC_PATTERN.match(name) and value is not None and not 0 <= _plain(value) <= 1:
+            return f"{name} is an accuracy, a fraction in [0, 1]; got {_shown(_plain(value))}"
     return None
+
+
+def _plain(value: Any) -> float:
+    return float(value.item() if hasattr(value, "item") and not isinstance(value, (int, float)) else value)
 
 
 def result_problem(result: Mapping[str, Any]) -> str | None:

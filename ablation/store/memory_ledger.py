@@ -188,9 +188,9 @@ class MemoryLedger:
             reopened = []
             for run in self._runs_of(name):
                 result = self._results.get(run.run_id)
-                problem = rules.malformed(result) if run.status == DONE and result is not None else None
+                problem = rules.malformed(result) if run.status == DONE else None
                 if problem is not None:
-                    del self._results[run.run_id]
+                    self._results.pop(run.run_id, None)
                     _update(run, rules.reopened(problem))
                     reopened.append(run.run_id)
             return reopened

@@ -167,3 +167,36 @@ def test_two_experiment_names_that_share_a_folder_are_refused_naming_both(tmp_pa
     assert message.count("\n") == 0 and "'h3/x'" in message and "'h3 x'" in message, message
     assert str(tmp_path / "out" / "h3_x") in message and "another name" in message, message
     assert sorted(path.name for path in (tmp_path / "out").rglob("*")) == before
+
+
+# -- hand-edited ledger rows ------------------------------------------------------------------------------
+def test_hand_edited_ledger_rows_are_never_counted_and_go_back_to_training(ledger_url):
+    """A `done` row whose result row was deleted (every `run` crashed on it) and a result whose
+    avg@32 was edited to 7.5 (accepted) are unusable results: reads show the run failed with why,
+    the driver's start (`reopen_malformed`) gives both back to pending; `finish` refuses 7.5."""
+    from sqlalchemy import create_engine, text
+
+    from dapo_ablate.ablation.experiment.identity import RunSpec
+    from dapo_ablate.ablation.store.ledger import SQLLedger
+
+    runs = [RunSpec(f"run-{key}", key, {"clip_higher": int(key)}, 0, {"lr": 1e-6}) for key in ("0", "1")]
+    result = {"metrics": {"avg@32": 0.5}, "eval_curve": [], "signals": []}
+    with SQLLedger(ledger_url) as ledger:
+        ledger.ensure_experiment("exp", {"name": "exp"})
+        ledger.add_runs("exp", runs)
+        for run in runs:
+            assert ledger.claim(run.run_id, "host") and ledger.finish(run.run_id, result)
+        with pytest.raises(ValueError, match="avg@32 is an accuracy, a fraction in"):
+            ledger.finish("run-1", {**result, "metrics": {"avg@32": 7.5}})
+    engine = create_engine(ledger_url)
+    with engine.begin() as connection:
+        connection.execute(text("DELETE FROM results WHERE run_id = 'run-0'"))
+        connection.execute(text("""UPDATE results SET metrics = '{"avg@32": 7.5}' WHERE run_id = 'run-1'"""))
+    engine.dispose()
+    with SQLLedger(ledger_url) as ledger:
+        table = {row["run_id"]: row for row in ledger.runs_table("exp")}
+        assert table["run-0"]["status"] == "failed" and "marked done but has no stored result" in table["run-0"]["error"]
+        assert table["run-1"]["status"] == "failed" and "avg@32 is an accuracy" in table["run-1"]["error"]
+        assert ledger.results("exp") == []
+        assert ledger.reopen_malformed("exp") == ["run-0", "run-1"]
+        assert {row["status"] for row in ledger.runs_table("exp")} == {"pending"}
