@@ -230,3 +230,38 @@ class FactorInfo:
         if self.is_technique and (self.low, self.high) == (False, True):
             return f"{self.label} off / on"
         return f"{self.name} {self.low} / {self.high}"
+
+
+# --- settings -------------------------------------------------------------------------------------
+SETTING_ATTRIBUTES = ("model_family", "model_size", "model_type", "task", "max_response_len")
+"""What a setting is, as a transfer study records it and the reports group and compare by."""
+
+MODEL_TYPES = ("base", "instruct", "distilled")
+"""A model's type: a pretrained base, an instruction-tuned (aligned) model, or one distilled from a
+reasoning model (e.g. DeepSeek-R1-Distill-Qwen-1.5B)."""
+
+
+@dataclass(frozen=True)
+class SettingInfo:
+    """One setting and what it is: its model's family (``qwen2.5``), size (``32B``) and type (one
+    of MODEL_TYPES), the task (``dapo-math-17k``, a built-in task's name) and the response-length
+    ceiling in tokens. None: not known."""
+
+    name: str
+    model_family: str | None = None
+    model_size: str | None = None
+    model_type: str | None = None
+    task: str | None = None
+    max_response_len: int | None = None
+
+    def attributes(self) -> dict[str, Any]:
+        """The attributes by name (SETTING_ATTRIBUTES), None where not known."""
+        return {name: getattr(self, name) for name in SETTING_ATTRIBUTES}
+
+    def describe(self) -> str:
+        """``qwen2.5 32B base, task dapo-math-17k, ceiling 20480 tokens``: the known attributes."""
+        model = " ".join(str(v) for v in (self.model_family, self.model_size, self.model_type) if v)
+        parts = [model] if model else []
+        parts += [f"task {self.task}"] if self.task else []
+        parts += [f"ceiling {self.max_response_len} tokens"] if self.max_response_len else []
+        return ", ".join(parts) or "attributes not recorded"

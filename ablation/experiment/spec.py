@@ -37,6 +37,7 @@ from dapo_ablate.ablation.experiment.factor_entries import (
 )
 from dapo_ablate.ablation.experiment.adaptive_spec import AdaptiveSpec
 from dapo_ablate.ablation.experiment.fractions import DesignError, Fraction, choose_fraction, roman
+from dapo_ablate.ablation.experiment.setting_info import SettingAttributes, setting_info
 from dapo_ablate.ablation.experiment.spec_errors import SpecError, SpecProblem, format_spec_error
 from dapo_ablate.core.config import (
     MAX_SEED,
@@ -48,7 +49,7 @@ from dapo_ablate.core.config import (
     set_dotted,
     shown_value,
 )
-from dapo_ablate.core.contracts import MAX_FACTORS, METRIC_PATTERN, TECHNIQUES, metric_name
+from dapo_ablate.core.contracts import MAX_FACTORS, METRIC_PATTERN, TECHNIQUES, SettingInfo, metric_name
 
 __all__ = [
     "DEFAULT_LEDGER",
@@ -268,6 +269,22 @@ class SettingSpec(_Section):
     """Short name: the ``setting`` column of results, a prefix of MLflow child run names."""
     overrides: dict[str, Any] = Field(default_factory=dict)
     """Sections or dotted keys over the base trainer, e.g. ``{rollout.max_response_len: 48}``."""
+    attributes: SettingAttributes | None = None
+    """What the setting is (model family, size, type, task, length ceiling); what is left out comes
+    from the spec's ``attributes`` or the setting's trainer (``setting_info``). Not part of the design."""
+
+
+class ConfirmSpec(_Section):
+    """Confirm the predictions another experiment's report wrote (``predictions.yaml``)."""
+
+    predictions: str = Field(min_length=1)
+    """The predictions file, relative to the spec's folder."""
+
+    @field_validator("predictions")
+    @classmethod
+    def _from_the_spec_folder(cls, value: str, info: ValidationInfo) -> str:
+        path = Path(value).expanduser()
+        return str(path if path.is_absolute() else Path((info.context or {}).get("base", ".")) / path)
 
 
 def _merge(base: dict[str, Any], overrides: dict[str, Any], setting: str) -> dict[str, Any]:
@@ -331,6 +348,11 @@ class ExperimentSpec(TrainerBasedSpec):
     """Folder for per-run outputs and the shared step-0 evaluation cache."""
     settings: list[SettingSpec] = Field(default_factory=list)
     """Transfer study: named partial trainer overrides; the design is expanded in every setting."""
+    attributes: SettingAttributes | None = None
+    """What the experiment's setting is (every setting's, unless a setting says otherwise): model
+    family, size and type, task, length ceiling; read from the trainer where left out."""
+    confirm: ConfirmSpec | None = None
+    """Confirm another experiment's predictions: its report's ``predictions.yaml``."""
 
     # ------------------------------------------------------------------------------ fields
     @field_validator("factors", mode="before")
@@ -487,6 +509,25 @@ class ExperimentSpec(TrainerBasedSpec):
             except ConfigError as err:
                 raise SpecProblem(str(err), "settings") from None
         return out
+
+    def setting_infos(self) -> list[SettingInfo]:
+        """What each setting is (``setting_info``), in spec order; without settings, one named
+        after the experiment."""
+        stated = {setting.name: setting.attributes for setting in self.settings}
+        return [setting_info(name or self.name, trainer, self.attributes, stated.get(name))
+                for name, trainer in self.setting_trainers()]
+
+    def to_dict(self) -> dict[str, Any]:
+        """As ``TrainerBasedSpec.to_dict``, without the descriptive sections left out (so a spec
+        written before they existed dumps the same)."""
+        data = super().to_dict()
+        for key in ("attributes", "confirm"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        for setting in data.get("settings") or []:
+            if setting.get("attributes") is None:
+                setting.pop("attributes", None)
+        return data
 
     @property
     def factor_names(self) -> list[str]:

@@ -46,6 +46,8 @@ def design_of(spec: ExperimentSpec) -> dict[str, Any]:
     """What the digest hashes (see the module docstring)."""
     data = spec.to_dict()
     design = {**{name: data.get(name) for name in DESIGN_FIELDS}, "trainer": config_delta(spec.trainer)}
+    if design["settings"]:  # a setting's attributes describe it; they are not its design
+        design["settings"] = [{k: v for k, v in setting.items() if k != "attributes"} for setting in design["settings"]]
     if spec.design == "adaptive":  # its error guarantee; budgets may change between invocations
         design["adaptive"] = {name: (data.get("adaptive") or {}).get(name) for name in ADAPTIVE_RULES}
     return design
