@@ -54,6 +54,11 @@ def report(
         help="Transfer studies: a term 'transfers' only when every pair of settings is shown within this margin "
         f"(two one-sided tests), {texts.UNIT_HELP}; otherwise 'inconclusive'.",
     ),
+    predictions: Optional[Path] = typer.Option(
+        None, "--predictions",
+        help="Another report's predictions.yaml: say term by term whether this experiment confirms, contradicts or "
+        "leaves it inconclusive (default: the spec's confirm: section).",
+    ),
 ) -> None:
     """Effects, interactions, order dependence and Shapley values of a factorial, with exact CIs,
     and claims.csv: the claims that pass their family's multiplicity-adjusted test."""
@@ -69,7 +74,7 @@ def report(
                                 confidence=confidence, design=design, echo=typer.echo, adjust=adjust,
                                 per_effect_tests=per_effect_tests)
     request = app.ReportRequest(out, spec, results, metric, parse_list(factors), options, overrides=overrides,
-                                margin=equivalence_margin)
+                                margin=equivalence_margin, predictions=predictions)
     outcome = app.report(request)
     typer.echo(f"wrote {len(outcome.written)} files to {out}")
     claims = outcome.claims_line()

@@ -91,6 +91,7 @@ class Analysis:
     decision: Decision | None = None  # what the data support by the design's rule (decision.decision_of)
     held_on: tuple[str, ...] = ()  # techniques on in every run without being factors (ReportOptions.held_on)
     provenance: tuple[str, ...] = ()  # what produced the results (ReportOptions.provenance)
+    evidence: dict[str, list[str]] = field(default_factory=dict)  # the report's evidence sections (evidence.Evidence)
 
 
 class CellValues:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dapo_ablate.core.contracts import DEFAULT_METRIC, FactorInfo
+from dapo_ablate.core.contracts import DEFAULT_METRIC, FactorInfo, SettingInfo
 
 from .claims import ClaimOptions
 from .table import ReportInputError
@@ -59,6 +59,14 @@ class ReportOptions:
     held_on: tuple[str, ...] = ()
     """Techniques on in every run without being factors (the base trainer config's): the baseline
     is named by them ("baseline (all factors off; SP, TL on throughout)")."""
+    settings: tuple[SettingInfo, ...] = ()
+    """What each setting is (model family, size, type, task, length ceiling), from the experiment's
+    spec; an experiment without settings has one, named after it. Empty for a results CSV."""
+    predictions: str | None = None
+    """A predictions.yaml another report wrote: this report confirms it term by term
+    (``predictions.confirm_predictions``); None: nothing to confirm."""
+    predict_for: SettingInfo | None = None
+    """The setting this report's predictions.yaml predicts for (its attributes); None: any."""
     provenance: tuple[str, ...] = field(default=(), compare=False)
     """What produced the results (experiment, spec and overrides, trainer, data, stores, versions,
     date), one line each: the report opens with them."""

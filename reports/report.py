@@ -19,6 +19,7 @@ from .analysis import Analysis, analyze
 from .claims import CLAIM_COLUMNS
 from .compute_curves import COMPUTE_COLUMNS_CURVES, CURVE_EFFECT_COLUMNS, CurveAnalysis, analyze_curves
 from .curve_plots import curve_png
+from .evidence import gather_evidence, read_predictions, single_setting, write_evidence
 from .export import TableFiles, display_frame, to_html, to_markdown, units_table, write_csv, write_table
 from .headline import cell_values
 from .inference import estimate
@@ -307,7 +308,8 @@ def write_report(
     interactions.png; with ``curves``: learning_curves.png, learning_curves_overlay.png and
     compute_curves.png; with ``signals`` (one row per run and training step: the factor columns,
     ``step`` and the trainer's signals): signals.png and signals_by_cell.png; where the data
-    support them; report.md; report.html. ``options``: see ``ReportOptions`` (metric, orderings, formats,
+    support them; report.md; report.html; predictions.yaml, settings.csv, published.csv and, given
+    ``options.predictions``, confirmation.csv and prediction_ranks.csv (``evidence``). ``options``: see ``ReportOptions`` (metric, orderings, formats,
     confidence, design, adjust, per_effect_tests, equivalence_margin, echo); ``changes``: any of
     its fields by keyword (``write_report(results, factors, out, formats=["csv"])``). A
     ``setting`` column naming two or more settings makes it a transfer study
@@ -317,9 +319,9 @@ def write_report(
     """
     options = report_options(options, changes)
     chosen = options.chosen_formats()
-    factors = list(factors)
+    factors, predictions = list(factors), read_predictions(options)
     if SETTING_COLUMN in results.columns and results[SETTING_COLUMN].astype(str).nunique(dropna=False) > 1:
-        return write_transfer_report(results, factors, Path(out_dir), options)  # one block per setting
+        return write_transfer_report(results, factors, Path(out_dir), options, predictions)  # one block per setting
     if curves is not None:
         curves = validate_curves(curves, factors, options.metric)
     if signals is not None:
@@ -330,6 +332,7 @@ def write_report(
     written: dict[str, Path] = {"claims.csv": out / "claims.csv"}
     write_csv(analysis.claims[CLAIM_COLUMNS], written["claims.csv"])
     written |= _write_tables(analysis, TableFiles(out, frozenset(chosen), analysis.percent, tuple(factors)))
+    written |= evidence_files(analysis, results, options, predictions, out)
     written |= write_looks(options.looks, out, options.looks_alpha)
     written["units.csv"] = out / "units.csv"
     write_csv(units_table(_csv_tables(analysis, written), analysis.percent, factors), written["units.csv"])
@@ -339,6 +342,15 @@ def write_report(
     if options.echo is not None:
         echo_summary(analysis, options.echo)
     return written
+
+
+def evidence_files(analysis: Analysis, results: pd.DataFrame, options: ReportOptions, predictions, out: Path) -> dict[str, Path]:
+    """The evidence files of a single experiment (``evidence.write_evidence``); its sections go
+    to the analysis's summary."""
+    name = single_setting(options)
+    evidence = gather_evidence({name: analysis}, {name: results}, options, predictions)
+    analysis.evidence = evidence.sections
+    return write_evidence(evidence, out)
 
 
 def report_analysis(

@@ -163,5 +163,6 @@ def summary_sections(analysis: Analysis) -> dict[str, list[str]]:
         "Supported by the data": decision.sentences(),
         "Not supported by the data": unsupported,
         "Described": _described(analysis) or ["Nothing further."],
+        **analysis.evidence,
         "Method": _method_lines(analysis, decision),
     }

@@ -45,7 +45,7 @@ is covered by one family-wise (``--adjust holm``) or false-discovery-rate (``bh`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 import numpy as np
@@ -84,6 +84,7 @@ class TransferAnalysis:
     margin: float  # equivalence margin, in the metric's units
     equivalence_alpha: float  # TOST level per side, per term (intersection-union over the pairs)
     simultaneous_alpha: float  # two-sided, per interval behind "flips sign"
+    evidence: dict[str, list[str]] = field(default_factory=dict)  # the report's evidence sections (evidence.Evidence)
 
     @property
     def percent(self) -> bool:

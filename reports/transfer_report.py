@@ -18,11 +18,13 @@ from dapo_ablate.core.contracts import SETTING_COLUMN
 from . import plots
 from .claims import CLAIM_COLUMNS, amount, interval, short_term
 from .decision import TRANSFER, Decision
+from .evidence import gather_evidence, write_evidence
 from .export import TableFiles, display_frame, to_html, to_markdown, write_csv, write_table
 from .headline import headline, headline_lines
 from .pages import TABLES, FigureView, cumulative_display, render_page, table_captions
 from .summary import EMPTY_SUPPORTED, design_line, summary_sections
 from .options import ReportOptions
+from .predictions import Prediction
 from .transfer import TransferAnalysis, analyze_transfer
 
 STATISTIC_LABELS = {"main": "main effect", "shapley": "Shapley value", "interaction": "interaction"}
@@ -177,6 +179,7 @@ def transfer_sections(transfer: TransferAnalysis) -> dict[str, list[str]]:
         "Not supported by the data": _not_supported(transfer),
         "Transfer verdicts": _verdict_lines(transfer),
         "Rank agreement": _rank_lines(transfer),
+        **transfer.evidence,
         "Method": _method_lines(transfer),
     }
 
@@ -222,17 +225,22 @@ def _html(transfer: TransferAnalysis, png: bytes | None) -> str:
 
 
 def write_transfer_report(
-    results: pd.DataFrame, factors: list[str], out: Path, options: ReportOptions
+    results: pd.DataFrame, factors: list[str], out: Path, options: ReportOptions, predictions: list[Prediction] | None = None
 ) -> dict[str, Path]:
     """Analyse every setting and the transfer between them; write the files (see module docstring)
     in ``options.formats``, and echo the summary to ``options.echo``. Raises ReportInputError
-    (naming the setting) before writing anything."""
+    (naming the setting) before writing anything. ``predictions``: read from ``options.predictions``
+    (``evidence.read_predictions``), to confirm in every setting."""
     chosen = options.chosen_formats()
     transfer = analyze_transfer(results, factors, options=options)
     first = transfer.analyses[transfer.settings[0]]
+    runs = {name: rows.drop(columns=SETTING_COLUMN) for name, rows in results.groupby(results[SETTING_COLUMN].astype(str))}
+    evidence = gather_evidence(transfer.analyses, runs, options, predictions)
+    transfer.evidence = evidence.sections
     out.mkdir(parents=True, exist_ok=True)
-    written = {"claims.csv": out / "claims.csv", "transfer.csv": out / "transfer.csv",
-               "rank_agreement.csv": out / "rank_agreement.csv"}  # fmt: skip
+    written = write_evidence(evidence, out)
+    written |= {"claims.csv": out / "claims.csv", "transfer.csv": out / "transfer.csv",
+                "rank_agreement.csv": out / "rank_agreement.csv"}  # fmt: skip
     write_csv(claims_frame(transfer), written["claims.csv"])
     write_csv(transfer.transfer, written["transfer.csv"])
     write_csv(transfer.ranks, written["rank_agreement.csv"])

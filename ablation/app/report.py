@@ -60,6 +60,8 @@ class ReportRequest:
     overrides: list[str] | None = None
     margin: float | None = None
     """--equivalence-margin as typed: pp for an accuracy metric (`units`); None: the options' own."""
+    predictions: Path | None = None
+    """--predictions: another report's predictions.yaml to confirm; None: the spec's `confirm:`, if any."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,8 @@ def report(request: ReportRequest) -> ReportOutcome:
         if request.results is not None:
             metric = request.metric or DEFAULT_METRIC
             table, factors = load_results_csv(request.results, request.factors, metric)
-            options = replace(request.options, metric=metric, provenance=results_provenance(request.results, len(table)))
+            options = replace(request.options, metric=metric, provenance=results_provenance(request.results, len(table)),
+                              predictions=_path_text(request.predictions))
             logger, extra, name = None, {}, ""
         else:
             experiment = load_experiment(request.spec, request.overrides)
@@ -96,7 +99,8 @@ def report(request: ReportRequest) -> ReportOutcome:
             provenance = experiment_provenance(experiment, len(table), getattr(logger, "parent_run_id", None))
             options = replace(request.options, metric=request.metric or spec.metric, design=request.options.design or design,
                               levels=factor_levels(plan), looks=tuple(adaptive_looks(spec)), held_on=held_on(spec),
-                              looks_alpha=spec.adaptive.alpha if spec.adaptive else None, provenance=provenance)
+                              looks_alpha=spec.adaptive.alpha if spec.adaptive else None, provenance=provenance,
+                              settings=tuple(spec.setting_infos()), predictions=_predictions_of(request, spec))
             factors, extra, name = request.factors or factors, {"curves": curves, "signals": load_signals(spec, plan)}, spec.name
             record = yaml.safe_dump(record_data(spec), sort_keys=False, allow_unicode=True, width=120)
         if request.margin is not None:
@@ -108,6 +112,17 @@ def report(request: ReportRequest) -> ReportOutcome:
     if logger is not None:
         logger.log_artifacts(str(request.out), "report")
     return ReportOutcome(written, request.out)
+
+
+def _path_text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+def _predictions_of(request: ReportRequest, spec: ExperimentSpec) -> str | None:
+    """The predictions to confirm: --predictions, else the spec's `confirm:` (None: none)."""
+    if request.predictions is not None:
+        return str(request.predictions)
+    return spec.confirm.predictions if spec.confirm is not None else None
 
 
 def _write_record(folder: Path, record: str | None) -> dict[str, Path]:

@@ -49,7 +49,7 @@ def test_report_from_a_results_csv(app, results_csv, tmp_path):
         app, "--results", str(results_csv), "--out", str(out), "--format", "csv,md", "--seed", "3"
     )
     assert result.exit_code == 0, result.output
-    assert "check passed" in result.output and "wrote 22 files" in result.output
+    assert "check passed" in result.output and "wrote 25 files" in result.output
     claims = len(pd.read_csv(out / "claims.csv"))
     assert f"claims.csv: {claims} claims, one row per sentence" in result.output
     assert (
@@ -212,7 +212,8 @@ def test_report_from_a_spec_logs_to_mlflow(app, tmp_path, monkeypatch):
 
     def load_experiment(path, overrides):
         asked.append((path, overrides))
-        return types.SimpleNamespace(spec=types.SimpleNamespace(metric="avg@32", name="exp", design="full", adaptive=None), plan=types.SimpleNamespace(factors=[]))
+        return types.SimpleNamespace(spec=types.SimpleNamespace(metric="avg@32", name="exp", design="full", adaptive=None, confirm=None,
+                                                            setting_infos=lambda: []), plan=types.SimpleNamespace(factors=[]))
 
     monkeypatch.setattr(app_report, "load_experiment_results", lambda spec: (results, FACTORS, None, "full", Logger()))
     monkeypatch.setattr(app_report, "load_signals", lambda spec, plan: None)  # no training signals

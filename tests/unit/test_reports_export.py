@@ -29,7 +29,7 @@ TABLES = [
     "cells", "cumulative", "orderings", "shapley", "effects", "leave_one_out", "compute", "compute_matched", "compute_curves",
 ]  # fmt: skip
 
-ALWAYS = {"claims.csv", "units.csv"}
+ALWAYS = {"claims.csv", "units.csv", "predictions.yaml", "settings.csv", "published.csv"}
 
 FIGURES = [
     "cumulative.png", "shapley.png", "gain_by_position.png", "effects.png", "interactions.png", "learning_curves.png",
@@ -56,10 +56,8 @@ def report_dir(tmp_path_factory) -> Path:
     assert set(written) == {f"{t}.{ext}" for t in TABLES for ext in ("csv", "md", "tex")} | set(FIGURES) | {
         "report.md",
         "report.html",
-        "claims.csv",
-        "units.csv",
         "intervals.csv",
-    }
+    } | ALWAYS
     return out
 
 
