@@ -31,6 +31,7 @@ from dapo_ablate.ablation.store.results import (
     experiment_tables,
     load_experiment_results,
     open_ledger,
+    planned_records,
 )
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.tracking import Tracker
@@ -208,9 +209,9 @@ def load_signals(spec: ExperimentSpec, plan: Plan) -> pd.DataFrame | None:
     ledger = open_ledger(spec)
     if ledger is None or plan.settings:
         return None
-    planned, factors = {run.run_id for run in plan.runs}, [factor.name for factor in plan.factors]
+    factors = [factor.name for factor in plan.factors]
     with ledger:
-        records = [record for record in ledger.results(spec.name) if record["run_id"] in planned]
+        records = planned_records(plan, ledger.results(spec.name), ledger.url)
     rows = [
         {**{name: int(record["factors"][name]) for name in factors}, "seed": record["seed"],
          "run_id": record["run_id"], **point}

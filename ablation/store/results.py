@@ -220,13 +220,31 @@ def _finished_runs(spec: ExperimentSpec, plan: Plan) -> tuple[list[dict[str, Any
             if record is None:
                 raise ResultsError(f"the ledger at {ledger.url} has no experiment {spec.name!r}; {hint}")
             check_binding(record, spec, ledger.url)
-            planned = {run.run_id for run in plan.runs}
-            records = [r for r in ledger.results(spec.name) if r["run_id"] in planned]
+            records = planned_records(plan, ledger.results(spec.name), ledger.url)
     except LedgerError as err:
         raise ResultsError(str(err)) from None
     if not records:
         raise ResultsError(f"experiment {spec.name!r} has no finished runs yet; {hint}")
     return records, record.mlflow_parent_run_id
+
+
+def planned_records(plan: Any, records: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    """The ledger's result records of the plan's runs, each checked against the run its id names:
+    a row whose cell or factor levels are not the ones the run id was made from (an edited row)
+    is refused naming it (ResultsError), never reported under another cell's labels."""
+    planned = {run.run_id: run.to_run_spec() for run in plan.runs}
+    kept = [record for record in records if record["run_id"] in planned]
+    for record in kept:
+        run = planned[record["run_id"]]
+        stored = record.get("factors") if isinstance(record.get("factors"), dict) else {}
+        levels = {name: stored.get(name) for name in run.factors}
+        if record.get("cell_key") != run.cell_key or any(
+                not isinstance(level, (bool, int)) or int(level) != run.factors[name] for name, level in levels.items()):
+            raise ResultsError(
+                f"the ledger at {where} records run {record['run_id']} as cell {record.get('cell_key')!r} with levels "
+                f"{levels}, but that run id is cell {run.cell_key!r} ({run.factors}): the row was edited; restore it, "
+                f"or delete the run's row so that `dapo-ablate run` trains it again")
+    return kept
 
 
 def _levels(record: dict[str, Any], factors: list[str]) -> dict[str, int]:

@@ -200,3 +200,37 @@ def test_hand_edited_ledger_rows_are_never_counted_and_go_back_to_training(ledge
         assert ledger.results("exp") == []
         assert ledger.reopen_malformed("exp") == ["run-0", "run-1"]
         assert {row["status"] for row in ledger.runs_table("exp")} == {"pending"}
+
+
+def test_swapped_factor_levels_in_the_ledger_are_refused_not_reported_under_other_labels(tmp_path):
+    """Two rows' factor levels swapped by hand: `report` put each cell's mean under the other's
+    label while `status` kept them right. Now the row is checked against the cell its run id was
+    made from, and `report` is one sentence naming the row, exit 2."""
+    from sqlalchemy import create_engine, text
+
+    from dapo_ablate.ablation.experiment.design import expand
+    from dapo_ablate.ablation.store.ledger import SQLLedger
+    from dapo_ablate.ablation.store.results import ResultsError, load_experiment_results
+
+    spec = load_spec(write_spec(tmp_path, seeds=1))
+    plan = expand(spec)
+    with SQLLedger(spec.ledger) as ledger:
+        ledger.ensure_experiment(spec.name, spec.to_dict())
+        ledger.add_runs(spec.name, plan.run_specs())
+        for i, run in enumerate(plan.runs):
+            assert ledger.claim(run.run_id, "host")
+            ledger.finish(run.run_id, {"metrics": {"avg@32": 0.4 + 0.05 * i}, "eval_curve": [], "signals": []})
+    results, *_ = load_experiment_results(spec)  # as written: read
+    assert len(results) == len(plan.runs)
+    first, second = plan.runs[0], plan.runs[-1]
+    engine = create_engine(spec.ledger)
+    with engine.begin() as connection:
+        for mine, theirs in ((first, second), (second, first)):
+            connection.execute(text("UPDATE runs SET factors = :f WHERE run_id = :r"),
+                               {"f": json.dumps(theirs.factors), "r": mine.run_id})
+    engine.dispose()
+    with pytest.raises(ResultsError, match=f"records run {first.run_id} as cell .* but that run id is cell"):
+        load_experiment_results(spec)
+    done = CliRunner().invoke(app, ["report", str(tmp_path / "spec.yaml"), "--out", str(tmp_path / "report")])
+    assert done.exit_code == 2 and "the row was edited" in done.output, done.output
+    assert not (tmp_path / "report").exists()
