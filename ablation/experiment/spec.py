@@ -108,7 +108,9 @@ class ExecutorSpec(_Section):
     retries: int = Field(1, ge=0)
     """A failed run is re-tried until it has had retries + 1 attempts in all, counted across
     invocations (a rerun does not reset them); `dapo-ablate run --retry-failed` gives failed runs a
-    fresh budget on purpose."""
+    fresh budget on purpose. backend verl: only a job lost (a node died or was preempted, the job's
+    supervisor died, or it ran past its time limit) is resubmitted, from its last checkpoint; a job
+    whose verl exited non-zero is a real failure and is not retried."""
     lease_s: float = Field(120.0, gt=0)
     """A running run whose driver stopped heartbeating this long ago may be taken over."""
     checkpoints_when_done: Literal["all", "final", "none"] = "all"
@@ -119,8 +121,16 @@ class ExecutorSpec(_Section):
     run_timeout_s: float | None = Field(259200.0, gt=0)
     """Wall-clock limit of one run (default 72 h, above a 32B DAPO run on a node), counted from its
     start on a Ray worker (a run that is a Ray job: from the job's submission); past it the run's
-    task is cancelled, the run recorded failed with that reason (not retried: it would hang again)
-    and its slot freed. None: no limit."""
+    task is cancelled, the run recorded failed with that reason and its slot freed (backend builtin:
+    not retried, it would hang again). None: no limit. backend verl, when the spec does not set it:
+    each cell's limit is its own estimated wall time x 3 + 1 h of start-up (``validate`` prints it per
+    cell; a spec that sets it, null included, puts every cell under it); a verl job past its limit is
+    stopped and resubmitted from its last checkpoint within ``retries``."""
+
+    @property
+    def run_timeout_given(self) -> bool:
+        """Whether the spec sets ``run_timeout_s`` itself (then it holds for verl cells too)."""
+        return "run_timeout_s" in self.model_fields_set
 
 
 class TrackingSpec(_Section):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from dapo_ablate.ablation.runtime.pool import Outcome, PoolSettings, RunPool
+from dapo_ablate.ablation.runtime.time_limit import TimeLimit
 from dapo_ablate.ablation.store.ledger import Ledger
 
 
@@ -31,13 +32,15 @@ from dapo_ablate.ablation.store.ledger import Ledger
 class RunRequest:
     """A run a scheduler wants started: its config, its attempt budget (counted in the ledger,
     across invocations), the task's own Ray resources if not the pool's, and `prepare`, called
-    once the run is claimed and before its task starts, returning extra task environment."""
+    once the run is claimed and before its task starts, returning extra task environment, and its
+    own time limit (None: ``executor.run_timeout_s``)."""
 
     run_id: str
     config: dict[str, Any]
     max_attempts: int
     resources: dict[str, float] | None = None
     prepare: Callable[[], dict[str, str]] | None = None
+    time_limit: TimeLimit | None = None
 
 
 class Scheduler(Protocol):
@@ -112,5 +115,5 @@ class Driver:
                 return
             accepted = request.run_id not in self.pool and self.pool.submit(
                 request.run_id, request.config, max_attempts=request.max_attempts,
-                prepare=request.prepare, resources=request.resources)
+                prepare=request.prepare, resources=request.resources, time_limit=request.time_limit)
             self.scheduler.submitted(request, accepted)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from dapo_ablate.ablation.experiment.spec import run_root
-from dapo_ablate.ablation.runtime.backends.registry import backend_of, runs_by_backend
+from dapo_ablate.ablation.runtime.backends.registry import backend_of, runs_by_backend, time_limits_of
 from dapo_ablate.ablation.runtime.backends.verl_checkpoints import prune_checkpoints
 from dapo_ablate.ablation.runtime.driver import Driver, RunRequest
 from dapo_ablate.ablation.runtime.hosts import release_orphans, this_host
@@ -35,6 +35,7 @@ from dapo_ablate.ablation.runtime.progress import EventLines
 from dapo_ablate.ablation.runtime.ray_connect import capacity
 from dapo_ablate.ablation.runtime.signals import INTERRUPTED_EXIT, TERMINATED_EXIT
 from dapo_ablate.ablation.runtime.task import describe_error
+from dapo_ablate.ablation.runtime.time_limit import TimeLimit
 from dapo_ablate.ablation.store.binding import check_binding, experiment_digest
 from dapo_ablate.ablation.store.database import experiment_lock
 from dapo_ablate.ablation.store.errors import ExecutorError
@@ -140,6 +141,8 @@ class FactorialScheduler:
         """Runs whose live MLflow logging stopped (the store stayed down)."""
         self.records: dict[str, dict[str, Any]] = {}
         """Run id -> the finished run's result record (`Ledger.results`' shape)."""
+        self.time_limits: dict[str, TimeLimit] = {}
+        """Run id -> its own time limit (`Backend.time_limits`: a verl cell's); others: executor.run_timeout_s."""
 
     def run(self) -> ExperimentSummary:
         try:
@@ -213,6 +216,7 @@ class FactorialScheduler:
         anything is written; so is a run the cluster cannot place (`Backend.prepare`)."""
         for backend, runs in runs_by_backend(self.plan):
             self.task_env.update(backend.prepare(self.spec, runs))
+        self.time_limits = time_limits_of(self.spec, self.plan)
         self.ledger = self.ledger or connect_ledger(self.spec.ledger)
         self.digest = experiment_digest(self.spec)
         check_binding(self.ledger.get_experiment(self.name), self.spec, self.ledger.url)
@@ -308,7 +312,7 @@ class FactorialScheduler:
         planned = self.planned[run_id]
         return RunRequest(run_id, planned.config.to_dict(), self.budget[run_id],
                           resources=backend_of(planned.config).task_resources,
-                          prepare=lambda: self._start_child(run_id))
+                          prepare=lambda: self._start_child(run_id), time_limit=self.time_limits.get(run_id))
 
     def submitted(self, request: RunRequest, accepted: bool) -> None:
         if accepted:
@@ -340,18 +344,16 @@ class FactorialScheduler:
         run_id, name = outcome.run_id, self.planned[outcome.run_id].name
         if outcome.kind == DONE_OUTCOME:
             self._collect(run_id, outcome.result or {})
-        elif outcome.kind == FAILED_OUTCOME:  # the run's failure, not the driver's: record it and go on
-            self.pool.fail(run_id, outcome.error)
+        elif outcome.kind in (FAILED_OUTCOME, TIMED_OUT):  # the run's failure, not the driver's: record it and go on
+            if outcome.kind == FAILED_OUTCOME:  # (a timed-out one: failed in the ledger by the pool)
+                self.pool.fail(run_id, outcome.error)
             self._end_child(run_id, "FAILED")
             self.summary.failed_attempts += 1
-            retry = self.tries[run_id] <= self.retries
+            backend = backend_of(self.planned[run_id].config)
+            retry = self.tries[run_id] <= self.retries and backend.retries(outcome.error, outcome.kind == TIMED_OUT)
             if retry:
                 queue.append(run_id)
             self.display.failed(name, outcome.error, self.tries[run_id], retry)
-        elif outcome.kind == TIMED_OUT:  # failed in the ledger by the pool, without retry
-            self._end_child(run_id, "FAILED")
-            self.summary.failed_attempts += 1
-            self.display.failed(name, outcome.error, self.tries[run_id], retry=False)
         elif outcome.kind == LOST:  # the taker continues its MLflow child
             self.live.pop(run_id, None)
             self.display.note(f"{name}: lease lost to another driver; stopped here")

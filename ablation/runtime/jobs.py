@@ -14,7 +14,8 @@ A Ray job belongs to the cluster, not to the driver: when the driver is killed, 
 running. Its submission id is a pure function of the run (``dapo-ablate-<experiment>-<run id>-a<n>``),
 so a rerun that claims the run again finds the job and re-attaches to it (running: waits; finished:
 reads its result; failed while nobody watched: reports that failure) instead of starting it again.
-A failure is raised once with the tail of the job's log; the retry that follows submits attempt
+A failure is raised once with the tail of the job's log, as `JobLost` when the job was lost with a
+node or its supervisor (`job_failures`), else `JobFailed`; the retry that follows submits attempt
 n + 1 (a verl job resumes from the run's last checkpoint, without verl's validation before training
 when there is one: `verl_checkpoints.resumed_entrypoint`; the run's ``wall_s`` adds up the jobs of all
 its attempts: `attempts_wall_s`). A job the driver stopped (`stop_job`: the run timed out or was pruned) had
@@ -33,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from dapo_ablate.ablation.runtime.backends.job_failures import JobFailed, JobLost, lost_reason
 from dapo_ablate.ablation.runtime.backends.registry import backend_of
 from dapo_ablate.ablation.runtime.backends.verl_checkpoints import resumed_entrypoint
 from dapo_ablate.ablation.runtime.backends.verl_job import JOB_ENV, VerlJob
@@ -56,10 +58,6 @@ STOP_WAIT_S = 60.0
 POLL_S = 1.0
 AGENT_WAIT_S = 600.0  # a head just started (or a loaded one) may take minutes to bring its job agent up
 ACTIVE = ("PENDING", "RUNNING")
-
-
-class JobFailed(RuntimeError):
-    """A cell's Ray job ended FAILED or STOPPED; the message (one line) ends with its log tail."""
 
 
 def dashboard_address() -> str:
@@ -121,12 +119,20 @@ def job_cell(
     logs = client.get_job_logs(sid)
     if status != "SUCCEEDED":
         write_text(reported, status)
-        raise JobFailed(f"Ray job {sid} ended {status}; last lines of its log: {log_tail(logs)}")
+        raise _job_error(client, sid, status, logs)
     if backend_of(config).job_from_driver:  # verl: the job logged into the run's MLflow child
         job = _verl_job()
         return result_from_mlflow(job.env["MLFLOW_TRACKING_URI"], _mlflow_run_id(),
                                   wall_s=attempts_wall_s(client, prefix, attempt), config=config, job_log=logs)
     return result_from_logs(logs, sid)
+
+
+def _job_error(client: Any, sid: str, status: str, logs: str) -> JobFailed:
+    """`JobLost` if the job was lost with a node or its supervisor (`job_failures.lost_reason`), else `JobFailed`."""
+    info = _job_info(client, sid)
+    lost = lost_reason(getattr(info, "error_type", None), getattr(info, "driver_exit_code", None), logs)
+    why = f" ({lost})" if lost else ""
+    return (JobLost if lost else JobFailed)(f"Ray job {sid} ended {status}{why}; last lines of its log: {log_tail(logs)}")
 
 
 def stop_job(submission_id: str, wait_s: float = STOP_WAIT_S) -> bool:

@@ -8,8 +8,9 @@ scheduler (a factorial's, a sweep's), so that every rule of a run's life is writ
   ``on_event`` (MLflow live children, a sweep's pruner);
 - **heartbeats**: every ``beat_s`` the leases of the runs in flight are renewed; a run whose lease
   was taken over by another driver is cancelled here (`LOST`);
-- **timeouts**: a run past ``executor.run_timeout_s`` is cancelled, recorded failed with that
-  reason and its slot freed (`TIMED_OUT`); its time counts from its task's start on a Ray worker
+- **timeouts**: a run past its time limit (``executor.run_timeout_s``, or the one its scheduler
+  asks for: a verl cell's from its estimate, `time_limit.TimeLimit`) is cancelled, recorded failed
+  with that reason and its slot freed (`TIMED_OUT`; the scheduler decides whether it is retried); its time counts from its task's start on a Ray worker
   (the task's `STARTED` event), and for a run that is a Ray job from the job's submission (its
   "job" event), not from the driver's submit: a loaded machine's slow worker start-up is not the
   run's time;
@@ -29,6 +30,7 @@ writes the ledger; a task only trains and sends events.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from dapo_ablate.ablation.runtime.jobs import SEAL_ENV
 from dapo_ablate.ablation.runtime.jobs import stop_job as stop_ray_job
 from dapo_ablate.ablation.runtime.task import STARTED, describe_error, execute_run
+from dapo_ablate.ablation.runtime.time_limit import TimeLimit
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.kept_results import KEPT_RESULT, KeptRecords, ResultKeeper, record_kept, record_result
 from dapo_ablate.ablation.store.ledger import Ledger
@@ -116,7 +119,12 @@ class _InFlight:
     run_id: str
     ref: Any
     deadline: float
+    limit: TimeLimit
     job_id: str | None = None
+
+    def restart_clock(self) -> None:
+        """The run's time counts from now (its task's start, its job's submission)."""
+        self.deadline = self.limit.deadline(time.monotonic())
 
 
 class RunPool:
@@ -161,12 +169,14 @@ class RunPool:
     # -- submit --------------------------------------------------------------------------------
 
     def submit(self, run_id: str, config: dict[str, Any], *, max_attempts: int,
-               prepare: Callable[[], dict[str, str]] | None = None, resources: dict[str, float] | None = None) -> bool:
+               prepare: Callable[[], dict[str, str]] | None = None, resources: dict[str, float] | None = None,
+               time_limit: TimeLimit | None = None) -> bool:
         """Claim `run_id` and start its task; False if the ledger would not give it (done, held by
         another driver, or out of attempts). `prepare()`, called once the run is claimed and
         before its task starts (the factorial driver creates its MLflow child there), returns
         extra environment for the task; if it raises, the claim is given back. `resources`: the
-        task's own instead of the pool's (a task that only submits a Ray job holds none)."""
+        task's own instead of the pool's (a task that only submits a Ray job holds none).
+        `time_limit`: the run's own instead of ``executor.run_timeout_s`` (a verl cell's)."""
         claimed = retry_transient(lambda: self.ledger.claim(run_id, self.host, lease_s=self.lease_s, max_attempts=max_attempts),
                                   f"claim {self.names(run_id)}")
         if not claimed:
@@ -179,13 +189,11 @@ class RunPool:
         ref = self.task.options(max_retries=0, **(self.resources if resources is None else resources)).remote(
             self.cell_fn, config, str(self.run_root / run_id), str(self.eval_cache), self.events, run_id, env,
         )
-        # without the events queue the task's start is never heard of: the time counts from here
-        self.flights[run_id] = _InFlight(run_id, ref, float("inf") if self.events is not None else self._deadline())
+        flight = _InFlight(run_id, ref, math.inf, time_limit or TimeLimit(self.timeout_s))
+        if self.events is None:  # the task's start is never heard of: the time counts from here
+            flight.restart_clock()
+        self.flights[run_id] = flight
         return True
-
-    def _deadline(self) -> float:
-        """A run's deadline if its time started now (`executor.run_timeout_s`; inf: no limit)."""
-        return time.monotonic() + self.timeout_s if self.timeout_s else float("inf")
 
     # -- the loop's step -----------------------------------------------------------------------
 
@@ -262,7 +270,7 @@ class RunPool:
             if flight is None:
                 continue  # a run cancelled meanwhile: its late events are not its child's any more
             if kind == STARTED:
-                flight.deadline = self._deadline()
+                flight.restart_clock()
                 continue
             if kind == "job":
                 self._record_job(flight, str(data.get("submission_id") or ""))
@@ -274,14 +282,14 @@ class RunPool:
         start event has its time counted from now."""
         self.events = None
         for flight in self.flights.values():
-            if flight.deadline == float("inf"):
-                flight.deadline = self._deadline()
+            if flight.deadline == math.inf:
+                flight.restart_clock()
 
     def _record_job(self, flight: _InFlight, job_id: str) -> None:
         if not job_id or job_id == flight.job_id:
             return
         flight.job_id = job_id
-        flight.deadline = self._deadline()  # a job's time counts from its submission (or re-attachment)
+        flight.restart_clock()  # a job's time counts from its submission (or re-attachment)
         retry_transient(lambda: self.ledger.set_job_id(flight.run_id, job_id), f"record the job of {self.names(flight.run_id)}")
 
     def _heartbeat(self) -> list[Outcome]:
@@ -296,12 +304,13 @@ class RunPool:
         return lost
 
     def _time_out(self) -> list[Outcome]:
-        """Cancel the runs past executor.run_timeout_s and record them failed, without retry."""
+        """Cancel the runs past their time limit (and stop their jobs) and record them failed; the
+        scheduler decides about a retry."""
         now = time.monotonic()
         outcomes = []
         for run_id in [run_id for run_id, flight in self.flights.items() if flight.deadline <= now]:
+            error = self.flights[run_id].limit.error()
             self.cancel(run_id, release=False)
-            error = f"TimeoutError: the run exceeded executor.run_timeout_s ({self.timeout_s:g} s)"
             self.fail(run_id, error)
             outcomes.append(Outcome(run_id, TIMED_OUT, error=error))
         return outcomes

@@ -40,7 +40,7 @@ class InlinePool:
     def free(self) -> int:
         return self.limit - len(self.flights)
 
-    def submit(self, run_id, config, *, max_attempts, prepare=None, resources=None) -> bool:
+    def submit(self, run_id, config, *, max_attempts, prepare=None, resources=None, time_limit=None) -> bool:
         if not self.ledger.claim(run_id, self.host, max_attempts=max_attempts):
             return False
         try:

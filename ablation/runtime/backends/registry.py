@@ -6,7 +6,8 @@ task declares to Ray, where a run keeps the checkpoints the driver may prune, wh
 the context check assumes, what the spec must satisfy (`check`: the same for the trainer and for a
 test's stand-in cell function, which replaces only the execution), what the driver prepares
 before any store is written (`prepare`) and checks on the cluster once MLflow's store exists
-(`check_nodes`), and what `validate` adds to the plan (`plan_text`, `estimate_note`). The
+(`check_nodes`), what `validate` adds to the plan (`plan_text`, `estimate_note`), each run's time
+limit (`time_limits`) and which failures are retried (`retries`). The
 scheduler, ledger, MLflow layout and reports are the same for every backend.
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dapo_ablate.ablation.runtime.backends.job_failures import REAL_FAILURE
 from dapo_ablate.ablation.runtime.backends.verl_checkpoints import own_checkpoint_dir
 from dapo_ablate.ablation.runtime.backends.verl_cluster import (
     check_cluster,
@@ -29,7 +31,8 @@ from dapo_ablate.ablation.runtime.backends.verl_job import (
     verl_job,
     write_package_copy,
 )
-from dapo_ablate.ablation.runtime.backends.verl_plan import format_verl_jobs, verl_jobs
+from dapo_ablate.ablation.runtime.backends.verl_plan import format_verl_jobs, time_limits, verl_jobs
+from dapo_ablate.ablation.runtime.time_limit import TimeLimit
 from dapo_ablate.core.config import TrainerConfig
 
 if TYPE_CHECKING:
@@ -37,7 +40,7 @@ if TYPE_CHECKING:
     from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
 __all__ = ["BACKENDS", "JOB_WATCHER", "Backend", "backend_named", "backend_of", "check_backends", "estimate_note",
-           "plan_texts", "runs_by_backend"]
+           "plan_texts", "runs_by_backend", "time_limits_of"]
 
 JOB_WATCHER = {"num_cpus": 0, "num_gpus": 0}
 """Resources of a task that only submits a Ray job and waits for it: none (the job holds its own)."""
@@ -81,6 +84,13 @@ class Backend(Protocol):
     def check_nodes(self, spec: ExperimentSpec, runs: list[PlannedRun]) -> None:
         """Once the MLflow store exists: every node of the cluster can run these runs."""
 
+    def time_limits(self, spec: ExperimentSpec, runs: list[PlannedRun]) -> dict[str, TimeLimit]:
+        """Run id -> its own time limit; a run left out runs under ``executor.run_timeout_s``."""
+
+    def retries(self, error: str, timed_out: bool) -> bool:
+        """Whether a failed attempt (the ledger's `error`; `timed_out`: past its time limit) is
+        worth another, within ``executor.retries``."""
+
 
 class BuiltinBackend:
     """This package's one-process trainer (`core.train`), in the run's Ray task."""
@@ -108,6 +118,12 @@ class BuiltinBackend:
 
     def check_nodes(self, spec: ExperimentSpec, runs: list[PlannedRun]) -> None:
         return None
+
+    def time_limits(self, spec: ExperimentSpec, runs: list[PlannedRun]) -> dict[str, TimeLimit]:
+        return {}
+
+    def retries(self, error: str, timed_out: bool) -> bool:
+        return not timed_out  # any failure may be a blip; a run that hung would hang again
 
 
 class VerlBackend:
@@ -152,6 +168,15 @@ class VerlBackend:
         needs = node_needs([run.config for run in runs], REQUIREMENTS, job.env["MLFLOW_TRACKING_URI"], spec.name)
         check_cluster(runtime_env, needs)
 
+    def time_limits(self, spec: ExperimentSpec, runs: list[PlannedRun]) -> dict[str, TimeLimit]:
+        """Each job's from its estimate unless the spec sets run_timeout_s (`verl_plan.time_limit`)."""
+        return time_limits(spec, runs)
+
+    def retries(self, error: str, timed_out: bool) -> bool:
+        """A job lost (`job_failures.JobLost`), timed out, or a watcher that failed before its job ended
+        is resubmitted from the run's last checkpoint; a job whose verl failed (`JobFailed`) is not."""
+        return timed_out or not error.startswith(REAL_FAILURE)
+
 
 BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (BuiltinBackend(), VerlBackend())}
 """``TrainerConfig.backend`` -> its backend; the field's literal names exactly these."""
@@ -179,6 +204,11 @@ def check_backends(spec: ExperimentSpec, plan: Plan) -> None:
     """Each backend's `Backend.check` of its runs (`validate` and `run`, whatever cell function runs them)."""
     for backend, runs in runs_by_backend(plan):
         backend.check(spec, runs)
+
+
+def time_limits_of(spec: ExperimentSpec, plan: Plan) -> dict[str, TimeLimit]:
+    """Run id -> the time limit its backend gives it (a run left out: ``executor.run_timeout_s``)."""
+    return {run_id: limit for backend, runs in runs_by_backend(plan) for run_id, limit in backend.time_limits(spec, runs).items()}
 
 
 def plan_texts(spec: ExperimentSpec, plan: Plan) -> list[str]:

@@ -18,6 +18,12 @@ The estimate is a FLOP count, not a measurement (no GPU here): per rollout step,
 with N parsed from the model path (``...-32B`` -> 32e9) and every response assumed to run to
 `MEAN_RESPONSE_SHARE` of max_response_len. Real runs vary by 2x either way; measure one cell.
 
+Time limit: a verl cell runs under ``executor.run_timeout_s`` when the spec sets it; else under
+`TIME_SAFETY` x its estimated wall time (its GPU-hours over its GPUs) + `STARTUP_S` (`time_limit`),
+so a 1.5B cell is not held for 72 h nor a 32B one killed at 72 h; without a model size (no
+estimate) under run_timeout_s's default. A job past it is stopped and resubmitted from its last
+checkpoint (``executor.retries``).
+
 Checkpoint disk: each save holds the actor's fp32 weights and AdamW's two fp32 moments,
 `CHECKPOINT_BYTES_PER_PARAM` x N bytes (about 384 GB for 32B); a run keeps at most
 ``trainer.verl.max_checkpoints`` while it trains (2 for a moment when that is 1: verl removes the old
@@ -29,10 +35,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from dapo_ablate.ablation.runtime.backends.verl import DEFAULT_MAX_GEN_ROUNDS, max_inflight_gen_batches
+from dapo_ablate.ablation.runtime.backends.verl import DEFAULT_MAX_GEN_ROUNDS, job_shape, max_inflight_gen_batches
 from dapo_ablate.ablation.runtime.backends.verl_cluster import shared_tracking_problem
 from dapo_ablate.ablation.runtime.backends.verl_data import EvalSet, eval_set
 from dapo_ablate.ablation.runtime.backends.verl_job import VerlJob, verl_job
+from dapo_ablate.ablation.runtime.time_limit import RUN_TIMEOUT_S, TimeLimit
 from dapo_ablate.core.config import TrainerConfig
 
 if TYPE_CHECKING:
@@ -50,6 +57,10 @@ CHECKPOINT_BYTES_PER_PARAM = 12
 """fp32 weights (4) + AdamW's first and second moments (4 + 4)."""
 EVAL_PROBLEMS = 30
 """Rows of the evaluation set assumed where its file is not on this machine (AIME 2024, once each)."""
+TIME_SAFETY = 3.0
+"""A verl cell's time limit over its estimated wall time: the estimate is off by up to 2x either way."""
+STARTUP_S = 3600.0
+"""Added to a verl cell's time limit: Ray workers, loading the model into FSDP and vLLM, resuming a checkpoint."""
 
 
 def model_params(path: str) -> float | None:
@@ -106,6 +117,32 @@ def verl_jobs(spec: ExperimentSpec, runs: list[PlannedRun]) -> list[VerlJob]:
     return [verl_job(spec, run) for run in runs]
 
 
+def time_limit(spec: ExperimentSpec, config: TrainerConfig, eval_rows: int | None) -> TimeLimit:
+    """The wall-clock limit of one verl cell's job (see the module docstring)."""
+    executor = spec.executor
+    default = executor.run_timeout_s
+    if executor.run_timeout_given:
+        return TimeLimit(default)
+    hours = gpu_hours(config, eval_rows)
+    if hours is None:
+        return TimeLimit(default, f"{RUN_TIMEOUT_S}'s default: no estimate without a model size such as -32B in model.path")
+    nnodes, per_node = job_shape(executor.gpus_per_run, executor.gpus_per_node)
+    wall_h = hours / (nnodes * per_node)
+    return TimeLimit(TIME_SAFETY * wall_h * 3600 + STARTUP_S,
+                     f"{TIME_SAFETY:g} x the estimated {wall_h:,.1f} h + {STARTUP_S / 3600:g} h start-up; {RUN_TIMEOUT_S} not set")
+
+
+def time_limits(spec: ExperimentSpec, runs: list[PlannedRun], sets: dict[str, EvalSet | None] | None = None) -> dict[str, TimeLimit]:
+    """Run id -> the time limit of each verl run's job (`sets`: their evaluation files, if read already)."""
+    sets = eval_sets(runs) if sets is None else sets
+    return {run.run_id: time_limit(spec, run.config, _rows(sets, run.config)) for run in runs}
+
+
+def _rows(sets: dict[str, EvalSet | None], config: TrainerConfig) -> int | None:
+    found = sets[config.data.eval]
+    return found.rows if found else None
+
+
 def eval_sets(runs: list[PlannedRun]) -> dict[str, EvalSet | None]:
     """The evaluation parquet of each verl run's config, read where this machine sees it."""
     paths = {run.config.data.eval for run in runs}
@@ -113,8 +150,7 @@ def eval_sets(runs: list[PlannedRun]) -> dict[str, EvalSet | None]:
 
 
 def format_estimate(runs: list[PlannedRun], sets: dict[str, EvalSet | None], gpus: int) -> str:
-    rows = {path: found.rows if found else None for path, found in sets.items()}
-    hours = [gpu_hours(run.config, rows[run.config.data.eval]) for run in runs]
+    hours = [gpu_hours(run.config, _rows(sets, run.config)) for run in runs]
     if any(h is None for h in hours):
         return "GPU-hours: unknown (no model size such as -32B in model.path)"
     total = sum(hours)  # type: ignore[arg-type]
@@ -199,8 +235,10 @@ def format_verl_jobs(spec: ExperimentSpec, verl_runs: list[PlannedRun]) -> str:
     refused = shared_tracking_problem(first.env["MLFLOW_TRACKING_URI"], first.nnodes)
     if refused:
         lines.append(f"  run will refuse this spec: {refused}")
-    for job in jobs:
+    limits = time_limits(spec, verl_runs, sets)
+    for run, job in zip(verl_runs, jobs):
         lines.append(f"  [{job.run_name}] {job.entrypoint}")
+        lines.append(f"      time limit {limits[run.run_id].describe()}")
         if not shared:
             lines.append("      env " + " ".join(f"{key}={value}" for key, value in job.env.items()))
     return "\n".join(lines)
