@@ -104,7 +104,8 @@ class ExecutorSpec(_Section):
     """backend verl: GPUs per node of the cluster; a job of more GPUs than this spans
     gpus_per_run / gpus_per_node whole nodes."""
     max_concurrent: int | None = Field(None, ge=1)
-    """Most runs at a time; None: as many as the CPUs (or the cluster's resources) allow."""
+    """Most runs at a time; None: as many as the CPUs (or the cluster's resources) allow. backend verl:
+    at most 1 (one verl job at a time per Ray cluster: TransferQueue's controller is one per cluster)."""
     retries: int = Field(1, ge=0)
     """A failed run is re-tried until it has had retries + 1 attempts in all, counted across
     invocations (a rerun does not reset them); `dapo-ablate run --retry-failed` gives failed runs a

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from dapo_ablate.ablation.experiment.spec import run_root
-from dapo_ablate.ablation.runtime.backends.registry import backend_of, runs_by_backend, time_limits_of
+from dapo_ablate.ablation.runtime.backends.registry import backend_of, jobs_at_once, runs_by_backend, time_limits_of
 from dapo_ablate.ablation.runtime.backends.verl_checkpoints import prune_checkpoints
 from dapo_ablate.ablation.runtime.driver import Driver, RunRequest
 from dapo_ablate.ablation.runtime.hosts import release_orphans, this_host
@@ -296,6 +296,10 @@ class FactorialScheduler:
         self.queue, self.budget = queue, budget
         fits = capacity(self.spec, len(queue))
         limit = concurrency_limit(fits, self.max_concurrent, self.local)
+        cap = jobs_at_once(self.plan)  # verl: one job per Ray cluster (TransferQueue's controller)
+        if cap is not None and limit > cap:
+            self.display.note(f"{self.name}: {cap} run at a time, not {limit}: verl jobs on one Ray cluster share TransferQueue's controller")
+            limit = cap
         env = {"MLFLOW_TRACKING_URI": absolute_tracking_uri(self.spec.tracking.uri)}
         settings = PoolSettings.of(self.spec.executor, limit, self.keeper, env)
         Driver(self, settings, self.ledger, self.host, self.cell_fn, check_stop=self.check_stop).run()

@@ -22,7 +22,9 @@ from dapo_ablate.ablation.runtime.backends.verl_checkpoints import own_checkpoin
 from dapo_ablate.ablation.runtime.backends.verl_cluster import (
     check_cluster,
     check_placement,
+    JOBS_AT_ONCE,
     check_shared_tracking,
+    concurrent_jobs_problem,
     node_needs,
 )
 from dapo_ablate.ablation.runtime.backends.verl_job import (
@@ -31,6 +33,7 @@ from dapo_ablate.ablation.runtime.backends.verl_job import (
     verl_job,
     write_package_copy,
 )
+from dapo_ablate.ablation.runtime.backends.verl import VerlTranslationError
 from dapo_ablate.ablation.runtime.backends.verl_plan import format_verl_jobs, time_limits, verl_jobs
 from dapo_ablate.ablation.runtime.time_limit import TimeLimit
 from dapo_ablate.core.config import TrainerConfig
@@ -40,7 +43,7 @@ if TYPE_CHECKING:
     from dapo_ablate.ablation.experiment.spec import ExperimentSpec
 
 __all__ = ["BACKENDS", "JOB_WATCHER", "Backend", "backend_named", "backend_of", "check_backends", "estimate_note",
-           "plan_texts", "runs_by_backend", "time_limits_of"]
+           "jobs_at_once", "plan_texts", "runs_by_backend", "time_limits_of"]
 
 JOB_WATCHER = {"num_cpus": 0, "num_gpus": 0}
 """Resources of a task that only submits a Ray job and waits for it: none (the job holds its own)."""
@@ -63,6 +66,8 @@ class Backend(Protocol):
     """What the run's Ray task declares (None: ``executor.cpus_per_run`` / ``gpus_per_run``)."""
     estimate_note: str | None
     """`validate`'s compute line in place of the CPU-scaled run time (None: that estimate applies)."""
+    jobs_at_once: int | None
+    """Most runs of this backend one driver keeps in flight at once (None: no limit of its own)."""
 
     def prompt_tokens(self, max_prompt_length: int) -> int:
         """The prompt length the context check counts before the response ceiling, given the
@@ -100,6 +105,7 @@ class BuiltinBackend:
     job_from_driver = False
     task_resources = None
     estimate_note = None
+    jobs_at_once = None
 
     def prompt_tokens(self, max_prompt_length: int) -> int:
         return 1  # prompts are not truncated to a ceiling here: any prompt is at least one token
@@ -135,6 +141,7 @@ class VerlBackend:
     job_from_driver = True
     task_resources = JOB_WATCHER
     estimate_note = "time and GPU-hours in the verl jobs' estimate below (calibrated once runs have finished)"
+    jobs_at_once = JOBS_AT_ONCE  # TransferQueue's controller is one per Ray cluster (verl_cluster)
 
     def prompt_tokens(self, max_prompt_length: int) -> int:
         return max_prompt_length  # verl sizes every sequence as the prompt ceiling plus the response ceiling
@@ -144,6 +151,9 @@ class VerlBackend:
 
     def check(self, spec: ExperimentSpec, runs: list[PlannedRun]) -> None:
         verl_jobs(spec, runs)  # raises VerlTranslationError (one sentence); a shared store is the driver's check
+        problem = concurrent_jobs_problem(spec.executor.max_concurrent)
+        if problem:
+            raise VerlTranslationError(problem)
 
     def plan_text(self, spec: ExperimentSpec, runs: list[PlannedRun]) -> str | None:
         return format_verl_jobs(spec, runs)
@@ -209,6 +219,12 @@ def check_backends(spec: ExperimentSpec, plan: Plan) -> None:
 def time_limits_of(spec: ExperimentSpec, plan: Plan) -> dict[str, TimeLimit]:
     """Run id -> the time limit its backend gives it (a run left out: ``executor.run_timeout_s``)."""
     return {run_id: limit for backend, runs in runs_by_backend(plan) for run_id, limit in backend.time_limits(spec, runs).items()}
+
+
+def jobs_at_once(plan: Plan) -> int | None:
+    """Most runs in flight at once that the plan's backends allow (None: no limit of their own)."""
+    limits = [backend.jobs_at_once for backend, _ in runs_by_backend(plan) if backend.jobs_at_once is not None]
+    return min(limits) if limits else None
 
 
 def plan_texts(spec: ExperimentSpec, plan: Plan) -> list[str]:

@@ -12,6 +12,15 @@ end, and leave nothing to read back. A SQLite or file store is refused outright 
 nodes (`check_shared_tracking`): SQLite's locking over NFS / Lustre is unreliable, and verl drops a
 write that still fails after its retries.
 
+One verl job at a time per Ray cluster (`JOBS_AT_ONCE`): verl 0.9.1's V1 trainer starts TransferQueue
+(0.1.11) with ``tq.init(config.transfer_queue)``, and TransferQueue names its controller actor
+``TransferQueueController`` in the Ray namespace ``transfer_queue``, both written into
+``transfer_queue/interface.py`` (``init`` and ``_init_from_existing``), with no key in verl's or
+TransferQueue's config that changes them. Ray names are cluster-wide within a namespace, so a second
+job's ``tq.init`` finds the first job's controller and attaches to it (its own config ignored), and the
+first job's ``tq.close`` kills it under the second: two cells at once would mix or lose each other's
+samples. `concurrent_jobs_problem` refuses a spec that asks for more.
+
 `check_cluster` runs `node_problems` once on every alive node (a zero-CPU Ray task pinned to the
 node, with the jobs' runtime environment) and raises one sentence naming the first node's problems.
 """
@@ -33,6 +42,8 @@ CHECK_TIMEOUT_S = 600.0
 FLASH_ATTN = {"flash-attn": ">=2.7"}
 """flash-attn's distribution (verl 0.9.1's fsdp extra pins 2.8.3); its module `flash_attn` must import too
 (a wheel built for another torch or CUDA fails there)."""
+JOBS_AT_ONCE = 1
+"""verl jobs one driver runs at once on one Ray cluster (TransferQueue's controller is one per cluster: above)."""
 INSTALL_HINT = "install the cluster's Python as the README's 'Cluster scale on verl' says (pip install 'dapo-ablate[verl]' on every node)"
 
 
@@ -178,6 +189,16 @@ def _uploaded(runtime_env: dict[str, Any]) -> dict[str, Any]:
     from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
 
     return upload_py_modules_if_needed(dict(runtime_env), include_gitignore=False, scratch_dir=tempfile.gettempdir())
+
+
+def concurrent_jobs_problem(max_concurrent: int | None) -> str | None:
+    """Why `executor.max_concurrent` cannot run that many verl jobs at once on one cluster (None: it can)."""
+    if max_concurrent is None or max_concurrent <= JOBS_AT_ONCE:
+        return None
+    return (f"executor.max_concurrent ({max_concurrent}) would run verl jobs at once on one Ray cluster, where verl 0.9.1's "
+            "TransferQueue keeps one controller for the whole cluster (actor TransferQueueController in Ray namespace "
+            "transfer_queue, fixed in its code): the jobs would share it and the first to end would kill it under the others; "
+            f"set executor.max_concurrent to {JOBS_AT_ONCE} (or run cells on separate Ray clusters)")
 
 
 def check_placement(nnodes: int, gpus_per_node: int) -> None:

@@ -36,7 +36,7 @@ import re
 from typing import TYPE_CHECKING
 
 from dapo_ablate.ablation.runtime.backends.verl import DEFAULT_MAX_GEN_ROUNDS, job_shape, max_inflight_gen_batches
-from dapo_ablate.ablation.runtime.backends.verl_cluster import shared_tracking_problem
+from dapo_ablate.ablation.runtime.backends.verl_cluster import JOBS_AT_ONCE, shared_tracking_problem
 from dapo_ablate.ablation.runtime.backends.verl_data import EvalSet, eval_set
 from dapo_ablate.ablation.runtime.backends.verl_job import VerlJob, verl_job
 from dapo_ablate.ablation.runtime.time_limit import RUN_TIMEOUT_S, TimeLimit
@@ -228,6 +228,7 @@ def format_verl_jobs(spec: ExperimentSpec, verl_runs: list[PlannedRun]) -> str:
         f"  each job: {first.nnodes} node(s) x {first.gpus_per_node} GPU(s) (verl's placement groups), entrypoint "
         f"{first.num_cpus:g} CPU(s) and no GPU; runtime env: py_modules [{', '.join(first.py_modules)}], "
         f"env {env} MLFLOW_RUN_ID=<the run's MLflow child run>",
+        f"  at most {JOBS_AT_ONCE} job at a time on one Ray cluster: verl's TransferQueue keeps one controller per cluster",
         *format_evaluations(verl_runs, sets),
         *filter(None, [format_dynamic_sampling(verl_runs)]),
         format_checkpoints(spec, verl_runs),
