@@ -1,4 +1,4 @@
-"""A verl cell's time limit and retries (issue 32, item 2): no fixed 72 h kill. Each verl cell runs
+"""A verl cell's time limit and retries: no fixed 72 h kill. Each verl cell runs
 under its own estimate x `TIME_SAFETY` + `STARTUP_S` unless the spec sets ``executor.run_timeout_s``;
 ``validate`` prints the limit of every cell; a job lost with a node, its supervisor or past its limit
 is resubmitted (within ``executor.retries``), a job whose verl failed is not. No Ray here: the

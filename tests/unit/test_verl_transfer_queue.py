@@ -1,4 +1,4 @@
-"""verl jobs on one Ray cluster do not share TransferQueue's controller (issue 32, item 5).
+"""verl jobs on one Ray cluster do not share TransferQueue's controller.
 
 verl 0.9.1 starts TransferQueue 0.1.11 with ``tq.init(config.transfer_queue)``, whose controller is the
 Ray actor ``TransferQueueController`` in the namespace ``transfer_queue``, both fixed in its code, with
