@@ -288,7 +288,8 @@ class VerlConfig(_Frozen):
     run's folder (schedule.checkpoint_every); executor.checkpoints_when_done prunes a done run's."""
     overrides: tuple[str, ...] = ()
     """Extra Hydra overrides appended to every cell's verl command (a cluster's own settings, e.g.
-    ``trainer.device=npu``). Keys the five techniques decide are refused: set the technique instead."""
+    ``trainer.device=npu``). An entry touching a key the five techniques decide is refused in any
+    Hydra form (the key, ``+`` / ``++`` / ``~``, a parent set to a dict or deleted): set the technique instead."""
 
 
 def trains_here(backend: str | None) -> bool:

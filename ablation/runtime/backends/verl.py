@@ -63,12 +63,18 @@ node for flash-attn (``verl_cluster``) before any GPU is allocated.
 Refused, in one sentence each (`VerlTranslationError`): the built-in model or data, the ``hf``
 rollout engine, non +1/-1 rewards, a noisy verifier, truncated samples left out of group stats,
 ``advantage_eps`` other than verl's 1e-6, a round limit other than the default, a chat template turned off, a GPU count that is not a
-whole number of nodes, and a ``trainer.verl.overrides`` entry that sets a key a technique decides.
+whole number of nodes, a ``trainer.verl.overrides`` entry that touches a key a technique decides in any
+of Hydra's forms (the key, ``+`` / ``++`` / ``~``, a parent replaced by a dict or deleted, a config
+group's package: `check_overrides`), and a name or path no Hydra quoting carries (an interpolation
+``${``, a control character: `check_hydra_value`). Other names and paths are quoted where Hydra's
+override grammar needs it (`hydra_value`: spaces at the ends, ``( ) [ ] { } , = '``, non-ASCII,
+values Hydra would read as numbers, bools or null).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from typing import Any
 
@@ -131,11 +137,9 @@ def check_translatable(config: TrainerConfig) -> None:
                       f"leave it at its default {DEFAULT_MAX_GEN_ROUNDS} (not applied; validate says so) or use backend builtin")
     if not config.model.use_chat_template:
         raise _refuse("model.use_chat_template", "false is not available (verl applies the chat template)", "leave it true")
-    decided = technique_keys(config)
-    for override in config.verl.overrides:
-        key = override_key(override)
-        if key in decided:
-            raise _refuse("verl.overrides", f"sets {key}, which a technique decides", "set the technique (or its knob) instead")
+    for field, value in (("model.path", config.model.path), ("data.train", config.data.train), ("data.eval", config.data.eval)):
+        check_hydra_value(f"trainer.{field}", value)
+    check_overrides(config)
     if config.batch.mini_batch_size % algo.group_size:
         raise _refuse(
             "batch.mini_batch_size", f"({config.batch.mini_batch_size}) is not a multiple of group_size ({algo.group_size})",
@@ -145,27 +149,33 @@ def check_translatable(config: TrainerConfig) -> None:
 
 def technique_overrides(config: TrainerConfig) -> list[str]:
     """The overrides the five toggles decide."""
+    return [override for _, override in _decided_overrides(config)]
+
+
+def _decided_overrides(config: TrainerConfig) -> list[tuple[str, str]]:
+    """(the field that decides it, override) for every override a technique decides."""
     t, algo = config.techniques, config.algorithm
+    of, ch, sp, tl, ds = (f"techniques.{name}" for name in ("overlong_filter", "clip_higher", "soft_overlong", "token_level_loss", "dynamic_sampling"))
     buffer = "+reward.reward_kwargs.overlong_buffer_cfg"
     inflight = max_inflight_gen_batches(config)
     return [
-        "trainer.use_v1=true",
-        f"trainer.v1.trainer_mode={OVERLONG_FILTER_TRAINER if t.overlong_filter else 'sync'}",
-        f"{A}.policy_loss.loss_mode={OVERLONG_FILTER_LOSS if t.overlong_filter else 'vanilla'}",
-        f"{A}.clip_ratio_low={algo.eps_low}",
-        f"{A}.clip_ratio_high={config.eps_high_effective}",
-        f"{A}.clip_ratio_c={algo.clip_ratio_c if algo.clip_ratio_c is not None else NO_DUAL_CLIP}",
-        "reward.reward_manager.name=dapo",
-        f"{buffer}.enable={_bool(t.soft_overlong)}",
-        f"{buffer}.len={algo.overlong_cache}",
-        f"{buffer}.penalty_factor={algo.overlong_penalty_factor}",
-        f"{buffer}.log={_bool(t.soft_overlong)}",
-        f"+reward.reward_kwargs.max_resp_len={config.rollout.max_response_len}",
-        f"{A}.loss_agg_mode={'token-mean' if t.token_level_loss else 'seq-mean-token-mean'}",
-        f"algorithm.filter_groups.enable={_bool(t.dynamic_sampling)}",
-        "algorithm.filter_groups.metric=acc",
-        "algorithm.filter_groups.max_num_gen_batches=0",
-        f"algorithm.filter_groups.max_inflight_gen_batches={inflight}",
+        (ds, "trainer.use_v1=true"),
+        (of, f"trainer.v1.trainer_mode={OVERLONG_FILTER_TRAINER if t.overlong_filter else 'sync'}"),
+        (of, f"{A}.policy_loss.loss_mode={OVERLONG_FILTER_LOSS if t.overlong_filter else 'vanilla'}"),
+        (ch, f"{A}.clip_ratio_low={algo.eps_low}"),
+        (ch, f"{A}.clip_ratio_high={config.eps_high_effective}"),
+        ("algorithm.clip_ratio_c", f"{A}.clip_ratio_c={algo.clip_ratio_c if algo.clip_ratio_c is not None else NO_DUAL_CLIP}"),
+        (sp, "reward.reward_manager.name=dapo"),
+        (sp, f"{buffer}.enable={_bool(t.soft_overlong)}"),
+        (sp, f"{buffer}.len={algo.overlong_cache}"),
+        (sp, f"{buffer}.penalty_factor={algo.overlong_penalty_factor}"),
+        (sp, f"{buffer}.log={_bool(t.soft_overlong)}"),
+        (sp, f"+reward.reward_kwargs.max_resp_len={config.rollout.max_response_len}"),
+        (tl, f"{A}.loss_agg_mode={'token-mean' if t.token_level_loss else 'seq-mean-token-mean'}"),
+        (ds, f"algorithm.filter_groups.enable={_bool(t.dynamic_sampling)}"),
+        (ds, "algorithm.filter_groups.metric=acc"),
+        (ds, "algorithm.filter_groups.max_num_gen_batches=0"),
+        (ds, f"algorithm.filter_groups.max_inflight_gen_batches={inflight}"),
     ]
 
 
@@ -176,13 +186,70 @@ def max_inflight_gen_batches(config: TrainerConfig) -> int:
 
 
 def override_key(override: str) -> str:
-    """``+a.b=1`` -> ``a.b`` (Hydra's add / force-add / delete prefixes dropped)."""
-    return override.split("=", 1)[0].lstrip("+~")
+    """``++a.b@pkg=1`` -> ``a.b``, ``~a.b`` -> ``a.b`` (Hydra's add / force-add / delete prefixes
+    and a config group's target package dropped)."""
+    return override.split("=", 1)[0].strip().lstrip("+~").split("@", 1)[0].strip()
 
 
-def technique_keys(config: TrainerConfig) -> set[str]:
-    """The verl keys the techniques decide (a user's extra override may not set them)."""
-    return {override_key(o) for o in technique_overrides(config)}
+def override_targets(override: str) -> list[str]:
+    """The dotted config paths an override writes (Hydra's override grammar: ``[~|+|++]key[@package][=value]``):
+    its key (a config group ``a/b`` as ``a.b``) and the package a group lands in (``group@a.b``)."""
+    key = override.split("=", 1)[0].strip().lstrip("+~")
+    return [part.strip().replace("/", ".") for part in key.split("@", 1) if part.strip()]
+
+
+def technique_keys(config: TrainerConfig) -> dict[str, str]:
+    """The verl keys the techniques decide -> the field deciding each (a user's extra override may
+    not touch them)."""
+    return {override_key(override): field for field, override in _decided_overrides(config)}
+
+
+def overlap(path: str, key: str) -> bool:
+    """Whether writing (or deleting) config path `path` touches `key`: the key itself, a parent of
+    it (a dict value or a deletion replaces the whole subtree) or a child of it."""
+    return path == key or key.startswith(f"{path}.") or path.startswith(f"{key}.")
+
+
+def check_overrides(config: TrainerConfig) -> None:
+    """Refuse a ``trainer.verl.overrides`` entry that touches a key a technique decides, in any of
+    Hydra's forms (``key=``, ``+key=``, ``++key=``, ``~key``, ``parent={...}``, ``group@package=``)."""
+    decided = technique_keys(config)
+    for override in config.verl.overrides:
+        for path in override_targets(override):
+            key = next((key for key in decided if overlap(path, key)), None)
+            if key is not None:
+                what = "sets" if path == key else ("replaces or deletes a parent of" if key.startswith(f"{path}.") else "sets a key inside")
+                raise _refuse("verl.overrides", f"entry {override!r} {what} {key}, which {decided[key]} decides",
+                              f"set {decided[key]} (or its knob) instead and leave {key} out of the overrides")
+
+
+SAFE_VALUE = re.compile(r"[A-Za-z0-9_/+.%*@?|:-]+(?: [A-Za-z0-9_/+.%*@?|:-]+)*")
+"""A string Hydra's override grammar takes unquoted as that string: letters, digits and ``_ / + . % *
+@ ? | : -``, inner single spaces (Hydra's OverrideLexer: ID, UNQUOTED_CHAR, COLON, WS; ``$`` and ``\\``
+start interpolations and escapes, ``( ) [ ] { } , = '`` and non-ASCII letters are grammar or errors)."""
+TYPED_VALUE = re.compile(r"(?i)(?=.*\d)[\d_.e+-]+|[+-]?(?:inf|nan)|true|false|null")
+"""An unquoted value Hydra reads as a number, a bool or null, not a string."""
+
+
+def check_hydra_value(field: str, value: str) -> None:
+    """Refuse, in one sentence, a string no Hydra quoting carries to verl as written: an OmegaConf
+    interpolation (``${``, resolved even inside quotes) or a control character."""
+    hidden = next((char for char in value if not char.isprintable()), None)
+    if "${" in value or hidden is not None:
+        what = "holds ${, which verl's OmegaConf config resolves as an interpolation" if hidden is None else \
+            f"holds the control character U+{ord(hidden):04X}, which verl's command line cannot carry"
+        raise VerlTranslationError(f"{field} ({value!r}) {what} on backend verl; rename it without it")
+
+
+def hydra_value(value: str) -> str:
+    """`value` as a Hydra override's value that verl reads back as exactly this string: as is when
+    Hydra takes it unquoted (`SAFE_VALUE`, not a number, bool or null), else single-quoted with
+    Hydra's escapes (a quote and the backslashes before it or at the end doubled and escaped:
+    ``_unescape_quoted_string`` in Hydra's override parser), e.g. ``runs/GRPO (v2)`` -> ``'runs/GRPO (v2)'``."""
+    if SAFE_VALUE.fullmatch(value) and not TYPED_VALUE.fullmatch(value):
+        return value
+    body = re.sub(r"(\\*)('|\Z)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value)
+    return f"'{body}'"
 
 
 def knob_overrides(config: TrainerConfig) -> list[str]:
@@ -200,10 +267,10 @@ def _longest_sequence(config: TrainerConfig) -> int:
 def _model_and_data(config: TrainerConfig) -> list[str]:
     m, d, v = config.model, config.data, config.verl
     return [
-        f"actor_rollout_ref.model.path={m.path}",
+        f"actor_rollout_ref.model.path={hydra_value(m.path)}",
         f"actor_rollout_ref.model.enable_gradient_checkpointing={_bool(m.gradient_checkpointing)}",
-        f"data.train_files={d.train}",
-        f"data.val_files={d.eval}",
+        f"data.train_files={hydra_value(d.train)}",
+        f"data.val_files={hydra_value(d.eval)}",
         f"data.max_prompt_length={v.max_prompt_length}",
         f"data.truncation={v.truncation}",
         f"data.max_response_length={config.rollout.max_response_len}",
@@ -324,14 +391,19 @@ def job_shape(gpus_per_run: float, gpus_per_node: int) -> tuple[int, int]:
 def cluster_overrides(nnodes: int, gpus_per_node: int, project: str, run_name: str, run_dir: str) -> list[str]:
     """Nodes and GPUs of one cell's job, its checkpoints in the run's folder, and MLflow as its
     logger (the run itself is chosen by ``MLFLOW_RUN_ID`` in the job's environment, so verl logs
-    into the cell's child run)."""
+    into the cell's child run). Names and paths are quoted for Hydra where they need it (`hydra_value`);
+    one no quoting carries is refused (`check_hydra_value`)."""
+    named = (("name (the experiment's, verl's trainer.project_name)", project), ("the run's name (trainer.experiment_name)", run_name),
+             ("output_dir (the run's folder, where its checkpoints go)", run_dir))
+    for field, value in named:
+        check_hydra_value(field, value)
     return [
         f"trainer.nnodes={nnodes}",
         f"trainer.n_gpus_per_node={gpus_per_node}",
-        f"{CHECKPOINT_DIR_KEY}={run_dir}/{CHECKPOINT_DIR}",
+        f"{CHECKPOINT_DIR_KEY}={hydra_value(f'{run_dir}/{CHECKPOINT_DIR}')}",
         "trainer.logger=[console,mlflow]",
-        f"trainer.project_name={project}",
-        f"trainer.experiment_name={run_name}",
+        f"trainer.project_name={hydra_value(project)}",
+        f"trainer.experiment_name={hydra_value(run_name)}",
     ]
 
 
