@@ -18,8 +18,10 @@
    declaring ``cpus_per_run``/``gpus_per_run``; heartbeat their leases while they run; record
    each result (kept on disk, then the ledger, then its MLflow child run) or failure (its error
    text), retrying a failed run until it has had ``executor.retries + 1`` attempts in all,
-   counted across invocations (``run --retry-failed`` gives failed runs a fresh budget); a run
-   past ``executor.run_timeout_s`` is cancelled and failed;
+   counted across invocations (``run --retry-failed`` gives failed runs a fresh budget), when its
+   backend says the failure is worth another (`Backend.retries`: a verl job that really failed is
+   not); a run past its time limit (``executor.run_timeout_s``; a verl cell's own:
+   `Backend.time_limits`) is cancelled and failed (a verl cell's job then resubmitted);
 5. on Ctrl-C or SIGTERM, cancel the tasks in flight and put their runs back to pending (exit 130,
    143).
 
