@@ -357,8 +357,12 @@ def record_data(spec: Any) -> dict[str, Any]:
     """The spec as its record holds it: its full dump (`to_dict`, every default explicit) with the
     stores `located`. A spec whose full dump does not load back as a spec (a sweep's `space`
     dumps None for the fields a range type refuses) keeps its non-default fields, its full trainer
-    and its stores."""
+    and its stores. An ``executor.run_timeout_s`` the spec left unset stays unset (a verl cell's
+    limit then comes from its estimate, from the record as from the spec file)."""
     full = located(spec.to_dict())
+    executor = getattr(spec, "executor", None)
+    if executor is not None and not executor.run_timeout_given:
+        full["executor"].pop("run_timeout_s", None)
     try:
         validate_spec(type(spec), full, "the recorded spec")
         return full

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from dapo_ablate.ablation.experiment.design import expand
@@ -110,3 +111,18 @@ def test_verl_resubmits_lost_and_timed_out_jobs_but_not_real_failures_builtin_re
     assert verl.retries("TimeoutError: the run exceeded its limit (3600 s)", timed_out=True)
     assert verl.retries("RaySystemError: the watching task's worker died", timed_out=False)  # its job is re-attached to
     assert builtin.retries(failed, timed_out=False) and not builtin.retries("TimeoutError: x", timed_out=True)
+
+
+def test_an_unset_run_timeout_s_stays_unset_in_the_experiments_record_so_a_rerun_from_its_folder_keeps_the_limits(tmp_path: Path):
+    from dapo_ablate.ablation.runtime.executor import record_data
+
+    spec = load_spec(_spec_file(tmp_path))
+    record = tmp_path / "record.yaml"
+    data = record_data(spec)
+    assert "run_timeout_s" not in data["executor"]
+    record.write_text(yaml.safe_dump(data))
+    again = load_spec(record)
+    assert again.digest() == spec.digest() and not again.executor.run_timeout_given
+    assert time_limits_of(again, expand(again)) == time_limits_of(spec, expand(spec))
+    given = load_spec(_spec_file(tmp_path, ("  retries: 1\n", "  retries: 1\n  run_timeout_s: 7200\n")))
+    assert record_data(given)["executor"]["run_timeout_s"] == 7200
