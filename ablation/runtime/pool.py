@@ -10,10 +10,10 @@ scheduler (a factorial's, a sweep's), so that every rule of a run's life is writ
   was taken over by another driver is cancelled here (`LOST`);
 - **timeouts**: a run past its time limit (``executor.run_timeout_s``, or the one its scheduler
   asks for: a verl cell's from its estimate, `time_limit.TimeLimit`) is cancelled, recorded failed
-  with that reason and its slot freed (`TIMED_OUT`; the scheduler decides whether it is retried); its time counts from its task's start on a Ray worker
-  (the task's `STARTED` event), and for a run that is a Ray job from the job's submission (its
-  "job" event), not from the driver's submit: a loaded machine's slow worker start-up is not the
-  run's time;
+  with that reason and its slot freed (`TIMED_OUT`; the scheduler decides whether it is retried);
+  its time counts from its task's start on a Ray worker (the task's `STARTED` event), and for a run
+  that is a Ray job from the job's submission (its "job" event), not from the driver's submit: a
+  loaded machine's slow worker start-up is not the run's time;
 - **results**: a finished run's result is kept on disk, sealed with the experiment's key
   (`store.kept_results`), before the ledger write, which is retried through database blips; a
   result kept by a driver that died (or whose database stayed down) is recorded by the next
