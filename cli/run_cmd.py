@@ -57,7 +57,7 @@ def run(
     typer.echo(
         f"{spec.name}: {counts['done']}/{sum(counts.values())} runs done ({summary.finished} now, "
         f"{summary.already_done} before), {counts['failed']} failed, {counts['pending'] + counts['running']} "
-        f"not finished; {summary.wall_s:.0f} s. Browse: {outcome.browse}"
+        f"not finished{held_note(summary.held)}; {summary.wall_s:.0f} s. Browse: {outcome.browse}"
     )
     for name, error in summary.failures.items():
         typer.echo(f"  failed {name}: {error}", err=True)
@@ -66,6 +66,13 @@ def run(
     elif outcome.headline is not None:  # every run done: the headline went on the MLflow parent (as `report` puts it)
         typer.echo(outcome.headline)
     raise typer.Exit(summary.exit_code)
+
+
+def held_note(held: int) -> str:
+    """What the summary line adds for runs another driver holds (exit 0 when they are all that is left)."""
+    if not held:
+        return ""
+    return f" ({held} held by another driver, which finishes {'it' if held == 1 else 'them'}; `status` shows when)"
 
 
 @user_facing

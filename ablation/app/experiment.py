@@ -120,11 +120,12 @@ def run(experiment: Experiment, address: str | None = None, options: RunOptions 
         summary = run_experiment(experiment.spec, experiment.plan, address=address, cell_fn=cell_fn, options=options,
                                  policy=look_policy(experiment.spec), origin=origin_of(experiment))
     browse = command_line("ui", shown(run_root(experiment.spec)))
-    if summary.interrupted or summary.exit_code != 0:
+    if summary.interrupted or not summary.all_done:
         return RunOutcome(summary, browse=browse)
     from dapo_ablate.ablation.app.report import experiment_headline  # the statistics load only now
 
-    headline = experiment_headline(experiment.spec, experiment.plan, summary.records, summary.parent_run_id)
+    # the plan the driver ended with: design: adaptive, grown by every look stored, whoever made it
+    headline = experiment_headline(experiment.spec, summary.plan or experiment.plan, summary.records, summary.parent_run_id)
     return RunOutcome(summary, headline, browse)
 
 

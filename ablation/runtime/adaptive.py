@@ -53,15 +53,19 @@ class AdaptiveScheduler(FactorialScheduler):
         self.policy = policy
 
     def finished(self) -> bool:
-        """Asked with nothing in flight. With runs still queued: no. Else, once every planned run
-        is done (a failed or elsewhere-held run waits for the next invocation), look: True when
-        the look stops the experiment, else its runs are queued."""
+        """Asked with nothing in flight. With runs still queued: no. Else the plan first catches up
+        with the looks other drivers stored (their runs join it; a look is never made on a stale
+        plan, nor a stop taken from a look this driver did not plan for). Then, once every planned
+        run is done (a failed or elsewhere-held run waits for the next invocation), look: True
+        when the look stops the experiment, else its runs are queued."""
         if self.queue:
             return False
+        state = self._catch_up()
+        if self.queue:
+            return False  # runs another driver's look added: this driver trains its share
         rows = self._plan_rows()
         if any(row["status"] != DONE for row in rows.values()):
-            return True  # failed runs end this invocation (exit 1); `run` again resumes before the look
-        state = AdaptiveState(retry_transient(lambda: self.ledger.looks(self.name), "read the looks"))
+            return True  # failed or held runs end this invocation; `run` again resumes before the look
         if state.stopped:
             return True
         look = self._look(len(state.looks) + 1, state.looks)
@@ -70,6 +74,15 @@ class AdaptiveScheduler(FactorialScheduler):
             return True
         self._grow(state.grown + added)
         return False  # the driver asks again: queued runs start, or (all done elsewhere) the next look
+
+    def _catch_up(self) -> AdaptiveState:
+        """The looks stored so far; the plan grown by those another driver recorded since this one
+        planned (stage 1 plus every stored look's runs, `store.adaptive_state.current_plan`)."""
+        state = AdaptiveState(retry_transient(lambda: self.ledger.looks(self.name), "read the looks"))
+        if {(str(key), int(seed)) for key, seed in state.grown} - {(run.cell.key, run.seed) for run in self.plan.runs}:
+            self.display.note(f"{self.name}: another driver's looks grew the plan; caught up with look {len(state.looks)}")
+            self._grow(state.grown)
+        return state
 
     def _look(self, number: int, looks: list[dict[str, Any]]) -> dict[str, Any]:
         """Look `number`: decided by the policy and stored, or the one another driver stored first."""

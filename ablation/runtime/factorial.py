@@ -79,13 +79,23 @@ class ExperimentSummary:
     plan order: what this invocation recorded and what was done before (read once at the start)."""
     parent_run_id: str | None = None
     """The experiment's MLflow parent run."""
+    held: int = 0
+    """Runs another driver holds at the end (running under its live lease): it finishes them."""
+    plan: Plan | None = None
+    """The plan at the end: design: adaptive, grown by every look stored (this driver's or another's)."""
+
+    @property
+    def all_done(self) -> bool:
+        return self.counts.get(DONE, 0) == sum(self.counts.values())
 
     @property
     def exit_code(self) -> int:
-        """0 when every run of the plan is done; 130 after Ctrl-C; 1 otherwise."""
+        """0 when every run of the plan is done, or every run not done is held by another driver
+        (it finishes them: a cooperating driver's share is done); 130 / 143 after Ctrl-C /
+        SIGTERM; 1 otherwise (a run failed or is still pending)."""
         if self.interrupted:
             return TERMINATED_EXIT if self.terminated else INTERRUPTED_EXIT
-        return 0 if self.counts.get(DONE, 0) == sum(self.counts.values()) else 1
+        return 0 if self.counts.get(DONE, 0) + self.held == sum(self.counts.values()) else 1
 
 
 @dataclass(frozen=True)
@@ -200,6 +210,10 @@ class FactorialScheduler:
             self.planned[run_id].name: row["error"] or "" for run_id, row in rows.items() if row["status"] == FAILED
         }
         self.summary.wall_s = wall_s
+        if found.get(RUNNING):  # after this driver's own runs settled: another driver's, unless its lease expired
+            expired = set(retry_transient(lambda: self.ledger.expired_leases(self.name, lease_s=self.lease_s), "read the leases"))
+            self.summary.held = sum(row["status"] == RUNNING and run_id not in expired for run_id, row in rows.items())
+        self.summary.plan = self.plan
         if any(row["status"] == DONE and run_id not in self.records for run_id, row in rows.items()):
             retry_transient(self._read_records, "read the finished runs")  # another driver finished them meanwhile
         self.summary.records = [self.records[run.run_id] for run in self.plan.runs if run.run_id in self.records]
