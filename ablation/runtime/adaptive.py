@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from dapo_ablate.ablation.runtime.factorial import FactorialScheduler, RunOptions
-from dapo_ablate.ablation.store.adaptive_state import AdaptiveState
+from dapo_ablate.ablation.store.adaptive_state import AdaptiveState, adaptive_state
 from dapo_ablate.ablation.store.ledger import DONE, Ledger
 from dapo_ablate.ablation.store.transient import retry_transient
 
@@ -78,7 +78,7 @@ class AdaptiveScheduler(FactorialScheduler):
     def _catch_up(self) -> AdaptiveState:
         """The looks stored so far; the plan grown by those another driver recorded since this one
         planned (stage 1 plus every stored look's runs, `store.adaptive_state.current_plan`)."""
-        state = AdaptiveState(retry_transient(lambda: self.ledger.looks(self.name), "read the looks"))
+        state = retry_transient(lambda: adaptive_state(self.spec, self.ledger), "read the looks")
         if {(str(key), int(seed)) for key, seed in state.grown} - {(run.cell.key, run.seed) for run in self.plan.runs}:
             self.display.note(f"{self.name}: another driver's looks grew the plan; caught up with look {len(state.looks)}")
             self._grow(state.grown)

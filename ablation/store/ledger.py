@@ -493,8 +493,17 @@ class SQLLedger:
         """The experiment's looks in order: ``{"number", "recorded_at", **record}`` each."""
         with self._session() as session:
             experiment_id = self._experiment_id(session, name)
-            rows = session.scalars(select(Look).where(Look.experiment_id == experiment_id).order_by(Look.number))
-            return [rules.look_row(row.number, row.recorded_at, row.record) for row in rows]
+            rows = session.execute(select(Look.number, Look.recorded_at).where(Look.experiment_id == experiment_id)
+                                   .order_by(Look.number)).all()
+            return [rules.look_row(number, at, self._look_record(session, name, experiment_id, number), name, self.url)
+                    for number, at in rows]
+
+    def _look_record(self, session: Session, name: str, experiment_id: int, number: int) -> Any:
+        """One look's record, read alone so that one that does not decode (edited by hand) is named."""
+        try:
+            return session.scalar(select(Look.record).where(Look.experiment_id == experiment_id, Look.number == number))
+        except (ValueError, StatementError) as err:
+            raise rules.unreadable_look(self.url, name, number, str(err).splitlines()[0] or "not JSON") from None
 
     # -- internals -----------------------------------------------------------------------------
 

@@ -289,5 +289,18 @@ def check_look_number(name: str, number: int, last: int) -> None:
         raise ValueError(f"look {number} of experiment {name!r} does not follow look {last}")
 
 
-def look_row(number: int, recorded_at: datetime, record: dict[str, Any]) -> dict[str, Any]:
+def look_row(number: int, recorded_at: datetime, record: dict[str, Any], name: str = "", url: str = "") -> dict[str, Any]:
+    """A stored look as `Ledger.looks` returns it; LedgerError naming it when its record is not a
+    mapping (a row edited by hand: this ledger stores only mappings)."""
+    if not isinstance(record, dict):
+        raise unreadable_look(url, name, number, f"its record is a {type(record).__name__}, not a mapping")
     return {"number": number, "recorded_at": recorded_at, **record}
+
+
+def unreadable_look(url: str, name: str, number: int, why: str) -> LedgerError:
+    """Look `number` of experiment `name` holds what no driver wrote (edited by hand), and the fix."""
+    return LedgerError(
+        f"the ledger at {url} holds look {number} of experiment {name!r} that does not read ({why[:160]}): a row edited "
+        f"outside dapo-ablate; restore the ledger from a copy, or delete look {number} and the looks after it "
+        "(table looks) and `run` again: the looks are made again from the finished runs"
+    )

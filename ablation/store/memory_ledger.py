@@ -244,7 +244,7 @@ class MemoryLedger:
     def looks(self, name: str) -> list[dict[str, Any]]:
         with self._lock:
             self._members_of(name)
-            return [rules.look_row(n, at, copy.deepcopy(record)) for n, at, record in self._looks.get(name, [])]
+            return [rules.look_row(n, at, copy.deepcopy(record), name, self.url) for n, at, record in self._looks.get(name, [])]
 
     def _members_of(self, name: str) -> dict[str, None]:
         if name not in self._members:
