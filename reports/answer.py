@@ -19,7 +19,7 @@ from dapo_ablate.core.contracts import SETTING_COLUMN
 
 from .analysis import analyze
 from .decision import COUNT_METRIC, Decision, adaptive_decision, fixed_decision
-from .headline import BEST_CELL_TAG, HEADLINE_TAG, Headline, headline, headline_lines, headline_metrics
+from .headline import Headline, headline, headline_lines, headline_record
 from .options import ReportOptions
 
 
@@ -59,13 +59,9 @@ def experiment_answer(results: pd.DataFrame, factors: list[str], options: Report
 def log_answer(tracker: Any, parent_id: str, answer: Answer) -> None:
     """Put the answer on the MLflow parent run ``parent_id`` as one unit (module docstring).
     ``tracker``: anything with ``log_parent_metrics(parent_id, metrics)`` and an MLflow ``client``."""
-    metrics: dict[str, float] = {COUNT_METRIC: float(len(answer.decision.claims))}
-    tags = dict(answer.decision.tags())
-    for setting, h in answer.headlines.items():
-        metrics |= headline_metrics(h, f"headline/{setting}/" if setting else "headline/", keep_nan=True)
-        suffix = f".{setting}" if setting else ""
-        tags[BEST_CELL_TAG + suffix] = h.best[0].label if h.best else ""
-        tags[HEADLINE_TAG + suffix] = headline_lines(h)[0]
+    metrics, tags = headline_record(answer.headlines)
+    metrics[COUNT_METRIC] = float(len(answer.decision.claims))
+    tags |= dict(answer.decision.tags())
     tracker.log_parent_metrics(parent_id, metrics)
     for key, value in tags.items():
         tracker.client.set_tag(parent_id, key, value)

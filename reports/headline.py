@@ -247,6 +247,20 @@ def headlines(
     }
 
 
+def headline_record(found: dict[str, Headline]) -> tuple[dict[str, float], dict[str, str]]:
+    """The parent run's headline metrics and tags for the headlines by setting ("" without
+    settings), as one unit: every metric key (NaN where there is no value: an interval that is not
+    estimable clears the earlier bound) and every tag ("" for a best cell there is none of)."""
+    metrics: dict[str, float] = {}
+    tags: dict[str, str] = {}
+    for setting, h in found.items():
+        metrics |= headline_metrics(h, f"headline/{setting}/" if setting else "headline/", keep_nan=True)
+        suffix = f".{setting}" if setting else ""
+        tags[BEST_CELL_TAG + suffix] = h.best[0].label if h.best else ""
+        tags[HEADLINE_TAG + suffix] = headline_lines(h)[0]
+    return metrics, tags
+
+
 def log_parent_headline(
     tracker: Any,
     parent_id: str,
@@ -262,17 +276,13 @@ def log_parent_headline(
     ``headline_metrics`` (a transfer study: one set per setting, ``headline/<setting>/...``), the
     tag ``dapo.headline.best_cell`` (the best cell's label; per setting ``.../<setting>``) and the
     tag ``dapo.headline`` (the opening sentence). Returns the headlines by setting.
-    Raises ReportInputError (nothing logged) when the results cannot be analysed.
+    Every key is logged, NaN (metrics) or "" (the best cell tag) where this headline has no value,
+    so no value of an earlier headline stays beside this one's (`headline_record`). Raises
+    ReportInputError (nothing logged) when the results cannot be analysed.
     """
     found = headlines(results, factors, metric, confidence)
-    metrics: dict[str, float] = {}
-    for setting, h in found.items():
-        prefix = f"headline/{setting}/" if setting else "headline/"
-        metrics |= headline_metrics(h, prefix)
+    metrics, tags = headline_record(found)
     tracker.log_parent_metrics(parent_id, metrics)
-    for setting, h in found.items():
-        suffix = f".{setting}" if setting else ""
-        if h.best:
-            tracker.client.set_tag(parent_id, BEST_CELL_TAG + suffix, h.best[0].label)
-        tracker.client.set_tag(parent_id, HEADLINE_TAG + suffix, headline_lines(h)[0])
+    for key, value in tags.items():
+        tracker.client.set_tag(parent_id, key, value)
     return found

@@ -97,6 +97,7 @@ def report(request: ReportRequest) -> ReportOutcome:
             experiment = load_experiment(request.spec, request.overrides)
             spec, plan = experiment.spec, experiment.plan
             table, factors, curves, design, logger = experiment_results(experiment)
+            refuse_other_runs(experiment, len(table), request.out)
             provenance = experiment_provenance(experiment, len(table), getattr(logger, "parent_run_id", None))
             options = replace(request.options, metric=request.metric or spec.metric, design=request.options.design or design,
                               levels=factor_levels(plan), looks=tuple(adaptive_looks(spec)), held_on=held_on(spec),
@@ -158,6 +159,16 @@ def experiment_results(experiment: Experiment) -> tuple[pd.DataFrame, list[str],
         if hint is not None:
             raise UserError(f"experiment {name!r} has no finished runs under this spec; {hint}") from None
         raise UserError(str(error).replace(STORE_RUN_HINT.format(name=name), f"run `{experiment.command('run')}` first")) from None
+
+
+def refuse_other_runs(experiment: Experiment, finished: int, out: Path) -> None:
+    """UserError when the experiment's last `run` had overrides this spec lacks (its runs are not
+    this plan's): a report of this spec would use only the {finished} runs it names and replace the
+    MLflow parent's answer with theirs; the sentence gives the commands reaching the runs that were run."""
+    hint = other_runs_hint(experiment, "report", "--out", str(out))
+    if hint is not None:
+        raise UserError(f"experiment {experiment.spec.name!r}: this spec names {finished} of its finished runs, but {hint}; "
+                        "nothing was written or logged (a report never mixes the runs of two plans)")
 
 
 def write_staged(out: Path, write: Any) -> dict[str, Path]:
