@@ -45,6 +45,8 @@ from dapo_ablate.ablation.store.tracking import (
     absolute_tracking_uri,
     default_artifact_location,
     flatten,
+    markdown_code,
+    markdown_text,
     open_tracker,
 )
 from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
@@ -543,13 +545,14 @@ class RunDisplay(EventLines):
 
 
 def parent_note(spec: ExperimentSpec, plan: Plan) -> str:
-    """The MLflow parent's description: design, factors, seeds, runs, metric (and settings)."""
+    """The MLflow parent's description: design, factors, seeds, runs, metric (and settings). MLflow
+    renders it as Markdown: every name in it is escaped (`markdown_code`, `markdown_text`)."""
     lines = [
-        f"Ablation `{spec.name}`: {plan.design} design over {len(plan.factors)} factors "
-        f"({', '.join(f.name for f in plan.factors)}), {len(plan.cells)} cells x seeds "
-        f"{', '.join(map(str, plan.seeds))} = {len(plan.runs)} runs; metric {spec.metric}.",
+        f"Ablation {markdown_code(spec.name)}: {plan.design} design over {len(plan.factors)} factors "
+        f"({', '.join(markdown_text(f.name) for f in plan.factors)}), {len(plan.cells)} cells x seeds "
+        f"{', '.join(map(str, plan.seeds))} = {len(plan.runs)} runs; metric {markdown_text(spec.metric)}.",
     ]
-    lines += [f"- {line}" for line in plan.supports]
+    lines += [f"- {markdown_text(line)}" for line in plan.supports]
     if plan.settings:
         lines += ["", settings_note(spec)]
     return "\n".join(lines)
@@ -558,5 +561,5 @@ def parent_note(spec: ExperimentSpec, plan: Plan) -> str:
 def settings_note(spec: ExperimentSpec) -> str:
     """The MLflow parent's description of a transfer study: one line per setting and its overrides."""
     lines = [f"Transfer study over {len(spec.settings)} settings (the design runs in each):"]
-    lines += [f"- {s.name}: {json.dumps(s.overrides, sort_keys=True)}" for s in spec.settings]
+    lines += [f"- {markdown_text(s.name)}: {markdown_code(json.dumps(s.overrides, sort_keys=True))}" for s in spec.settings]
     return "\n".join(lines)

@@ -492,6 +492,22 @@ def _param_value(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (list, tuple, dict)) else str(value)
 
 
+def markdown_code(text: str) -> str:
+    """`text` as one Markdown code span that nothing in it can end (MLflow renders a run's
+    description as Markdown: a backtick in a name would close a plain span and let HTML after it
+    through): fenced by one backtick more than its longest run of backticks, on one line."""
+    text = " ".join(str(text).splitlines())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def markdown_text(text: str) -> str:
+    """`text` as literal Markdown text: every ASCII punctuation character backslash-escaped (no
+    emphasis, link, HTML tag or code span can start in it), on one line."""
+    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", " ".join(str(text).splitlines()))
+
+
 def _same_value(latest: float | None, value: float) -> bool:
     """The parent's latest value of a metric is this one (NaN counts as the same as NaN)."""
     return latest is not None and (latest == value or (math.isnan(latest) and math.isnan(value)))
