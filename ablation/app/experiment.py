@@ -38,7 +38,7 @@ from dapo_ablate.ablation.store.runs_view import (
     save_runs_view,
     tag_column,
 )
-from dapo_ablate.ablation.store.tracking import rebase_artifacts, sqlite_path
+from dapo_ablate.ablation.store.tracking import check_server_reachable, rebase_artifacts, sqlite_path
 from dapo_ablate.core.config import ConfigError
 from dapo_ablate.core.policy import policies_to_build
 
@@ -247,6 +247,8 @@ def store_ui_server(uri: str, name: str, view: RunsView, opens: str, run_command
     if store is not None and not store.is_file():
         raise UserError(f"no MLflow store at {uri} yet; run `{run_command}` first")
     check_port_free(port)
+    with user_errors(*ERRORS):
+        check_server_reachable(uri, "check tracking.uri or --tracking")
     rebase_artifacts(uri)
     with user_errors(*ERRORS):
         experiment_id = save_runs_view(uri, name, view)

@@ -34,13 +34,13 @@ from dapo_ablate.ablation.store.results import (
     planned_records,
 )
 from dapo_ablate.ablation.store.errors import ExecutorError
-from dapo_ablate.ablation.store.tracking import Tracker
+from dapo_ablate.ablation.store.tracking import Tracker, check_server_reachable
 from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
 from dapo_ablate.core.contracts import DEFAULT_METRIC, FactorInfo
 from dapo_ablate.reports import ReportInputError, ReportOptions, load_results_csv, write_report
 from dapo_ablate.reports.answer import Answer, experiment_answer, log_answer
 
-ERRORS = (ReportInputError, ResultsError, LedgerError, *SPEC_ERRORS)
+ERRORS = (ReportInputError, ResultsError, LedgerError, ExecutorError, *SPEC_ERRORS)
 STORE_RUN_HINT = "run `dapo-ablate run` on the spec of {name!r} first"
 """How `store.results` ends "no results yet": the app puts the very command in its place."""
 
@@ -98,6 +98,8 @@ def report(request: ReportRequest) -> ReportOutcome:
             spec, plan = experiment.spec, experiment.plan
             table, factors, curves, design, logger = experiment_results(experiment)
             refuse_other_runs(experiment, len(table), request.out)
+            if logger is not None:  # before any work: MLflow's own client retries an absent server for minutes
+                check_server_reachable(logger.tracking_uri)
             provenance = experiment_provenance(experiment, len(table), getattr(logger, "parent_run_id", None))
             options = replace(request.options, metric=request.metric or spec.metric, design=request.options.design or design,
                               levels=factor_levels(plan), looks=tuple(adaptive_looks(spec)), held_on=held_on(spec),

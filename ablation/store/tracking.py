@@ -529,9 +529,33 @@ def _batches(params: list[Any], metrics: list[Any]) -> Iterator[tuple[list[Any],
         yield batch_params, batch_metrics
 
 
+SERVER_PROBE_S = 3.0
+"""How long a tracking server may take to accept a connection (MLflow's own client retries for minutes)."""
+
+
+def check_server_reachable(uri: str, hint: str = "check tracking.uri", timeout_s: float = SERVER_PROBE_S) -> None:
+    """An ``http(s)://`` tracking server accepts a TCP connection within `timeout_s` (ExecutorError,
+    one sentence ending in `hint`, otherwise); any other URI is left to its store's own checks."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https"):
+        return
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        socket.create_connection((parts.hostname or "", port), timeout=timeout_s).close()
+    except (OSError, ValueError) as err:
+        reason = getattr(err, "strerror", None) or str(err) or type(err).__name__
+        raise ExecutorError(f"the MLflow tracking server at {uri} does not answer within {timeout_s:g} s ({reason}); "
+                            f"start it or {hint}") from None
+
+
 def open_tracker(uri: str, artifact_location: str | None, name: str, hint: str = "check tracking.uri") -> Tracker:
     """A `Tracker`, with a store that cannot be opened reported as one sentence ending in `hint`
-    (where the user gave the URI: the spec's tracking.uri, or a command's option)."""
+    (where the user gave the URI: the spec's tracking.uri, or a command's option); a server that
+    does not answer is that sentence within seconds (`check_server_reachable`)."""
+    check_server_reachable(uri, hint)
     with store_errors(uri, hint):
         return Tracker(uri, artifact_location, name)
 

@@ -10,16 +10,13 @@ import math
 import pandas as pd
 from typer.testing import CliRunner
 
-from dapo_ablate.ablation.experiment.design import expand
 from dapo_ablate.ablation.experiment.spec import build_spec
 from dapo_ablate.ablation.runtime.executor import record_spec
-from dapo_ablate.ablation.store.binding import experiment_digest
-from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.store.tracking import open_tracker
 from dapo_ablate.cli.main import app
 from dapo_ablate.reports.headline import BEST_CELL_TAG, log_parent_headline
 
-from support import spec_data, write_spec
+from support import record_finished, spec_data, write_spec
 
 FACTORS = ["overlong_filter", "clip_higher"]
 
@@ -27,14 +24,7 @@ FACTORS = ["overlong_filter", "clip_higher"]
 def test_report_without_the_runs_overrides_is_refused_with_the_commands_that_reach_them(tmp_path):
     path = write_spec(tmp_path, "mixed")  # seeds: 1
     ran = build_spec(spec_data(tmp_path, "mixed", seeds=2))  # what `run spec.yaml seeds=2` ran
-    (tmp_path / "out").mkdir()
-    with SQLLedger(ran.ledger) as ledger:
-        ledger.ensure_experiment(ran.name, ran.to_dict(), digest=experiment_digest(ran))
-        ledger.add_runs(ran.name, expand(ran).run_specs())
-        for run in expand(ran).runs:
-            assert ledger.claim(run.run_id, "h")
-            ledger.finish(run.run_id, {"metrics": {"avg@32": 0.3 + 0.01 * run.seed}, "tokens_generated": 1,
-                                       "tokens_discarded": 0, "wall_s": 1.0})
+    record_finished(ran)
     record_spec(ran)
     out = tmp_path / "report"
     result = CliRunner().invoke(app, ["report", str(path), "--out", str(out)])
