@@ -120,7 +120,7 @@ def published_lines(table: pd.DataFrame, infos: dict[str, SettingInfo], percent:
     if table.empty:
         described = "; ".join(f"{info.name}: {info.describe()}" for info in infos.values())
         lines.append(f"No published direction in the package's list ({len(published_effects())} entries) matches this "
-                     f"experiment's settings ({described}); give a setting's model and task in the spec's `attributes:`.")
+                     f"experiment's settings ({described}); give a setting's model and task in the spec's attributes section.")
     else:
         lines.append("Agree / disagree: the interval excludes zero on the published side / the other side (a published "
                      "'little or no effect' (zero): the (1 - 2 alpha) interval lies within the margin); the sources measured "

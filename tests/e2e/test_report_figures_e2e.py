@@ -8,8 +8,8 @@ import re
 
 import pandas as pd
 
-from dapo_ablate.reports import analyze, write_report
-from dapo_ablate.reports.report import _report_tables
+from dapo_ablate.reports import ReportOptions, analyze, write_report
+from dapo_ablate.reports.report import _report_tables, evidence_files
 from dapo_ablate.reports.summary import summary_sections
 
 from test_report_figures import FACTORS, PLANTED, _curves, _figure, _signals, report_dir, results  # noqa: F401, F811 - shared with the fast part
@@ -40,8 +40,9 @@ def _cells(table: pd.DataFrame, masks: list[int]) -> pd.DataFrame:
     return table[mask.isin(masks)]
 
 
-def test_markdown_and_html_pages_show_the_same_sections(results, report_dir):
+def test_markdown_and_html_pages_show_the_same_sections(results, report_dir, tmp_path):
     analysis = analyze(results, FACTORS)
+    evidence_files(analysis, results, ReportOptions(), None, tmp_path)  # its sections join the summary, as in write_report
     expected = [*summary_sections(analysis), *(title for title, _, _ in _report_tables(analysis))]
     md = markdown_sections((report_dir / "report.md").read_text())
     page = html_sections((report_dir / "report.html").read_text())

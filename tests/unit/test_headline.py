@@ -15,6 +15,8 @@ from scipy import stats
 from dapo_ablate.reports import analyze
 from dapo_ablate.reports.headline import headline, headline_lines, headline_metrics
 
+from support import STAND_IN_CELL_TRAINER
+
 
 # Cell means (a, b) -> value; seed effects; a fixed "noise" per run so the residuals are known.
 MEANS = {(0, 0): 0.30, (1, 0): 0.40, (0, 1): 0.35, (1, 1): 0.50}
@@ -33,11 +35,12 @@ def two_factor_results(means=MEANS) -> pd.DataFrame:
 
 
 def write_two_factor_spec(tmp_path: Path, name: str, seeds: int) -> Path:
-    """A spec over OF and CH whose stores and outputs live under tmp_path/out."""
+    """A spec over OF and CH whose stores and outputs live under tmp_path/out; its runs are played by
+    stand-in cells (a trainer config that passes the context check, never trained)."""
     out = tmp_path / "out"
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump({
-        "name": name, "trainer": {}, "factors": ["overlong_filter", "clip_higher"], "seeds": seeds,
+        "name": name, "trainer": STAND_IN_CELL_TRAINER, "factors": ["overlong_filter", "clip_higher"], "seeds": seeds,
         "output_dir": str(out), "ledger": f"sqlite:///{out}/ledger.db", "tracking": {"uri": f"sqlite:///{out}/mlflow.db"},
     }))  # fmt: skip
     return spec_path
