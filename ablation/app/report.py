@@ -98,7 +98,7 @@ def report(request: ReportRequest) -> ReportOutcome:
             spec, plan = experiment.spec, experiment.plan
             table, factors, curves, design, logger = experiment_results(experiment)
             refuse_other_runs(experiment, len(table), request.out)
-            if logger is not None:  # before any work: MLflow's own client retries an absent server for minutes
+            if getattr(logger, "tracking_uri", None):  # before any work: MLflow's client retries an absent server for minutes
                 check_server_reachable(logger.tracking_uri)
             provenance = experiment_provenance(experiment, len(table), getattr(logger, "parent_run_id", None))
             options = replace(request.options, metric=request.metric or spec.metric, design=request.options.design or design,

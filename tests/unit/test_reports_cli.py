@@ -212,7 +212,7 @@ def test_report_from_a_spec_logs_to_mlflow(app, tmp_path, monkeypatch):
 
     def load_experiment(path, overrides):
         asked.append((path, overrides))
-        return types.SimpleNamespace(spec=types.SimpleNamespace(metric="avg@32", name="exp", design="full", adaptive=None, confirm=None,
+        return types.SimpleNamespace(spec=types.SimpleNamespace(metric="avg@32", name="exp", output_dir=str(tmp_path / "runs"), design="full", adaptive=None, confirm=None,
                                                             setting_infos=lambda: []), plan=types.SimpleNamespace(factors=[]))
 
     monkeypatch.setattr(app_report, "load_experiment_results", lambda spec: (results, FACTORS, None, "full", Logger()))

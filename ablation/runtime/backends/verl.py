@@ -79,6 +79,7 @@ import shlex
 from typing import Any
 
 from dapo_ablate.core.config import BUILTIN, AlgorithmConfig, TrainerConfig
+from dapo_ablate.core.contracts import TECHNIQUES
 
 ENTRYPOINT_PYTHON = "python3"
 """The interpreter a job's entrypoint runs: the first ``python3`` on the node's PATH (the cluster
@@ -155,7 +156,7 @@ def technique_overrides(config: TrainerConfig) -> list[str]:
 def _decided_overrides(config: TrainerConfig) -> list[tuple[str, str]]:
     """(the field that decides it, override) for every override a technique decides."""
     t, algo = config.techniques, config.algorithm
-    of, ch, sp, tl, ds = (f"techniques.{name}" for name in ("overlong_filter", "clip_higher", "soft_overlong", "token_level_loss", "dynamic_sampling"))
+    of, ch, sp, tl, ds = (f"techniques.{name}" for name in TECHNIQUES)  # in TECHNIQUES' order
     buffer = "+reward.reward_kwargs.overlong_buffer_cfg"
     inflight = max_inflight_gen_batches(config)
     return [
