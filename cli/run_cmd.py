@@ -149,7 +149,7 @@ def _sweep_status(spec_path: Path, overrides: Optional[list[str]]) -> None:
 def ui(
     spec_path: Path = TARGET_ARG,
     overrides: Optional[list[str]] = OVERRIDES_ARG,
-    port: int = typer.Option(5000, "--port", min=1, max=65535, help="Port of the MLflow UI on 127.0.0.1 (1-65535)."),
+    port: int = typer.Option(5000, "--port", min=0, max=65535, help="Port of the MLflow UI on 127.0.0.1 (1-65535; 0: a free one, named in the link)."),
 ) -> None:
     """Serve the MLflow UI of the experiment's tracking store on 127.0.0.1 and, once it answers,
     print the link to the experiment's runs: ranked by the spec's metric, with each factor's level
@@ -170,7 +170,7 @@ def ui(
     if server.note:
         typer.echo(f"note: {server.note}")
     typer.echo(f"Starting the MLflow UI of {name}: waiting until it answers on "
-               f"{app.UI_HOST}:{port} (a first start takes up to a minute) ...")
+               f"{app.UI_HOST}:{server.port} (a first start takes up to a minute) ...")
     answered, stopped = threading.Event(), threading.Event()
     watcher = threading.Thread(target=_announce, args=(app, server, answered, stopped), daemon=True)
     watcher.start()

@@ -246,7 +246,7 @@ def store_ui_server(uri: str, name: str, view: RunsView, opens: str, run_command
     store = sqlite_path(uri)
     if store is not None and not store.is_file():
         raise UserError(f"no MLflow store at {uri} yet; run `{run_command}` first")
-    check_port_free(port)
+    port = check_port_free(port)
     with user_errors(*ERRORS):
         check_server_reachable(uri, "check tracking.uri or --tracking")
     rebase_artifacts(uri)
@@ -278,8 +278,9 @@ def runs_view(experiment: Experiment) -> RunsView:
     return RunsView(f"dapo-ablate: runs by {spec.metric}", metrics[0], tuple(columns), widths, tuple(metrics))
 
 
-def check_port_free(port: int) -> None:
-    """Refuse a port something already listens on: the health check would answer for it."""
+def check_port_free(port: int) -> int:
+    """The port to serve on: `port`, refused when something already listens on it (the health
+    check would answer for it); 0: a port the system says is free now (the link names it)."""
     import socket
 
     with socket.socket() as probe:
@@ -288,6 +289,7 @@ def check_port_free(port: int) -> None:
             probe.bind((UI_HOST, port))
         except OSError as err:
             raise UserError(f"port {port} on {UI_HOST} is not free ({err.strerror}); choose another with --port") from None
+        return probe.getsockname()[1]
 
 
 def wait_for_ui(server: UiServer, stopped: threading.Event, poll_s: float = 0.25) -> bool:
