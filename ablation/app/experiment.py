@@ -24,6 +24,7 @@ from dapo_ablate.ablation.runtime.backends.verl import VerlTranslationError
 from dapo_ablate.ablation.runtime.backends.registry import check_backends, estimate_note, plan_texts
 from dapo_ablate.ablation.runtime.executor import ExperimentSummary, RunOptions, check_name_binding, run_experiment
 from dapo_ablate.ablation.runtime.preflight import check_contexts, preflight
+from dapo_ablate.ablation.runtime.ray_connect import check_local_cpus
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.store.results import NEW, ResultsError, run_time_calibration, status_rows
@@ -79,6 +80,7 @@ def check_spec(spec: Any, address: str | None) -> None:
     """The checks `run` makes before Ray starts: folders, stores and Ray address (`address` over
     ``executor.address``), the name's binding, every prompt plus response ceiling in its context."""
     preflight(spec, address if address is not None else spec.executor.address)
+    check_local_cpus(spec.executor, address if address is not None else spec.executor.address)
     check_name_binding(spec)  # as `run` refuses it: a name bound to another design
     check_contexts(spec)
 

@@ -174,6 +174,17 @@ def join_cluster(address: str, token_file: str | None = None, **init_kwargs: Any
         raise RayConnectError(f"cannot join the Ray cluster at {address} ({first}); check executor.address / --address") from None
 
 
+def check_local_cpus(executor: Any, address: str | None) -> int:
+    """This machine's CPU count for a local Ray (`address` None or empty); ExecutorError when one run
+    asks for more CPUs than it has (validate and the dry run refuse it as `run` does)."""
+    cpus = os.cpu_count() or 1
+    if not address and executor.cpus_per_run > cpus:
+        raise ExecutorError(
+            f"executor.cpus_per_run ({executor.cpus_per_run:g}) exceeds this machine's {cpus} CPUs; lower it or join a cluster with --address"
+        )
+    return cpus
+
+
 def start_local(num_cpus: float, object_store_memory: int | None = None, **init_kwargs: Any) -> None:
     """Start this driver's own Ray, never joining another cluster on the machine (``ray start``
     or a stale current-cluster file; ``address="local"`` also wins over ``RAY_ADDRESS``)."""
@@ -197,12 +208,7 @@ def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
         except RayConnectError as err:
             raise ExecutorError(str(err)) from None
         return True
-    cpus = os.cpu_count() or 1
-    executor = spec.executor
-    if executor.cpus_per_run > cpus:
-        raise ExecutorError(
-            f"executor.cpus_per_run ({executor.cpus_per_run:g}) exceeds this machine's {cpus} CPUs; lower it or join a cluster with --address"
-        )
+    cpus, executor = check_local_cpus(spec.executor, address), spec.executor
     # address="local": always a new Ray of our own; a bare ray.init() would join whatever cluster
     # Ray's current-cluster file names (a colleague's `ray start`, another driver's, a crashed one)
     _start_local_ray(num_cpus=cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)

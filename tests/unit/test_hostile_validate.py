@@ -265,3 +265,15 @@ def test_a_read_only_store_file_is_refused(tmp_path):
     sqlite3.connect(tmp_path / "out" / "ledger.db").close()
     (tmp_path / "out" / "ledger.db").chmod(0o444)
     refused(tmp_path, ["validate"], spec_data(tmp_path), "read-only")
+
+
+@pytest.mark.parametrize("command", [["validate"], ["run", "--dry-run"]])
+def test_more_cpus_per_run_than_this_machine_has_is_refused_before_run_as_run_refuses_it(tmp_path: Path, command: list[str]):
+    """validate and the dry run accepted executor.cpus_per_run=1e9, which `run` then refused."""
+    from support import write_spec
+
+    spec = write_spec(tmp_path)
+    result = CliRunner().invoke(app, [command[0], str(spec), "executor.cpus_per_run=1e9", *command[1:]])
+    assert result.exit_code == 2, result.output
+    assert f"executor.cpus_per_run (1e+09) exceeds this machine's {os.cpu_count()} CPUs" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
