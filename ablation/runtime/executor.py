@@ -273,9 +273,13 @@ def repair_record(folder: Path) -> str | None:
     if bound is None or bound.digest is None or bound.digest == experiment_digest(recorded) or "space" in bound.spec:
         return None
     stores = {key: getattr(recorded, key) for key in ("ledger", "output_dir")}
+    data = {**bound.spec, **stores, "tracking": recorded.tracking.model_dump(mode="json")}
+    executor = dict(data.get("executor") or {})
+    if executor.get("run_timeout_s") == type(recorded.executor).model_fields["run_timeout_s"].default:
+        executor.pop("run_timeout_s")  # the ledger's full dump makes the default explicit; the record keeps it unset
+        data["executor"] = executor
     try:
-        restored = validate_spec(ExperimentSpec, {**bound.spec, **stores, "tracking": recorded.tracking.model_dump(mode="json")},
-                                 f"the ledger's spec of {recorded.name!r}")
+        restored = validate_spec(ExperimentSpec, data, f"the ledger's spec of {recorded.name!r}")
     except (SpecError, ConfigError):
         return None
     if experiment_digest(restored) != bound.digest or run_root(restored).resolve() != folder.resolve():

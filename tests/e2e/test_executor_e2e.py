@@ -121,7 +121,7 @@ def test_runs_held_by_a_dead_driver_on_this_host_are_taken_over_at_once(local_ra
     assert after[held_dead]["status"] == "done" and after[held_dead]["attempts"] == 1
     assert after[held_live]["status"] == "running" and after[held_live]["host"] == "another-node:4711"
     assert after[plan.runs[2].run_id]["status"] == "running"
-    assert summary.counts["done"] == 2 and summary.exit_code == 1
+    assert summary.counts["done"] == 2 and summary.exit_code == 0  # the rest is held by live drivers, which finish it
 
 
 def test_max_concurrent_bounds_the_runs_in_flight(local_ray, tmp_path: Path):

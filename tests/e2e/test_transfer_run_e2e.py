@@ -3,6 +3,8 @@ describes; its docstring says what they check."""
 
 from __future__ import annotations
 
+import re
+
 import signal
 from pathlib import Path
 
@@ -35,7 +37,8 @@ def test_kill_and_rerun_gives_each_setting_cell_seed_once_in_ledger_and_mlflow(t
     keys = [(r["cell_key"], r["seed"]) for r in runs.values()]
     assert len(keys) == len(set(keys)) == 16 and {k.split("/")[0] for k, _ in keys} == set(plan.settings)
     parents, children = mlflow_runs(spec_path)
-    assert len(parents) == 1 and "slow-lr" in parents[0].data.tags["mlflow.note.content"]
+    description = re.sub(r"\\(.)", r"\1", parents[0].data.tags["mlflow.note.content"])  # Markdown escapes undone
+    assert len(parents) == 1 and "slow-lr" in description
     assert parents[0].data.tags["dapo.settings"] == "slow-lr,fast-lr"
     assert set(children) == set(runs) and all(len(found) == 1 for found in children.values())
     by_id = {run.run_id: run for run in plan.runs}
