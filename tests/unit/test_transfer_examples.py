@@ -5,6 +5,8 @@ The tests of this code that start Ray, `dapo-ablate` processes or training are i
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,7 @@ SETTINGS = [
 
 def _paper_example_here(tmp_path: Path) -> Path:
     """examples/transfer_paper.yaml with its machine-specific paths (checkpoints, data, ledger,
-    MLflow, Ray address) pointed at this machine; every other value as shipped."""
+    MLflow, Ray address, CPUs per run) pointed at this machine; every other value as shipped."""
     trainer = yaml.safe_load((EXAMPLES / "paper_qwen32b.yaml").read_text())
     spec = yaml.safe_load((EXAMPLES / "transfer_paper.yaml").read_text())
     assert spec["trainer"] == "paper_qwen32b.yaml"
@@ -48,7 +50,8 @@ def _paper_example_here(tmp_path: Path) -> Path:
             model.mkdir()
             (model / "config.json").write_text('{"max_position_embeddings": 32768}')
             setting["overrides"]["model.path"] = str(model)
-    spec["executor"]["address"] = None
+    spec["executor"]["address"] = None  # this machine stands in for a cluster node: a run's CPUs must fit it
+    spec["executor"]["cpus_per_run"] = min(spec["executor"]["cpus_per_run"], os.cpu_count() or 1)
     spec["tracking"]["uri"] = f"sqlite:///{tmp_path}/runs/mlflow.db"
     spec["ledger"] = f"sqlite:///{tmp_path}/runs/ledger.db"
     spec["output_dir"] = str(tmp_path / "runs")
