@@ -37,8 +37,9 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from dapo_ablate.ablation.experiment.sections import Section
 from dapo_ablate.ablation.experiment.spec import (
     DEFAULT_LEDGER,
     DEFAULT_OUTPUT_DIR,
@@ -84,11 +85,7 @@ MAX_CORNER_COMBINATIONS = 4096
 """Bounds are checked together with other knobs' bounds up to this many combinations."""
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False)
-
-
-class Dimension(_Section):
+class Dimension(Section):
     """One knob's search range (stored canonically: `type` always filled in)."""
 
     type: Literal["float", "int", "categorical"]
@@ -109,7 +106,7 @@ class Dimension(_Section):
         return list(self.choices) if self.type == "categorical" else [self.low, self.high]
 
 
-class SamplerSpec(_Section):
+class SamplerSpec(Section):
     """How trials' knob settings are chosen (Optuna samplers)."""
 
     type: Literal["tpe", "grid", "random"] = "tpe"
@@ -121,7 +118,7 @@ class SamplerSpec(_Section):
     """tpe: random trials before the model takes over (Optuna's default 10)."""
 
 
-class PrunerSpec(_Section):
+class PrunerSpec(Section):
     """Stopping unpromising trials early on their intermediate evaluations (Optuna pruners)."""
 
     type: Literal["median", "successive_halving", "none"] = "median"
@@ -137,7 +134,7 @@ class PrunerSpec(_Section):
     """successive_halving: 1 / reduction_factor of the trials go on at each rung."""
 
 
-class HeartbeatSpec(_Section):
+class HeartbeatSpec(Section):
     """Optuna's heartbeat: how trials left *running* by a crashed driver are recovered."""
 
     interval_s: int = Field(10, ge=1)
