@@ -67,8 +67,11 @@ def _figure_captions(analysis: Analysis) -> dict[str, str]:
         "learning_curves_overlay.png": f"Learning curves of all cells on one axis (mean over seeds; the baseline black "
         f"dashed, the full cell thick), the legend ordered by final mean {metric}.",
         "compute_curves.png": f"Compute curves: each cell's {metric} against cumulative generated tokens (log axis; points: "
-        "its runs' evaluations), with the saturating curve fitted to them (legend: the cell and its asymptote A); dotted "
-        "lines mark the lowest and highest asymptotes.",
+        "its runs' evaluations), with the saturating curve fitted to them (legend: the cell and its asymptote A). A curve "
+        "is solid up to the last evaluation of its runs and dashed beyond it: that part is an extrapolation, not data. A "
+        "cell whose curve has not bent toward a ceiling within its data (half the gain only past its last evaluation) is "
+        "dotted and faded: its asymptote is not enough data. Dotted grey lines mark the lowest and highest asymptotes of "
+        "the bent curves.",
         "signals_by_cell.png": "Training signals per cell: one panel per signal (verl's names), each cell's per-step "
         "mean over its seeds as one line (the baseline black dashed, the full cell thick).",
         "signals.png": "Training signals by technique: for each signal (rows, verl's metric names) and technique "
