@@ -10,6 +10,7 @@ import pandas as pd
 
 from dapo_ablate.reports import PAPER_FACTORS
 from dapo_ablate.reports.analysis import analyze
+from dapo_ablate.reports.claims import interval, short_term
 from dapo_ablate.reports.pages import table_captions
 from dapo_ablate.reports.simulate import simulate_results
 from dapo_ablate.reports.summary import summary_sections
@@ -28,9 +29,25 @@ def test_with_seeds_the_interval_line_names_the_df_the_intervals_use():
     assert "its own SE and Welch-Satterthwaite df" in analysis.effects_method
     assert "same model and df" not in analysis.effects_method
     assert "each effect's Welch-Satterthwaite df" in table_captions(analysis)["effects"]
-    for line in summary_sections(analysis)["Not supported by the data"]:
-        if " [" in line and "adjusted p" in line:
-            assert "unadjusted CI" in line, line  # the interval beside "not distinguishable" is the unadjusted one
+
+
+def test_a_not_supported_interval_that_excludes_zero_is_called_unadjusted():
+    """A statistic whose own 95% interval excludes zero but whose family-adjusted test does not pass
+    is listed under "Not supported" with that interval named as the unadjusted one (beside "not
+    distinguishable from zero", an interval past zero would otherwise read as a contradiction)."""
+    results = simulate_results(THREE, 0.3, {(THREE[0],): 0.09}, seeds=2, noise_sd=0.02, rng=4)
+    analysis = analyze(results, THREE)
+    tests = analysis.tests
+    open_rows = tests[tests["family"].isin(["attribution", "steps"]) & ~tests["claimed"] & tests["p_value"].notna()]
+    past_zero = open_rows[(open_rows["ci_low"] > 0) | (open_rows["ci_high"] < 0)]
+    assert len(past_zero), "the data must give a not-supported statistic whose unadjusted interval excludes zero"
+    assert (past_zero["p_adjusted"] >= analysis.options.alpha).all()
+    lines = summary_sections(analysis)["Not supported by the data"]
+    for row in open_rows.itertuples(index=False):
+        mine = [line for line in lines if line.startswith(f"{short_term(row.term)}: ")]
+        assert len(mine) == 1, (row.term, lines)
+        shown = f"{interval(row.ci_low, row.ci_high, analysis.percent)} (unadjusted CI; adjusted p = {row.p_adjusted:.2g})"
+        assert shown in mine[0] and "not distinguishable from zero" in mine[0], mine[0]
 
 
 def test_with_one_seed_every_line_names_lenths_df_and_margin():
