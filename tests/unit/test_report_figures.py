@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -220,6 +221,43 @@ def test_cumulative_figure_has_one_panel_per_ordering_shown(monkeypatch, results
     # the paper's numbers on their own axis, beside the paper ordering only
     twins = [axis for axis in figure.axes if not axis.get_title()]
     assert len(twins) == 1 and [round(y) for y in twins[0].get_lines()[0].get_ydata()] == [30, 36, 38, 41, 42, 50]
+
+
+def test_cumulative_figure_draws_the_cells_that_were_not_run_hollow(monkeypatch):
+    """A half fraction (E = ABCD: the full cell is run, GRPO is not): along every ordering shown,
+    a step whose cell the table lacks is a hollow point (the fitted model's prediction), a step whose
+    cell was run a filled one, each at its mean, and the legend names both."""
+    from dapo_ablate.reports import plots
+    from dapo_ablate.reports.pages import cumulative_display
+    from dapo_ablate.reports.report import REPORT_ORDERINGS_SHOWN
+
+    half = [mask for mask in range(32) if mask.bit_count() % 2 == 1]
+    table = simulate_results(FACTORS, 0.30, PLANTED, seeds=2, noise_sd=0.01, rng=0, cells=half)
+    run = {frozenset(f for f in FACTORS if row[f]) for _, row in table.iterrows()}
+    analysis = analyze(table, FACTORS, orderings=[list(PAPER_FACTORS), list(reversed(PAPER_FACTORS))])
+    shown = cumulative_display(analysis, REPORT_ORDERINGS_SHOWN)
+    figure = _figure(monkeypatch, lambda: plots.cumulative_plot(shown, "avg@32", True, 0.95, "GRPO", "paper"))
+    panels = [axis for axis in figure.axes if axis.get_title()]
+    assert [axis.get_title() for axis in panels] == [f"ordering {name}" for name in dict.fromkeys(shown["ordering"])]
+    hollow_seen = 0
+    for axis, (name, rows) in zip(panels, shown.groupby("ordering", sort=False)):
+        on = [frozenset(rows["added"].iloc[1:step + 1]) for step in range(len(rows))]  # each step's cell
+        was_run = np.array([cell in run for cell in on])
+        assert (rows["observed"].to_numpy(bool) == was_run).all()  # cumulative.csv's column says the same
+        points = [line for line in axis.get_lines() if line.get_marker() == "o"]
+        hollow = [line for line in points if line.get_markerfacecolor() != line.get_markeredgecolor()
+                  and line.get_markerfacecolor() in ("white", (1.0, 1.0, 1.0, 1.0))]  # fmt: skip
+        solid = [line for line in points if line not in hollow]
+        hollow_x = [int(x) for line in hollow for x in line.get_xdata()]
+        solid_x = [int(x) for line in solid for x in line.get_xdata()]
+        assert sorted(hollow_x) == list(np.flatnonzero(~was_run)), name
+        assert sorted(solid_x) == list(np.flatnonzero(was_run)), name
+        for line in points:
+            np.testing.assert_allclose(line.get_ydata(), 100 * rows["mean"].to_numpy(float)[line.get_xdata().astype(int)])
+        labels = [text.get_text() for text in axis.get_legend().get_texts()]
+        assert "predicted (cell not run)" in labels and "observed (cell run)" in labels
+        hollow_seen += len(hollow_x)
+    assert not was_run[0] and hollow_seen  # GRPO (step 0) was not run: the case the marks are for
 
 
 def test_interaction_legends_cover_no_data(results):
