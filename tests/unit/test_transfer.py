@@ -5,6 +5,8 @@ margin; one error guarantee over the whole claims.csv; bad input."""
 
 from __future__ import annotations
 
+from itertools import combinations
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -292,6 +294,49 @@ def test_planted_flip_and_constant_effect_on_the_readme_design_with_three_seeds(
     transfer = analyze_transfer(table, FACTORS).transfer
     assert set(_term(transfer, "shapley", CH)["verdict"]) == {"flips sign"}
     assert set(_term(transfer, "shapley", DS)["verdict"]) == {"transfers"}
+
+
+def _equivalence(rows: pd.DataFrame, alpha: float = 0.05) -> tuple[float, float]:
+    """(the far end of the widest pair's (1 - 2 alpha) interval, its half-width alone) of one term,
+    recomputed from its transfer.csv rows (estimate, se, df per setting): two independent settings'
+    difference on its Welch-Satterthwaite df. A term "transfers" at margin M exactly when every pair's
+    interval lies inside (-M, M), i.e. when the first number is below M; the second is what even a
+    zero difference would need."""
+    ends, halves = [], []
+    for (_, a), (_, b) in combinations(rows.iterrows(), 2):
+        var = a["se"] ** 2 + b["se"] ** 2
+        df = var**2 / (a["se"] ** 4 / a["df"] + b["se"] ** 4 / b["df"])
+        half = stats.t.ppf(1 - alpha, df) * np.sqrt(var)
+        ends.append(abs(a["estimate"] - b["estimate"]) + half)
+        halves.append(half)
+    return max(ends), max(halves)
+
+
+def test_one_seed_transfers_only_when_the_noise_allows_the_tost():
+    """One seed per cell, three settings, the README's half fraction, the same effects everywhere.
+    At run noise like the built-in task's (2 pp: Lenth PSE about 1 pp per effect) no term can
+    "transfer" at a 2 pp margin: the widest pair's 90% interval is wider than the margin even around a
+    zero difference. That is the noise, not the seed count: with a quarter of the noise the same
+    design shows every term within 2 pp, and then it must say "transfers". Either way the verdict is
+    the TOST, recomputed here from transfer.csv's own estimate, se and df."""
+    same = {("dynamic_sampling",): 0.08, ("clip_higher",): 0.03}
+    margin = 0.02
+    for noise, expect in ((0.02, "none"), (0.005, "all")):
+        table = simulate_settings(FACTORS, 0.40, {s: same for s in ("x", "y", "z")}, rng=0, seeds=1, noise_sd=noise,
+                                  cells=HALF)  # fmt: skip
+        result = analyze_transfer(table, FACTORS, equivalence_margin=margin)
+        assert all(analysis.lenth is not None for analysis in result.analyses.values())  # one seed: Lenth's noise
+        verdicts = []
+        for (statistic, term), rows in result.transfer.groupby(["statistic", "term"], sort=False):
+            far, floor = _equivalence(rows)
+            head = rows.iloc[0]
+            assert head["detectable_difference"] == pytest.approx(far)
+            assert head["verdict"] not in ("flips sign", "differs in size")  # the effects are equal
+            assert (head["verdict"] == "transfers") == (far < margin), (statistic, term, far)
+            if expect == "none":
+                assert floor > margin, (statistic, term, floor)  # out of reach whatever the estimates
+            verdicts.append(head["verdict"])
+        assert set(verdicts) == ({"inconclusive"} if expect == "none" else {"transfers"}), (noise, verdicts)
 
 
 @pytest.mark.parametrize(
