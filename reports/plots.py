@@ -362,14 +362,16 @@ def signal_columns(signals: pd.DataFrame) -> list[str]:
 
 
 def signal_owner(signals: pd.DataFrame, name: str, factors: list[str]) -> str | None:
-    """The factor without which the signal cannot vary (constant in every run with it off, as
-    ``train/num_gen_batches`` is 1 without dynamic sampling), or None. In the other factors'
+    """The factor without which the signal does not move, or None: with it off the signal takes one
+    value in every run (``train/num_gen_batches`` is 1 without dynamic sampling) or is not logged at
+    all (verl logs it only with dynamic sampling on), with it on it takes another (the built-in
+    trainer's DS runs may take 2 rounds at every step: constant, but not 1). In the other factors'
     panels such a signal is compared over the runs with its owner on: averaging in the runs where
     it cannot move would draw a flat line at a mixture level with a band that is only the owner's
     effect."""
     for factor in factors:
         off, on = signals.loc[signals[factor] == 0, name].dropna(), signals.loc[signals[factor] == 1, name].dropna()
-        if len(off) and len(on) and off.nunique() == 1 and on.nunique() > 1:
+        if len(on) and off.nunique() <= 1 and not on.isin(off.unique()).all():
             return factor
     return None
 

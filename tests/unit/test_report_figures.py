@@ -192,6 +192,74 @@ def test_a_signal_only_one_technique_moves_is_compared_over_its_runs(monkeypatch
             assert (line.get_ydata() >= 2).all()
 
 
+ROUNDS = {  # train/num_gen_batches per (dynamic sampling, seed, step), as each backend logs it
+    "built-in, DS always 2 rounds": lambda ds, seed, step: 2.0 if ds else 1.0,  # the quickstart config's 6-step runs
+    "built-in, DS 1-3 rounds": lambda ds, seed, step: 1.0 + ds * ((step + seed) % 3),
+    "verl, logged with DS on only": lambda ds, seed, step: 2.0 + (step + seed) % 2 if ds else None,
+}
+
+
+@pytest.mark.parametrize("shape", list(ROUNDS))
+def test_num_gen_batches_is_drawn_over_the_ds_on_runs_from_the_ledger(monkeypatch, tmp_path, shape):
+    """`report SPEC` on a ledger whose runs logged train/num_gen_batches as the trainers do (1 or
+    nothing without dynamic sampling): in every other technique's column of signals.png its lines
+    are the per-step means over the DS-on runs (said on the panel), never the mixture with the
+    DS-off runs; the DS column shows off and on. It was the mixture when every DS-on step took the
+    same number of rounds (the built-in quickstart config: 2)."""
+    from dapo_ablate.ablation.experiment.design import expand
+    from dapo_ablate.ablation.experiment.spec import build_spec
+    from dapo_ablate.ablation.runtime.executor import record_spec
+    from dapo_ablate.ablation.store.binding import experiment_digest
+    from dapo_ablate.ablation.store.ledger import SQLLedger
+    from dapo_ablate.cli.main import app
+    from dapo_ablate.reports import plots
+    from support import spec_data, write_spec
+    from typer.testing import CliRunner
+
+    factors = ["clip_higher", "dynamic_sampling"]
+    fields = {"factors": factors, "seeds": 2}
+    spec = build_spec(spec_data(tmp_path, "ds-signals", **fields))
+    rounds = ROUNDS[shape]
+    logged = []
+    Path(spec.output_dir).mkdir(parents=True, exist_ok=True)
+    with SQLLedger(spec.ledger) as ledger:
+        ledger.ensure_experiment(spec.name, spec.to_dict(), digest=experiment_digest(spec))
+        ledger.add_runs(spec.name, expand(spec).run_specs())
+        for run in expand(spec).runs:
+            ch, ds = (int(run.factors[f]) for f in factors)
+            steps = []
+            for step in range(1, 5):
+                point = {"step": step, "entropy": 1.0 - 0.05 * step - 0.02 * ch + 0.01 * run.seed}
+                if rounds(ds, run.seed, step) is not None:
+                    point["gen_rounds"] = rounds(ds, run.seed, step)
+                steps.append(point)
+                logged.append({"clip_higher": ch, "dynamic_sampling": ds, "step": step, "rounds": point.get("gen_rounds")})
+            assert ledger.claim(run.run_id, "h")
+            ledger.finish(run.run_id, {"metrics": {"avg@32": 0.3 + 0.05 * ds + 0.01 * run.seed}, "signals": steps,
+                                       "tokens_generated": 1, "tokens_discarded": 0, "wall_s": 1.0})  # fmt: skip
+    record_spec(spec)
+    figures = []
+    monkeypatch.setattr(plots, "figure_png", lambda figure, rect=None: figures.append(figure) or b"png")
+    result = CliRunner().invoke(app, ["report", str(write_spec(tmp_path, "ds-signals", **fields)), "--out",
+                                      str(tmp_path / "report"), "--format", "png"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (figure,) = [f for f in figures if f.get_suptitle().startswith("Training signals by technique")]
+    rows = [axis for axis in figure.axes if axis.get_ylabel()]
+    row = figure.axes.index(next(axis for axis in rows if axis.get_ylabel() == "train/num_gen_batches"))
+    panels = figure.axes[row:row + len(factors)]
+    table = pd.DataFrame(logged)
+    ds_on = table[table["dynamic_sampling"] == 1]
+    for axis, factor in zip(panels, factors):
+        runs = table if factor == "dynamic_sampling" else ds_on
+        notes = [text.get_text() for text in axis.texts]
+        assert notes == ([] if factor == "dynamic_sampling" else ["runs with DS on"]), (factor, notes)
+        for level, line in zip((0, 1), axis.get_lines()):
+            expected = runs[runs[factor] == level].groupby("step")["rounds"].mean()  # NaN: not logged at that level
+            np.testing.assert_allclose(np.asarray(line.get_ydata(), float), expected.to_numpy(float), err_msg=f"{factor} {level}")
+    for drawn in figures:
+        plots.plt.close(drawn)
+
+
 def test_signals_without_a_step_column_are_refused(results, tmp_path):
     from dapo_ablate.reports import ReportInputError
 
