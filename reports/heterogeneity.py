@@ -8,6 +8,9 @@ analysis (``transfer``) applies them to every term.
 - ``flip_p``: is one setting's value above zero while another's is below?
 - ``pair_difference`` / ``detectable_difference``: the largest between-setting difference the
   data cannot rule out, for an equivalence (TOST) verdict.
+
+Each has a ``..._many`` form over a leading batch of terms (arrays [..., S]); the scalar forms
+call it, so the report and the planning of its verdicts (``transfer_power``) share one formula.
 """
 
 from __future__ import annotations
@@ -18,10 +21,14 @@ import numpy as np
 from scipy import stats
 
 
-def _usable(theta: np.ndarray, se: np.ndarray, df: np.ndarray) -> bool:
-    return bool(
-        len(theta) >= 2 and np.isfinite(theta).all() and np.isfinite(se).all() and (se > 0).all() and (df > 0).all()
-    )
+def _usable_many(theta: np.ndarray, se: np.ndarray, df: np.ndarray) -> np.ndarray:
+    """[...]: whether each term's S values can be compared (S >= 2, every estimate and SE finite,
+    every SE and df positive)."""
+    if theta.shape[-1] < 2:
+        return np.zeros(theta.shape[:-1], dtype=bool)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(theta) & np.isfinite(se) & (se > 0) & (df > 0)
+    return ok.all(axis=-1)
 
 
 def welch_heterogeneity(theta: np.ndarray, se: np.ndarray, df: np.ndarray) -> tuple[float, float, float, float]:
@@ -33,17 +40,28 @@ def welch_heterogeneity(theta: np.ndarray, se: np.ndarray, df: np.ndarray) -> tu
     Example: theta (0, 2), se (1, 1), df (10, 10): w = (1, 1), theta_w = 1, A = 2, L = 2 (.5^2 / 10)
     = .05, F = 2 on (1, 3 / .15 = 20): Welch's two-sample t^2 = (2 / sqrt 2)^2 with df 20.
     """
-    theta, se, df = (np.asarray(v, dtype=float) for v in (theta, se, df))
-    if not _usable(theta, se, df):
-        return (float("nan"),) * 4
-    s = len(theta)
-    w = 1.0 / se**2
-    centre = float(w @ theta / w.sum())
-    a = float(w @ (theta - centre) ** 2) / (s - 1)
-    lam = float(np.sum((1 - w / w.sum()) ** 2 / df))
-    f = a / (1 + 2 * (s - 2) * lam / (s**2 - 1))
-    df2 = (s**2 - 1) / (3 * lam) if lam > 0 else float("inf")
-    return f, float(s - 1), df2, float(stats.f.sf(f, s - 1, df2))
+    f, df1, df2, p = welch_heterogeneity_many(*(np.asarray(v, dtype=float)[None] for v in (theta, se, df)))
+    return float(f[0]), float(df1), float(df2[0]), float(p[0])
+
+
+def welch_heterogeneity_many(theta: np.ndarray, se: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+    """``welch_heterogeneity`` of many terms at once: arrays [..., S] (the settings on the last
+    axis) -> (F [...], df1, df2 [...], p [...]), NaN where a term's inputs are not usable. The
+    one formula behind the report's test and ``transfer_power``'s planning of it."""
+    theta, se, df = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (theta, se, df)))
+    s = theta.shape[-1]
+    usable = _usable_many(theta, se, df)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = 1.0 / se**2
+        total = w.sum(axis=-1, keepdims=True)
+        centre = (w * theta).sum(axis=-1, keepdims=True) / total
+        a = (w * (theta - centre) ** 2).sum(axis=-1) / (s - 1)
+        lam = ((1 - w / total) ** 2 / df).sum(axis=-1)
+        f = a / (1 + 2 * (s - 2) * lam / (s**2 - 1))
+        df2 = np.where(lam > 0, (s**2 - 1) / (3 * lam), np.inf)
+        p = stats.f.sf(f, s - 1, df2)
+    nan = np.full(theta.shape[:-1], np.nan)
+    return np.where(usable, f, nan), float(s - 1), np.where(usable, df2, nan), np.where(usable, p, nan)
 
 
 def cochran_q(estimates: np.ndarray, se: np.ndarray) -> tuple[float, float]:
@@ -109,11 +127,30 @@ def detectable_difference(theta, se, df, alpha: float) -> float:
     Example: theta (0, .01), se (.005, .005), df inf, alpha .05: d = -.01, se_d = .00707,
     |d| + 1.645 se_d = .0216.
     """
-    theta, se, df = (np.asarray(v, dtype=float) for v in (theta, se, df))
-    if not _usable(theta, se, df):
-        return float("nan")
-    ends = []
-    for a, b in combinations(range(len(theta)), 2):
-        d, se_d, df_d = pair_difference(theta, se, df, a, b)
-        ends.append(abs(d) + float(stats.t.ppf(1 - alpha, df_d)) * se_d)
-    return float(max(ends))
+    return float(detectable_difference_many(*(np.asarray(v, dtype=float)[None] for v in (theta, se, df)), alpha)[0])
+
+
+def detectable_difference_many(theta: np.ndarray, se: np.ndarray, df: np.ndarray, alpha: float) -> np.ndarray:
+    """``detectable_difference`` of many terms at once: arrays [..., S] -> [...] (NaN where a
+    term's inputs are not usable); each pair's SE and df as ``pair_difference`` gives them."""
+    theta, se, df = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (theta, se, df)))
+    ends = np.full(theta.shape[:-1], -np.inf)
+    for a, b in combinations(range(theta.shape[-1]), 2):
+        var_a, var_b = se[..., a] ** 2, se[..., b] ** 2
+        total = var_a + var_b
+        with np.errstate(divide="ignore", invalid="ignore"):  # both df infinite: infinite df
+            df_d = total**2 / (var_a**2 / df[..., a] + var_b**2 / df[..., b])
+            end = np.abs(theta[..., a] - theta[..., b]) + stats.t.ppf(1 - alpha, df_d) * np.sqrt(total)
+        ends = np.maximum(ends, end)
+    return np.where(_usable_many(theta, se, df), ends, np.nan)
+
+
+def flip_p_many(theta: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """``flip_p``'s p of many terms at once: arrays [..., S] -> [...]: the larger of the smallest
+    p among positive estimates and among negative ones; 1 with one sign only, NaN when a value is
+    missing."""
+    theta, p = np.broadcast_arrays(np.asarray(theta, dtype=float), np.asarray(p, dtype=float))
+    up = np.where(theta > 0, p, np.inf).min(axis=-1)
+    down = np.where(theta < 0, p, np.inf).min(axis=-1)
+    out = np.where(np.isinf(up) | np.isinf(down), 1.0, np.maximum(up, down))
+    return np.where(np.isnan(theta).any(axis=-1) | np.isnan(p).any(axis=-1), np.nan, out)

@@ -252,13 +252,21 @@ def _readjusted(analysis: Analysis, tests: pd.DataFrame, options, guarantee: Gua
 
 def _verdict(values: TermValues, flip_adjusted: float, p_adjusted: float, detectable: float, margin: float, alpha: float) -> str:
     """The plain verdict of one term (module docstring)."""
-    if not values.complete or np.isnan(p_adjusted):
-        return "not enough data"
-    if flip_adjusted < alpha:
-        return "flips sign"
-    if p_adjusted < alpha:
-        return "differs in size"
-    return "transfers" if detectable < margin else "inconclusive"
+    return str(verdicts_of(np.array([values.complete]), flip_adjusted, p_adjusted, detectable, margin, alpha)[0])
+
+
+def verdicts_of(complete, flip_adjusted, p_adjusted, detectable, margin: float, alpha: float) -> np.ndarray:
+    """The plain verdict (module docstring) of many terms at once, from each term's adjusted flips
+    and Welch p-values and its detectable difference: the rule the report applies and
+    ``transfer_power`` plans for."""
+    complete, flip_adjusted, p_adjusted, detectable = np.broadcast_arrays(
+        np.asarray(complete, dtype=bool), *(np.asarray(v, dtype=float) for v in (flip_adjusted, p_adjusted, detectable))
+    )
+    return np.select(
+        [~complete | np.isnan(p_adjusted), flip_adjusted < alpha, p_adjusted < alpha, detectable < margin],
+        ["not enough data", "flips sign", "differs in size", "transfers"],
+        "inconclusive",
+    )
 
 
 def rank_agreement(transfer: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
