@@ -14,7 +14,7 @@ Each setting has its own seed effects (sd 1 pp) and run noise (its own sd, the r
 The studies are simulated and analysed as arrays (numpy), not one report at a time: each
 setting's cells' own residual variances with seeds as blocks, every term's estimate, SE and
 Welch-Satterthwaite df as ``reports.inference`` computes them for a balanced design, then the
-report's own verdict functions (``heterogeneity.*_many``, ``transfer.verdicts_of``) with Holm
+report's own verdict functions (``heterogeneity.*_many``, ``heterogeneity.verdicts_of``) with Holm
 over the transfer family and Bonferroni over the report's families. The first ``--check``
 studies of every row are also run through ``reports.transfer.analyze_transfer`` itself, and the
 script stops if any term's verdict or Welch p-value differs.
@@ -40,11 +40,11 @@ from dapo_ablate.reports import shapley as sv
 from dapo_ablate.reports import transfer_power as tp
 from dapo_ablate.reports.design import describe_design
 from dapo_ablate.reports.effects import effect_contrasts, model_prediction_map
-from dapo_ablate.reports.heterogeneity import detectable_difference_many, flip_p_many, welch_heterogeneity_many
+from dapo_ablate.reports.heterogeneity import excluded_beyond_many, flip_p_many, verdicts_of, welch_heterogeneity_many
 from dapo_ablate.reports.multiplicity import across_families, bonferroni, holm
 from dapo_ablate.reports.power import half_fraction
 from dapo_ablate.reports.simulate import true_cell_means, wilson_interval
-from dapo_ablate.reports.transfer import analyze_transfer, verdicts_of
+from dapo_ablate.reports.transfer import analyze_transfer
 
 FACTORS = list(PAPER_FACTORS)
 OF, CH, SP, TL, DS = FACTORS
@@ -160,7 +160,7 @@ def estimates(y: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
 
 
 def across(per_setting: list[tuple], terms: Terms) -> tuple[np.ndarray, ...]:
-    """(Welch p adjusted, Welch p, flips p adjusted, detectable difference), each [experiments, T],
+    """(Welch p adjusted, Welch p, flips p adjusted, excluded_beyond), each [experiments, T],
     as the report computes and adjusts them (Holm within the transfer family, Bonferroni over the
     T x S simultaneous intervals behind the flips, both times the report's families)."""
     theta, se, df = (np.stack([p[i] for p in per_setting], axis=-1) for i in range(3))
@@ -170,8 +170,8 @@ def across(per_setting: list[tuple], terms: Terms) -> tuple[np.ndarray, ...]:
     p_flip = flip_p_many(theta, p_each)
     p_adjusted = across_families(np.stack([holm(p) for p in p_welch]), terms.families, "holm")
     flip_adjusted = across_families(bonferroni(p_flip, t * s), terms.families, "holm")
-    detectable = detectable_difference_many(theta, se, df, 0.05)
-    return p_adjusted, p_welch, flip_adjusted, detectable
+    excluded = excluded_beyond_many(theta, se, df, 0.05)
+    return p_adjusted, p_welch, flip_adjusted, excluded
 
 
 def table_of(y: list[np.ndarray], terms: Terms, experiment: int) -> pd.DataFrame:
@@ -207,8 +207,8 @@ def run_row(row: Row, experiments: int, checks: int, rng) -> dict:
     j = terms.keys.index(key)
     seeds, planned_power, size, margin = plan(row, terms)
     y = simulate(row, terms, seeds, planted(row, size, seeds, terms.rows[j]), experiments, rng)
-    p_adjusted, p_welch, flip_adjusted, detectable = across([estimates(v, terms.rows) for v in y], terms)
-    words = verdicts_of(np.ones_like(p_adjusted, dtype=bool), flip_adjusted, p_adjusted, detectable, margin, 0.05)
+    p_adjusted, p_welch, flip_adjusted, excluded = across([estimates(v, terms.rows) for v in y], terms)
+    words = verdicts_of(np.ones_like(p_adjusted, dtype=bool), flip_adjusted, p_adjusted, excluded, margin, 0.05)
     check(y, terms, words, p_welch, checks, margin)
     wanted = ("transfers",) if row.verdict == tp.TRANSFERS else ("differs in size", "flips sign")
     hits = np.isin(words[:, j], wanted)

@@ -65,6 +65,7 @@ METRIC_COLUMNS = {
     "gap_ci_low",
     "gap_ci_high",
     "detectable_difference",
+    "excluded_beyond",
     "asymptote_effect",
     "asymptote_ci_low",
     "asymptote_ci_high",

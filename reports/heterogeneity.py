@@ -6,11 +6,12 @@ analysis (``transfer``) applies them to every term.
   for equal means with unequal variances, on the settings' own variances and df;
 - ``cochran_q``: the same spread as a description, Q and I^2 (inverse-variance weights);
 - ``flip_p``: is one setting's value above zero while another's is below?
-- ``pair_difference`` / ``detectable_difference``: the largest between-setting difference the
-  data cannot rule out, for an equivalence (TOST) verdict.
+- ``pair_difference`` / ``excluded_beyond``: the largest between-setting difference the data
+  cannot rule out (every larger one is excluded), for an equivalence (TOST) verdict.
 
 Each has a ``..._many`` form over a leading batch of terms (arrays [..., S]); the scalar forms
-call it, so the report and the planning of its verdicts (``transfer_power``) share one formula.
+call it, so the report and the planning of its verdicts (``transfer_power``) share one formula,
+and ``verdicts_of`` is the report's verdict rule over many terms.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def difference_interval(theta, se, df, a: int, b: int, level: float) -> tuple[fl
     return d, d - half, d + half
 
 
-def detectable_difference(theta, se, df, alpha: float) -> float:
+def excluded_beyond(theta, se, df, alpha: float) -> float:
     """The largest between-setting difference these data cannot exclude at level alpha per side:
     max over pairs of |d| + t_{1 - alpha, df_d} se_d, the far end of each pair's (1 - 2 alpha)
     interval. Every pair's two one-sided tests (TOST) show |difference| < margin exactly when
@@ -127,11 +128,11 @@ def detectable_difference(theta, se, df, alpha: float) -> float:
     Example: theta (0, .01), se (.005, .005), df inf, alpha .05: d = -.01, se_d = .00707,
     |d| + 1.645 se_d = .0216.
     """
-    return float(detectable_difference_many(*(np.asarray(v, dtype=float)[None] for v in (theta, se, df)), alpha)[0])
+    return float(excluded_beyond_many(*(np.asarray(v, dtype=float)[None] for v in (theta, se, df)), alpha)[0])
 
 
-def detectable_difference_many(theta: np.ndarray, se: np.ndarray, df: np.ndarray, alpha: float) -> np.ndarray:
-    """``detectable_difference`` of many terms at once: arrays [..., S] -> [...] (NaN where a
+def excluded_beyond_many(theta: np.ndarray, se: np.ndarray, df: np.ndarray, alpha: float) -> np.ndarray:
+    """``excluded_beyond`` of many terms at once: arrays [..., S] -> [...] (NaN where a
     term's inputs are not usable); each pair's SE and df as ``pair_difference`` gives them."""
     theta, se, df = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (theta, se, df)))
     ends = np.full(theta.shape[:-1], -np.inf)
@@ -154,3 +155,17 @@ def flip_p_many(theta: np.ndarray, p: np.ndarray) -> np.ndarray:
     down = np.where(theta < 0, p, np.inf).min(axis=-1)
     out = np.where(np.isinf(up) | np.isinf(down), 1.0, np.maximum(up, down))
     return np.where(np.isnan(theta).any(axis=-1) | np.isnan(p).any(axis=-1), np.nan, out)
+
+
+def verdicts_of(complete, flip_adjusted, p_adjusted, excluded, margin: float, alpha: float) -> np.ndarray:
+    """The transfer report's plain verdict (``transfer``'s module docstring) of many terms at once,
+    from each term's adjusted flips and Welch p-values and its ``excluded_beyond``: the rule the
+    report applies and ``transfer_power`` plans for."""
+    complete, flip_adjusted, p_adjusted, excluded = np.broadcast_arrays(
+        np.asarray(complete, dtype=bool), *(np.asarray(v, dtype=float) for v in (flip_adjusted, p_adjusted, excluded))
+    )
+    return np.select(
+        [~complete | np.isnan(p_adjusted), flip_adjusted < alpha, p_adjusted < alpha, excluded < margin],
+        ["not enough data", "flips sign", "differs in size", "transfers"],
+        "inconclusive",
+    )

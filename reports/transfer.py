@@ -27,12 +27,20 @@ Verdict per term (first that applies):
 - ``differs in size``: Welch's test rejects after the report's adjustment (family ``transfer``);
 - ``transfers``: the effects are equivalent within +-margin (``--equivalence-margin``, default
   2 pp): two one-sided tests at alpha for every pair of settings (TOST; intersection-union, so no
-  adjustment over the pairs), i.e. ``detectable_difference`` -- the far end of the widest
-  pair's (1 - 2 alpha) interval (90% at alpha 5%), the largest difference the data cannot
-  exclude -- is below the margin. It is a verdict per term at level alpha, not a row of
-  claims.csv (which lists effects and differences, under the report's guarantee);
+  adjustment over the pairs), i.e. ``excluded_beyond`` -- the far end of the widest pair's
+  (1 - 2 alpha) interval (90% at alpha 5%), the largest difference the data cannot exclude --
+  is below the margin. It is a verdict per term at level alpha, not a row of claims.csv (which
+  lists effects and differences, under the report's guarantee);
 - ``inconclusive``: no difference detected, and the data cannot exclude one as large as the
   margin: an absence of evidence, not evidence of transfer.
+
+``detectable_difference`` says what the study as run could find: the smallest difference
+between two settings that this report would claim ("differs in size" or "flips sign") with 80%
+power (``transfer_power.DETECTABLE_POWER``), given each setting's SE and df of the term as
+estimated here, the same tests and adjustment, and the hardest arrangement (the least precise
+pair that far apart, the other settings between them): ``transfer_power.detectable_differences``,
+the quantity `plan-seeds --seeds` reports before a study is run. A difference smaller than it
+was likely to be missed, so an "inconclusive" there says little.
 
 ``gap`` is the largest between-setting contrast (highest minus lowest setting) with its
 (1 - 2 alpha) interval (``gap_ci_low``/``gap_ci_high``), the interval the TOST reads.
@@ -56,15 +64,16 @@ from dapo_ablate.core.contracts import SETTING_COLUMN
 
 from .analysis import Analysis, analyze, lenth_rule
 from .claims import CLAIM_COLUMNS, ClaimOptions, Guarantee, adjust_tests, claims_table, effects_with_adjusted
-from .heterogeneity import cochran_q, detectable_difference, difference_interval, flip_p, welch_heterogeneity
+from .heterogeneity import cochran_q, difference_interval, excluded_beyond, flip_p, verdicts_of, welch_heterogeneity
 from .options import ReportOptions, report_options
 from .table import ReportInputError
+from .transfer_power import DETECTABLE_POWER, Adjustment, detectable_differences
 
 VERDICTS = ("transfers", "differs in size", "flips sign", "inconclusive", "not enough data")
 TRANSFER_COLUMNS = [
     "statistic", "term", "setting", "estimate", "ci_low", "ci_high", "p_interaction", "p_adjusted", "q", "i2", "verdict",
-    "se", "df", "sim_ci_low", "sim_ci_high", "p_flip_adjusted", "gap", "gap_ci_low", "gap_ci_high",
-    "detectable_difference",
+    "detectable_difference", "se", "df", "sim_ci_low", "sim_ci_high", "p_flip_adjusted", "gap", "gap_ci_low",
+    "gap_ci_high", "excluded_beyond",
 ]  # fmt: skip
 RANK_COLUMNS = ["setting_a", "setting_b", "kendall_tau", "p_value", "n_factors"]
 TRANSFER_FAMILIES = ("transfer", "flips")
@@ -84,6 +93,7 @@ class TransferAnalysis:
     margin: float  # equivalence margin, in the metric's units
     equivalence_alpha: float  # TOST level per side, per term (intersection-union over the pairs)
     simultaneous_alpha: float  # two-sided, per interval behind "flips sign"
+    detectable_power: float = DETECTABLE_POWER  # the power of detectable_difference
     evidence: dict[str, list[str]] = field(default_factory=dict)  # the report's evidence sections (evidence.Evidence)
 
     @property
@@ -174,7 +184,7 @@ class _Across:
     flip_pair: tuple[int, int] | None
     gap: tuple[float, float, float]  # (highest - lowest, low, high) at 1 - 2 alpha_eq
     gap_pair: tuple[int, int] | None
-    detectable: float
+    excluded: float
 
 
 def _across(values: TermValues, equivalence_alpha: float) -> _Across:
@@ -189,7 +199,7 @@ def _across(values: TermValues, equivalence_alpha: float) -> _Across:
     gap = difference_interval(theta, se, df, hi, lo, 1 - 2 * equivalence_alpha)
     return _Across(
         p_interaction, q, i2, p_flip, None if up is None else (up, down), gap, (hi, lo),
-        detectable_difference(theta, se, df, equivalence_alpha),
+        excluded_beyond(theta, se, df, equivalence_alpha),
     )  # fmt: skip
 
 
@@ -250,23 +260,9 @@ def _readjusted(analysis: Analysis, tests: pd.DataFrame, options, guarantee: Gua
     )  # fmt: skip
 
 
-def _verdict(values: TermValues, flip_adjusted: float, p_adjusted: float, detectable: float, margin: float, alpha: float) -> str:
+def _verdict(values: TermValues, flip_adjusted: float, p_adjusted: float, excluded: float, margin: float, alpha: float) -> str:
     """The plain verdict of one term (module docstring)."""
-    return str(verdicts_of(np.array([values.complete]), flip_adjusted, p_adjusted, detectable, margin, alpha)[0])
-
-
-def verdicts_of(complete, flip_adjusted, p_adjusted, detectable, margin: float, alpha: float) -> np.ndarray:
-    """The plain verdict (module docstring) of many terms at once, from each term's adjusted flips
-    and Welch p-values and its detectable difference: the rule the report applies and
-    ``transfer_power`` plans for."""
-    complete, flip_adjusted, p_adjusted, detectable = np.broadcast_arrays(
-        np.asarray(complete, dtype=bool), *(np.asarray(v, dtype=float) for v in (flip_adjusted, p_adjusted, detectable))
-    )
-    return np.select(
-        [~complete | np.isnan(p_adjusted), flip_adjusted < alpha, p_adjusted < alpha, detectable < margin],
-        ["not enough data", "flips sign", "differs in size", "transfers"],
-        "inconclusive",
-    )
+    return str(verdicts_of(np.array([values.complete]), flip_adjusted, p_adjusted, excluded, margin, alpha)[0])
 
 
 def rank_agreement(transfer: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
@@ -289,7 +285,7 @@ def _table(values, across, adjusted, settings, sim_alpha, margin, alpha) -> pd.D
     for v, a in zip(values, across):
         p_adjusted = adjusted.get(("transfer", v.statistic, v.term), np.nan)
         flip_adjusted = adjusted.get(("flips", v.statistic, v.term), np.nan)
-        word = _verdict(v, flip_adjusted, p_adjusted, a.detectable, margin, alpha)
+        word = _verdict(v, flip_adjusted, p_adjusted, a.excluded, margin, alpha)
         sim_low, sim_high = _simultaneous(v, sim_alpha)
         for s, setting in enumerate(settings):
             rows.append({
@@ -297,7 +293,7 @@ def _table(values, across, adjusted, settings, sim_alpha, margin, alpha) -> pd.D
                 "ci_low": v.ci_low[s], "ci_high": v.ci_high[s], "p_interaction": a.p_interaction,
                 "p_adjusted": p_adjusted, "q": a.q, "i2": a.i2, "verdict": word, "se": v.se[s], "df": v.df[s],
                 "sim_ci_low": sim_low[s], "sim_ci_high": sim_high[s], "p_flip_adjusted": flip_adjusted,
-                "gap": a.gap[0], "gap_ci_low": a.gap[1], "gap_ci_high": a.gap[2], "detectable_difference": a.detectable,
+                "gap": a.gap[0], "gap_ci_low": a.gap[1], "gap_ci_high": a.gap[2], "excluded_beyond": a.excluded,
             })  # fmt: skip
     return pd.DataFrame(rows, columns=TRANSFER_COLUMNS)
 
@@ -333,11 +329,23 @@ def analyze_transfer(
         for s, a in zip(settings, ordered)
     }
     transfer = _table(values, across, adjusted, settings, sim_alpha, margin, claims.alpha)
+    transfer["detectable_difference"] = _detectable(values, transfer, tests, guarantee, claims)
     return TransferAnalysis(
         settings=settings, analyses=readjusted, transfer=transfer, ranks=rank_agreement(transfer, settings),
         claims=_transfer_claims(tests), options=claims, guarantee=guarantee, margin=margin,
         equivalence_alpha=equivalence_alpha, simultaneous_alpha=sim_alpha,
     )  # fmt: skip
+
+
+def _detectable(values: list[TermValues], transfer: pd.DataFrame, tests, guarantee: Guarantee, options) -> np.ndarray:
+    """transfer.csv's detectable_difference (module docstring), per row: each term's from its
+    settings' own SEs and df, at the report's adjustment of its transfer tests."""
+    if not values:
+        return np.zeros(0)
+    adjustment = Adjustment(int((tests["family"] == "transfer").sum()), guarantee.n_families, options.alpha, options.adjust)
+    found = detectable_differences(np.stack([v.se for v in values]), np.stack([v.df for v in values]), adjustment)
+    by_term = {(v.statistic, v.term): d for v, d in zip(values, found)}
+    return np.array([by_term[key] for key in zip(transfer["statistic"], transfer["term"])], dtype=float)
 
 
 def _check_margin(margin: float, analyses: list[Analysis], metric: str) -> None:

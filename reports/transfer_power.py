@@ -6,7 +6,7 @@ measures least precisely, under the same rule and the same multiplicity the repo
 
 - ``transfers``: the effect is the same in every setting (planted equal), and the report shows
   every pair of settings within the equivalence margin by two one-sided tests at alpha
-  (``heterogeneity.detectable_difference_many`` below the margin), with no difference or flip
+  (``heterogeneity.excluded_beyond_many`` below the margin), with no difference or flip
   claimed;
 - ``differs``: the effect differs by ``size`` between two settings, and the report claims it
   ("differs in size" by Welch's test after the report's adjustment, or "flips sign"). The
@@ -60,11 +60,10 @@ from scipy import stats
 
 from .design import describe_design
 from .effects import effect_contrasts
-from .heterogeneity import detectable_difference_many, flip_p_many, welch_heterogeneity_many
+from .heterogeneity import excluded_beyond_many, flip_p_many, verdicts_of, welch_heterogeneity_many
 from .multiplicity import across_families, bonferroni
 from .power import MAX_SEEDS, family_contrasts, half_fraction, welch_df
 from .table import MAX_FACTORS, ReportInputError
-from .transfer import verdicts_of
 
 TRANSFERS, DIFFERS = "transfers", "differs"
 PLAN_VERDICTS = (TRANSFERS, DIFFERS)
@@ -84,6 +83,18 @@ AWAY = 50.0
 
 
 @dataclass(frozen=True)
+class Adjustment:
+    """How the report adjusts one term's transfer tests: ``terms`` share the transfer family (and
+    the flips family, times the settings), ``families`` claims families share alpha (Bonferroni),
+    within each family ``adjust`` (holm | bh | none)."""
+
+    terms: int
+    families: int
+    alpha: float = 0.05
+    adjust: str = "holm"
+
+
+@dataclass(frozen=True)
 class TransferTest:
     """The report's transfer verdict on one statistic of one design: the statistic's least precise
     contrast over the observed cells, how many terms share the transfer and flips families, and
@@ -100,6 +111,10 @@ class TransferTest:
     @property
     def cells(self) -> int:
         return len(self.contrast)
+
+    @property
+    def adjustment(self) -> Adjustment:
+        return Adjustment(self.terms, self.families, self.alpha, self.adjust)
 
 
 def transfer_tests(factors: list[str], alpha: float = 0.05, adjust: str = "holm") -> list[TransferTest]:
@@ -187,48 +202,55 @@ def simulate_term(test: TransferTest, sigmas, seeds, draws: int = PLAN_DRAWS) ->
     return SimulatedTerm(np.stack(errors, 1), np.stack(ses, 1), np.stack(dfs, 1), np.array(true_ses))
 
 
-def verdict_shares(test: TransferTest, theta, se, df, margin: float) -> dict[str, np.ndarray]:
-    """{verdict: [draws] bool} of the report's rule (``transfer.verdicts_of``) on the term's
-    simulated values, with the term's adjusted p-values as the report adjusts them when it is the
-    one term that differs (first step of Holm or BH: Bonferroni over the family)."""
+def verdict_shares(adjustment: Adjustment, theta, se, df, margin: float) -> dict[str, np.ndarray]:
+    """{verdict: bool array} (the verdicts a plan counts) of the report's rule (``heterogeneity.verdicts_of``) on simulated
+    values (arrays [..., S]), with each term's adjusted p-values as the report adjusts them when
+    it is the one term that differs (first step of Holm or BH: Bonferroni over the family)."""
     s = theta.shape[-1]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p_each = 2 * stats.t.sf(np.abs(theta) / se, df)
+    if (theta < 0).any():  # a sign to flip (the planted values lie AWAY from zero: almost never)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p_flip = flip_p_many(theta, 2 * stats.t.sf(np.abs(theta) / se, df))
+    else:
+        p_flip = np.ones(theta.shape[:-1])
     p_welch = welch_heterogeneity_many(theta, se, df)[3]
-    p_flip = flip_p_many(theta, p_each)
-    p_adjusted = _adjusted(p_welch, test.terms, test)
-    flip_adjusted = _adjusted(p_flip, test.terms * s, test)
-    # an infinite margin (planning "differs") needs no detectable difference: every value is below it
-    detectable = detectable_difference_many(theta, se, df, test.alpha) if np.isfinite(margin) else np.zeros(len(theta))
-    words = verdicts_of(np.ones(len(theta), dtype=bool), flip_adjusted, p_adjusted, detectable, margin, test.alpha)
-    return {word: words == word for word in np.unique(words)}
+    p_adjusted = _adjusted(p_welch, adjustment.terms, adjustment)
+    flip_adjusted = _adjusted(p_flip, adjustment.terms * s, adjustment)
+    # an infinite margin (planning "differs") needs no excluded_beyond: every value is below it
+    excluded = excluded_beyond_many(theta, se, df, adjustment.alpha) if np.isfinite(margin) else np.zeros(theta.shape[:-1])
+    words = verdicts_of(np.ones(theta.shape[:-1], dtype=bool), flip_adjusted, p_adjusted, excluded, margin, adjustment.alpha)
+    return {word: words == word for word in ("transfers", "differs in size", "flips sign")}
 
 
-def _adjusted(p: np.ndarray, count: int, test: TransferTest) -> np.ndarray:
-    within = p if test.adjust == "none" else bonferroni(p, count)
-    return across_families(within, test.families, test.adjust)
+def _adjusted(p: np.ndarray, count: int, adjustment: Adjustment) -> np.ndarray:
+    within = p if adjustment.adjust == "none" else bonferroni(p, count)
+    return across_families(within, adjustment.families, adjustment.adjust)
 
 
-def least_favourable(size: float, true_se: np.ndarray) -> np.ndarray:
+def least_favourable(size, true_se: np.ndarray) -> np.ndarray:
     """True values of a term that differs by ``size`` between two settings, arranged as Welch's
     test detects least often: the two settings with the largest SEs (the least precise pair)
-    ``size`` apart, every other at their inverse-variance midpoint; all positive, so that no
-    sign flips."""
-    order = np.argsort(-true_se, kind="stable")
-    a, b = order[0], order[1]
-    w_a, w_b = 1 / true_se[a] ** 2, 1 / true_se[b] ** 2
-    away = AWAY * float(true_se.max())
-    truth = np.full(len(true_se), away + size * w_a / (w_a + w_b))
-    truth[a], truth[b] = away + size, away
+    ``size`` apart, every other at their inverse-variance midpoint; AWAY SEs above zero, so that
+    no sign flips. Arrays [..., S] (``size``: [...] or one number)."""
+    true_se = np.asarray(true_se, dtype=float)
+    size = np.asarray(size, dtype=float)[..., None]
+    order = np.argsort(-true_se, axis=-1, kind="stable")
+    a, b = order[..., :1], order[..., 1:2]
+    w_a = 1 / np.take_along_axis(true_se, a, axis=-1) ** 2
+    w_b = 1 / np.take_along_axis(true_se, b, axis=-1) ** 2
+    away = AWAY * true_se.max(axis=-1, keepdims=True)
+    truth = np.array(np.broadcast_to(away + size * w_a / (w_a + w_b), np.broadcast_shapes(true_se.shape, size.shape)))
+    np.put_along_axis(truth, a, away + size, axis=-1)
+    np.put_along_axis(truth, b, away, axis=-1)
     return truth
 
 
-def planted(verdict: str, size: float, true_se: np.ndarray) -> np.ndarray:
+def planted(verdict: str, size, true_se: np.ndarray) -> np.ndarray:
     """The true values a plan is for: ``transfers``: the same value in every setting; ``differs``:
     ``least_favourable``. Both AWAY SEs from zero, where no sign can flip (the verdict rule is
     otherwise blind to where the values lie)."""
+    true_se = np.asarray(true_se, dtype=float)
     if verdict == TRANSFERS:
-        return np.full(len(true_se), AWAY * float(true_se.max()))
+        return np.broadcast_to(AWAY * true_se.max(axis=-1, keepdims=True), true_se.shape)
     return least_favourable(size, true_se)
 
 
@@ -250,7 +272,7 @@ class Planner:
     def power(self, seeds, verdict: str, size: float, margin: float, draws: int = PLAN_DRAWS) -> float:
         """The chance that the report gives ``verdict`` (``transfers``: for equal values, within
         ``margin``; ``differs``: a difference of ``size``, claimed) with these seeds per setting."""
-        return share(self.test, self.term(seeds, draws), verdict, size, margin)
+        return float(share(self.test.adjustment, self.term(seeds, draws), verdict, size, margin))
 
 
 def power_of(test: TransferTest, sigmas, seeds, verdict: str, size: float, margin: float) -> float:
@@ -258,13 +280,13 @@ def power_of(test: TransferTest, sigmas, seeds, verdict: str, size: float, margi
     return Planner(test, sigmas).power(seeds, verdict, size, margin)
 
 
-def share(test: TransferTest, term: SimulatedTerm, verdict: str, size: float, margin: float) -> float:
-    """The share of the simulated reports that give ``verdict`` (``differs``: "differs in size" or
-    "flips sign") for the values ``planted`` for it."""
-    shares = verdict_shares(test, *term.statistics(planted(verdict, size, term.true_se)), margin)
+def share(adjustment: Adjustment, term: SimulatedTerm, verdict: str, size, margin: float) -> np.ndarray:
+    """The share of the simulated reports (the first axis) that give ``verdict`` (``differs``:
+    "differs in size" or "flips sign") for the values ``planted`` for it, per term."""
+    shares = verdict_shares(adjustment, *term.statistics(planted(verdict, size, term.true_se)), margin)
     wanted = ("transfers",) if verdict == TRANSFERS else ("differs in size", "flips sign")
-    hits = sum(shares.get(word, np.zeros(len(term.error), dtype=bool)) for word in wanted)
-    return float(np.mean(hits))
+    hits = sum(shares.get(word, np.zeros(term.error.shape[:-1], dtype=bool)) for word in wanted)
+    return np.mean(hits, axis=0)
 
 
 def ladder(sigmas, allocation: str) -> np.ndarray:
@@ -340,29 +362,60 @@ def detectable(planner: Planner, seeds, power: float) -> tuple[float, float]:
     """What seeds per setting buy, at ``power``: (the smallest margin within which equal values are
     shown, "transfers"; the smallest difference between two settings claimed, "differs",
     arranged as ``least_favourable``), on the simulated reports ``Planner.power`` reads."""
-    test, term = planner.test, planner.term(seeds)
+    adjustment, term = planner.test.adjustment, planner.term(seeds)
     theta, se, df = term.statistics(planted(TRANSFERS, 0.0, term.true_se))
-    shares = verdict_shares(test, theta, se, df, np.inf)  # an infinite margin: every term not claimed
+    shares = verdict_shares(adjustment, theta, se, df, np.inf)  # an infinite margin: every term not claimed
     eligible = shares.get("transfers", np.zeros(len(theta), dtype=bool))
-    ends = np.sort(np.where(eligible, detectable_difference_many(theta, se, df, test.alpha), np.inf))
+    ends = np.sort(np.where(eligible, excluded_beyond_many(theta, se, df, adjustment.alpha), np.inf))
     needed = int(np.ceil(power * len(ends) - 1e-9))
     margin = float(np.nextafter(ends[needed - 1], np.inf)) if needed >= 1 else 0.0
-    return margin, _smallest_difference(test, term, power)
+    return margin, float(smallest_differences(adjustment, term, power))
 
 
-def _smallest_difference(test: TransferTest, term: SimulatedTerm, power: float) -> float:
-    """Bisection on the difference (the simulated noise held fixed, so the share claimed rises
-    with it) to a thousandth of the SE of the least precise pair's difference."""
-    pair_se = float(np.sqrt(np.sort(term.true_se**2)[-2:].sum()))
-    low, high = 0.0, pair_se
-    while share(test, term, DIFFERS, high, np.inf) < power:
-        low, high = high, 2 * high
-        if high > 1e6 * pair_se:
-            return float("inf")
-    while high - low > 1e-3 * pair_se:
+def smallest_differences(adjustment: Adjustment, term: SimulatedTerm, power: float) -> np.ndarray:
+    """Per term, the smallest difference between two settings (``least_favourable``) the report
+    claims in a share ``power`` of the simulated reports: the noise held fixed, so the share rises
+    with the difference; doubling, then bisection to a thousandth of the SE of the least precise
+    pair's difference. Inf where no difference up to 10^6 of those SEs is claimed that often."""
+    pair_se = np.sqrt(np.sort(term.true_se**2, axis=-1)[..., -2:].sum(axis=-1))
+    low, high = np.zeros_like(pair_se), pair_se.copy()
+    for _ in range(20):  # 2^20 pair SEs: beyond any difference a report could be asked about
+        short = share(adjustment, term, DIFFERS, high, np.inf) < power
+        if not short.any():
+            break
+        low, high = np.where(short, high, low), np.where(short, 2 * high, high)
+    reached = share(adjustment, term, DIFFERS, high, np.inf) >= power
+    while (active := (high - low) > 1e-3 * pair_se).any():  # each term stops at its own tolerance
         middle = (low + high) / 2
-        low, high = (low, middle) if share(test, term, DIFFERS, middle, np.inf) >= power else (middle, high)
-    return high
+        ok = share(adjustment, term, DIFFERS, middle, np.inf) >= power
+        low, high = np.where(active & ~ok, middle, low), np.where(active & ok, middle, high)
+    return np.where(reached, high, np.inf)
+
+
+DETECTABLE_POWER = 0.8
+"""The power of the transfer report's ``detectable_difference`` (plan-seeds' default power)."""
+REPORT_DRAWS = 4_000
+"""Simulated reports behind a report's ``detectable_difference`` (per term; a few hundredths of
+a pp from the value at PLAN_DRAWS)."""
+
+
+def detectable_differences(se, df, adjustment: Adjustment, power: float = DETECTABLE_POWER) -> np.ndarray:
+    """[T]: for each term with these SEs and df in its S settings ([T, S], as a study ran), the
+    smallest difference between two settings its report claims with ``power`` ("differs in size"
+    or "flips sign", arranged as ``least_favourable``): ``smallest_differences`` on REPORT_DRAWS
+    simulated reports, each setting's variance estimate drawn as a scaled chi-square on its df.
+    NaN for a term without usable SEs and df. A term's value depends on its own SEs and df only."""
+    se, df = (np.atleast_2d(np.asarray(v, dtype=float)) for v in (se, df))
+    with np.errstate(invalid="ignore"):
+        usable = (np.isfinite(se) & (se > 0) & (df > 0)).all(axis=-1) & (se.shape[-1] >= 2)
+    se, df = np.where(usable[:, None], se, 1.0), np.where(usable[:, None], df, 1.0)
+    z = np.stack([np.random.default_rng([PLAN_SEED, s]).standard_normal(REPORT_DRAWS) for s in range(se.shape[-1])], -1)
+    scale = np.ones((REPORT_DRAWS, *se.shape))
+    for (t, s), value in np.ndenumerate(df):  # a term's draws are its own: the same whatever the other terms
+        if np.isfinite(value):
+            scale[:, t, s] = np.random.default_rng([PLAN_SEED, s, 1]).chisquare(value, REPORT_DRAWS) / value
+    term = SimulatedTerm(z[:, None, :] * se, se * np.sqrt(scale), np.broadcast_to(df, scale.shape), se)
+    return np.where(usable, smallest_differences(adjustment, term, power), np.nan)
 
 
 PLAN_COLUMNS = [

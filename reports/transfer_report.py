@@ -29,8 +29,8 @@ from .transfer import TransferAnalysis, analyze_transfer
 
 STATISTIC_LABELS = {"main": "main effect", "shapley": "Shapley value", "interaction": "interaction"}
 PAGE_COLUMNS = [
-    "statistic", "term", "setting", "estimate", "ci_low", "ci_high", "sim_ci_low", "sim_ci_high", "p_adjusted",
-    "p_flip_adjusted", "i2", "detectable_difference", "verdict",
+    "statistic", "term", "setting", "verdict", "detectable_difference", "estimate", "ci_low", "ci_high", "sim_ci_low",
+    "sim_ci_high", "p_adjusted", "p_flip_adjusted", "i2", "excluded_beyond",
 ]  # fmt: skip
 
 
@@ -66,7 +66,10 @@ def _attribution(transfer: TransferAnalysis) -> str:
 
 
 def _verdict_lines(transfer: TransferAnalysis) -> list[str]:
-    percent, lines = transfer.percent, []
+    """What the study could detect first, then one line per term: its verdict, its value in every
+    setting, the tests, its detectable difference and (no difference claimed) how far the data
+    exclude one."""
+    percent, lines = transfer.percent, [_detectable_line(transfer)]
     table = transfer.transfer
     for statistic in dict.fromkeys([_attribution(transfer), "interaction"]):
         for term, rows in table[table["statistic"] == statistic].groupby("term", sort=False):
@@ -76,17 +79,38 @@ def _verdict_lines(transfer: TransferAnalysis) -> list[str]:
             )
             head = rows.iloc[0]
             precision = (
-                f"; differences up to {amount(head.detectable_difference, percent)[1:]} not excluded"
+                f"; differences beyond {amount(head.excluded_beyond, percent)[1:]} not excluded"
                 if head.verdict in ("transfers", "inconclusive")
                 else ""
             )
             tests = (
-                f"Welch p = {head.p_interaction:.2g}, adjusted {head.p_adjusted:.2g}{precision}; I^2 = {100 * head.i2:.0f}%"
+                f"Welch p = {head.p_interaction:.2g}, adjusted {head.p_adjusted:.2g}; detectable difference "
+                f"{amount(head.detectable_difference, percent)[1:]}{precision}; I^2 = {100 * head.i2:.0f}%"
                 if np.isfinite(head.p_adjusted)
                 else "no test"
             )
             lines.append(f"{short_term(term)} ({STATISTIC_LABELS[statistic]}): {head.verdict}. {each} ({tests}).")
     return lines
+
+
+def _detectable_line(transfer: TransferAnalysis) -> str:
+    """The transfer answer's first line: the difference between settings this study could detect."""
+    table = transfer.transfer.drop_duplicates(["statistic", "term"])
+    parts = []
+    for statistic in ("shapley", "main", "interaction"):
+        found = table.loc[table["statistic"] == statistic, "detectable_difference"].dropna()
+        if len(found):
+            low, high = (amount(v, transfer.percent)[1:] for v in (found.min(), found.max()))
+            label = STATISTIC_LABELS[statistic]
+            parts.append(f"{low if low == high else f'{low} to {high}'} in {'an' if label[0] in 'aeiou' else 'a'} {label}")
+    if not parts:
+        return "Detectable difference: none (no term has an SE in every setting)."
+    return (
+        f"Detectable difference: as run, this study finds a difference between two settings of "
+        f"{', '.join(parts)} with {transfer.detectable_power:.0%} power (the least precise pair that far apart, the "
+        "others between them; the report's own tests and adjustment; detectable_difference in transfer.csv). A "
+        "smaller difference was likely to be missed, so an inconclusive term says little about it."
+    )
 
 
 def _rank_lines(transfer: TransferAnalysis) -> list[str]:
@@ -111,7 +135,7 @@ def _not_supported(transfer: TransferAnalysis) -> list[str]:
     if len(unsure):
         lines.append(
             f"{len(unsure)} of {len(table)} terms are inconclusive: no difference between settings was detected, but "
-            f"the data cannot exclude one of {margin} or more (detectable_difference in transfer.csv), so they are not "
+            f"the data cannot exclude one of {margin} or more (excluded_beyond in transfer.csv), so they are not "
             "said to transfer."
         )
     same = table[table["verdict"] == "transfers"]
@@ -158,9 +182,13 @@ def _method_lines(transfer: TransferAnalysis) -> list[str]:
         "term in every setting at once, sim_ci_low/sim_ci_high) one setting's value is above zero and another's below; "
         "differs in size = Welch's test holds after adjustment; transfers = every pair of settings within "
         f"{margin} (--equivalence-margin) by two one-sided tests at {options.alpha:.0%} (the widest pair's "
-        f"{1 - 2 * transfer.equivalence_alpha:.0%} interval, detectable_difference, inside the margin); inconclusive = none "
+        f"{1 - 2 * transfer.equivalence_alpha:.0%} interval, excluded_beyond, inside the margin); inconclusive = none "
         "of these: no difference detected and none as large as the margin excluded; not enough data = a setting "
         "lacks the value or its noise estimate.",
+        f"detectable_difference: the smallest difference between two settings this report claims with "
+        f"{transfer.detectable_power:.0%} power, given each setting's SE and df of the term as estimated here, these "
+        "tests and this adjustment, with the least precise pair that far apart and the others between them (simulated "
+        "reports, as `plan-seeds --seeds` computes it before a study).",
         transfer.guarantee.sentence()
         + " This covers every row of claims.csv: each setting's claims and the transfer claims together.",
     ]

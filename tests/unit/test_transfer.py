@@ -20,7 +20,7 @@ from dapo_ablate.reports import PAPER_FACTORS, ReportOptions, analyze
 from dapo_ablate.reports.claims import CLAIM_COLUMNS
 from dapo_ablate.reports.heterogeneity import (
     cochran_q,
-    detectable_difference,
+    excluded_beyond,
     flip_p,
     pair_difference,
     welch_heterogeneity,
@@ -84,7 +84,7 @@ def test_equal_effect_transfers_within_the_margin(planted_report):
     transfer = pd.read_csv(out / "transfer.csv")
     rows = transfer[(transfer["term"] == DS) & transfer["statistic"].isin(["main", "shapley"])]
     assert set(rows["verdict"]) == {"transfers"}
-    assert (rows["p_adjusted"] >= 0.05).all() and (rows["detectable_difference"] < 0.02).all()
+    assert (rows["p_adjusted"] >= 0.05).all() and (rows["excluded_beyond"] < 0.02).all()
     assert rows["estimate"].between(0.06, 0.10).all()  # each setting recovers the planted +8 pp
 
 
@@ -98,7 +98,8 @@ def test_transfer_csv_contract_and_tables_per_setting(planted_report):
     assert not transfer.duplicated(["statistic", "term", "setting"]).any()
     per_term = transfer.groupby(["statistic", "term"])
     assert (per_term["setting"].count() == 3).all()
-    for column in ("p_interaction", "p_adjusted", "p_flip_adjusted", "q", "i2", "verdict", "detectable_difference"):
+    for column in ("p_interaction", "p_adjusted", "p_flip_adjusted", "q", "i2", "verdict", "detectable_difference",
+                   "excluded_beyond"):
         assert (per_term[column].nunique(dropna=False) == 1).all(), column  # one value per term
     for name in TABLES:  # one CSV each, not a file per setting
         table = pd.read_csv(out / f"{name}.csv")
@@ -215,7 +216,7 @@ def test_transfers_only_below_the_margin_and_inconclusive_above(planted_report):
     out, _ = planted_report
     transfer = pd.read_csv(out / "transfer.csv").drop_duplicates(["statistic", "term"])
     quiet = transfer[~transfer["verdict"].isin(["flips sign", "differs in size"])]
-    assert ((quiet["verdict"] == "transfers") == (quiet["detectable_difference"] < 0.02)).all()
+    assert ((quiet["verdict"] == "transfers") == (quiet["excluded_beyond"] < 0.02)).all()
     table = pd.read_csv(out.parent / "results.csv")
     tight = analyze_transfer(table, FACTORS, equivalence_margin=0.005).transfer.drop_duplicates(["statistic", "term"])
     assert "transfers" not in set(tight["verdict"]) and "inconclusive" in set(tight["verdict"])
@@ -275,7 +276,7 @@ def test_across_settings_formulas_by_hand():
     d, se, df = pair_difference(np.array([1.0, 0.2]), np.array([0.3, 0.4]), np.array([10.0, 20.0]), 0, 1)
     assert (d, se, df) == pytest.approx((0.8, 0.5, 0.0625 / (0.3**4 / 10 + 0.4**4 / 20)))
     # theta (0, .01), se (.005, .005), infinite df: |d| + z_.95 sqrt(2) .005 = .01 + 1.645 x .00707 = .0216
-    far = detectable_difference(np.array([0.0, 0.01]), np.array([0.005, 0.005]), np.array([np.inf, np.inf]), 0.05)
+    far = excluded_beyond(np.array([0.0, 0.01]), np.array([0.005, 0.005]), np.array([np.inf, np.inf]), 0.05)
     assert far == pytest.approx(0.01 + stats.norm.ppf(0.95) * np.sqrt(2) * 0.005)
 
 

@@ -32,16 +32,17 @@ from dapo_ablate.cli.main import app as main_app
 from dapo_ablate.reports import PAPER_FACTORS
 from dapo_ablate.reports import transfer_power as tp
 from dapo_ablate.reports.heterogeneity import (
-    detectable_difference,
-    detectable_difference_many,
+    excluded_beyond,
+    excluded_beyond_many,
     flip_p,
     flip_p_many,
+    verdicts_of,
     welch_heterogeneity,
     welch_heterogeneity_many,
 )
 from dapo_ablate.reports.power import pilot_sigma
 from dapo_ablate.reports.simulate import simulate_settings
-from dapo_ablate.reports.transfer import _verdict, verdicts_of
+from dapo_ablate.reports.transfer import _verdict
 
 from support import write_spec
 
@@ -163,9 +164,9 @@ def test_vectorised_formulas_and_rule_equal_the_reports_scalar_ones():
     se[5, 1], theta[6, 2] = 0.0, np.nan  # unusable terms: NaN both ways
     with np.errstate(divide="ignore", invalid="ignore"):
         p_each = 2 * stats.t.sf(np.abs(theta) / se, df)
-    many = welch_heterogeneity_many(theta, se, df)[3], detectable_difference_many(theta, se, df, 0.05), flip_p_many(theta, p_each)
+    many = welch_heterogeneity_many(theta, se, df)[3], excluded_beyond_many(theta, se, df, 0.05), flip_p_many(theta, p_each)
     for i in range(200):
-        one = welch_heterogeneity(theta[i], se[i], df[i])[3], detectable_difference(theta[i], se[i], df[i], 0.05), flip_p(theta[i], p_each[i])[0]
+        one = welch_heterogeneity(theta[i], se[i], df[i])[3], excluded_beyond(theta[i], se[i], df[i], 0.05), flip_p(theta[i], p_each[i])[0]
         for vector, scalar in zip(many, one):
             assert vector[i] == pytest.approx(scalar, rel=1e-12, nan_ok=True)
     flips, p_adj, far = rng.uniform(0, 0.1, 200), rng.uniform(0, 0.1, 200), rng.uniform(0, 0.04, 200)
@@ -279,3 +280,43 @@ def test_a_setting_without_runs_in_the_pilot_is_named(tmp_path):
     assert out.exit_code == 2 and "setting 'noisy' has no finished runs to take its noise from; pass --sd" in out.output
     out = CliRunner().invoke(main_app, ["plan-seeds", str(path), "--effect", "4", "--sd", "1,3"])
     assert out.exit_code == 0 and "noisy: 3 pp from --sd" in out.output, out.output
+
+
+def test_detectable_as_run_matches_the_closed_form_with_many_df():
+    """Two settings, SE 0.5 pp each on very many df: Welch's test is the z test of the difference
+    (se_d = 0.707 pp) at alpha / (5 x 20), so 80% power needs D = (z_{1 - .00025} + z_.8) se_d."""
+    found = tp.detectable_differences([[0.005, 0.005]], [[1e6, 1e6]], tp.Adjustment(20, 5))
+    level = 0.05 / 100
+    closed = (stats.norm.ppf(1 - level / 2) + stats.norm.ppf(0.8)) * np.sqrt(2) * 0.005
+    assert found[0] == pytest.approx(closed, rel=0.015)
+    assert np.isnan(tp.detectable_differences([[0.005, np.nan]], [[10, 10]], tp.Adjustment(20, 5))[0])
+
+
+def test_the_report_leads_with_what_the_study_could_detect_in_every_output(tmp_path):
+    """transfer.csv's detectable_difference is transfer_power's, from each setting's own SE and df
+    at the report's adjustment; it agrees with what plan-seeds says the same seeds buy; the
+    summary's transfer verdicts and report.md open with it, with the same number."""
+    from dapo_ablate.reports import ReportOptions
+    from dapo_ablate.reports.transfer import analyze_transfer
+    from dapo_ablate.reports.transfer_report import write_transfer_report
+
+    planted = {"a": {(FACTORS[4],): 0.08}, "b": {(FACTORS[4],): 0.08}, "c": {(FACTORS[4],): 0.08}}
+    table = simulate_settings(FACTORS, 0.3, planted, rng=5, seeds=3, noise_sd=0.015, seed_sd=0.01,
+                              noise_sd_by_setting={"c": 0.045})
+    result = analyze_transfer(table, FACTORS)
+    rows = result.transfer[(result.transfer["statistic"] == "shapley") & (result.transfer["term"] == FACTORS[4])]
+    adjustment = tp.Adjustment(20, result.guarantee.n_families)
+    expected = tp.detectable_differences(rows["se"].to_numpy()[None], rows["df"].to_numpy()[None], adjustment)[0]
+    assert (rows["detectable_difference"] == expected).all()
+    planned = tp.detectable(tp.Planner(_test("Shapley value"), [0.015, 0.015, 0.045]), [3, 3, 3], 0.8)[1]
+    assert expected == pytest.approx(planned, rel=0.2)  # the estimated SEs scatter around the planned ones
+    lines = []
+    write_transfer_report(table, FACTORS, tmp_path, ReportOptions(formats=["csv", "md"], echo=lines.append))
+    first = lines[lines.index("Transfer verdicts:") + 1]
+    assert first.startswith("  - Detectable difference: as run, this study finds a difference between two settings of")
+    largest = result.transfer.loc[result.transfer["statistic"] == "shapley", "detectable_difference"].max()
+    assert f"to {100 * largest:.1f} pp in a Shapley value" in first
+    page = (tmp_path / "report.md").read_text()
+    assert first[4:] in page and "detectable_difference" in page.split("Transfer table")[1].splitlines()[2]
+    written = pd.read_csv(tmp_path / "transfer.csv")
+    assert list(written.columns).index("detectable_difference") == list(written.columns).index("verdict") + 1
