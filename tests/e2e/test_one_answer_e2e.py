@@ -189,12 +189,18 @@ def assert_transfer_agrees(console: dict[str, list[str]], report_md: str, claims
     the terms transfer.csv says differ or flip."""
     for heading in ("Transfer verdicts", "Not supported by the data"):
         assert console[heading] == page_section(report_md, heading), heading
+    lines = console["Transfer verdicts"]
+    assert lines[0].startswith("Detectable difference: "), lines[0]  # the transfer answer leads with it
+    terms = transfer.drop_duplicates(["statistic", "term"])
+    for value, statistic in re.findall(r"([\d.]+(?: pp)?(?: to [\d.]+)?) pp in an? (Shapley value|main effect|interaction)", lines[0]):
+        found = terms.loc[terms["statistic"] == STATISTICS[statistic], "detectable_difference"]
+        low, high = f"{100 * found.min():.1f}", f"{100 * found.max():.1f}"
+        assert value == (low if low == high else f"{low} pp to {high}"), (lines[0], statistic)
     shown = {}
-    for line in console["Transfer verdicts"]:
+    for line in lines[1:]:
         found = re.fullmatch(r"(\S+) \((Shapley value|main effect|interaction)\): ([a-z ]+)\. (.*)", line)
         assert found, line
         shown[(STATISTICS[found[2]], found[1])] = (found[3], found[4])
-    terms = transfer.drop_duplicates(["statistic", "term"])
     statistics = {statistic for statistic, _ in shown}
     assert len(statistics & {"shapley", "main"}) == 1 and ("interaction" in statistics) == ("interaction" in set(terms["statistic"]))
     for term in terms[terms["statistic"].isin(statistics)].itertuples(index=False):
@@ -304,7 +310,7 @@ def test_one_seed_cannot_transfer_at_two_pp_and_every_output_agrees(tmp_path: Pa
     for (statistic, term), term_rows in transfer.groupby(["statistic", "term"], sort=False):
         far, floor = _equivalence(term_rows)
         head = term_rows.iloc[0]
-        assert head["detectable_difference"] == pytest.approx(far)
+        assert head["excluded_beyond"] == pytest.approx(far)
         assert floor > 0.02, (statistic, term, floor)  # out of reach, whatever the estimates
         assert head["verdict"] != "transfers", (statistic, term)
     assert "transfers" not in set(transfer["verdict"])

@@ -331,7 +331,7 @@ def test_one_seed_transfers_only_when_the_noise_allows_the_tost():
         for (statistic, term), rows in result.transfer.groupby(["statistic", "term"], sort=False):
             far, floor = _equivalence(rows)
             head = rows.iloc[0]
-            assert head["detectable_difference"] == pytest.approx(far)
+            assert head["excluded_beyond"] == pytest.approx(far)
             assert head["verdict"] not in ("flips sign", "differs in size")  # the effects are equal
             assert (head["verdict"] == "transfers") == (far < margin), (statistic, term, far)
             if expect == "none":
