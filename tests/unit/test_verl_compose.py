@@ -50,6 +50,10 @@ def override_value(overrides: list[str], key: str) -> str:
         ({"rollout": {"engine": "hf"}}, "trainer.rollout.engine"),
         ({"algorithm": {"reward_wrong": 0.0}}, "trainer.algorithm.reward_correct/reward_wrong"),
         ({"batch": {"mini_batch_size": 8, "micro_batch_size": 4}}, "trainer.batch.mini_batch_size"),
+        # Overlong Filtering's loss sees neither verl's KL term nor rollout importance weights
+        # (tests/e2e/test_verl_techniques.py shows verl's KL term keeping the truncated tokens)
+        ({"techniques": {"overlong_filter": True}, "algorithm": {"kl_coef": 0.001}}, "trainer.algorithm.kl_coef"),
+        ({"techniques": {"overlong_filter": True}, "algorithm": {"tis_cap": 2.0}}, "trainer.algorithm.tis_cap"),
     ],
 )
 def test_what_verl_cannot_do_is_refused_in_one_sentence(change: dict, field: str):
@@ -60,6 +64,9 @@ def test_what_verl_cannot_do_is_refused_in_one_sentence(change: dict, field: str
         verl_overrides(TrainerConfig(**base))
     message = str(err.value)
     assert message.startswith(field) and "backend verl" in message and "\n" not in message
+    if "techniques" in change:  # the same knob without Overlong Filtering translates
+        base["techniques"] = {**base["techniques"], "overlong_filter": False}
+        assert verl_overrides(TrainerConfig(**base))
 
 
 def test_job_shape_splits_gpus_into_whole_nodes_and_refuses_the_rest():

@@ -62,13 +62,17 @@ node for flash-attn (``verl_cluster``) before any GPU is allocated.
 
 Refused, in one sentence each (`VerlTranslationError`): the built-in model or data, the ``hf``
 rollout engine, non +1/-1 rewards, a noisy verifier, truncated samples left out of group stats,
-``advantage_eps`` other than verl's 1e-6, a round limit other than the default, a chat template turned off, a GPU count that is not a
-whole number of nodes, a ``trainer.verl.overrides`` entry that touches a key a technique decides in any
-of Hydra's forms (the key, ``+`` / ``++`` / ``~``, a parent replaced by a dict or deleted, a config
-group's package: `check_overrides`), and a name or path no Hydra quoting carries (an interpolation
-``${``, a control character: `check_hydra_value`). Other names and paths are quoted where Hydra's
-override grammar needs it (`hydra_value`: spaces at the ends, ``( ) [ ] { } , = '``, non-ASCII,
-values Hydra would read as numbers, bools or null).
+``advantage_eps`` other than verl's 1e-6, a round limit other than the default, with Overlong
+Filtering a KL term (``algorithm.kl_coef`` > 0: verl's ``ppo_loss`` adds it over every response
+token, the truncated responses' included, and divides it by the kept tokens) or truncated importance
+sampling (``algorithm.tis_cap``: our loss takes no rollout importance weights and would fail at the
+first update), a chat template turned off, a GPU count that is not a whole number of nodes, a
+``trainer.verl.overrides`` entry that touches a key a technique decides in any of Hydra's forms (the
+key, ``+`` / ``++`` / ``~``, a parent replaced by a dict or deleted, a config group's package:
+`check_overrides`), and a name or path no Hydra quoting carries (an interpolation ``${``, a control
+character: `check_hydra_value`). Other names and paths are quoted where Hydra's override grammar
+needs it (`hydra_value`: spaces at the ends, ``( ) [ ] { } , = '``, non-ASCII, values Hydra would
+read as numbers, bools or null).
 """
 
 from __future__ import annotations
@@ -136,6 +140,13 @@ def check_translatable(config: TrainerConfig) -> None:
     if algo.max_gen_rounds != DEFAULT_MAX_GEN_ROUNDS:
         raise _refuse("algorithm.max_gen_rounds", f"({algo.max_gen_rounds}) cannot be honoured: verl's V1 Dynamic Sampling has no round limit",
                       f"leave it at its default {DEFAULT_MAX_GEN_ROUNDS} (not applied; validate says so) or use backend builtin")
+    if config.techniques.overlong_filter and algo.kl_coef > 0:
+        raise _refuse("algorithm.kl_coef", f"({algo.kl_coef:g}) with techniques.overlong_filter is not available (verl adds its "
+                      "KL term over every response token, the truncated responses' included)",
+                      "set it to 0 (DAPO has no KL term) or use backend builtin")
+    if config.techniques.overlong_filter and algo.tis_cap is not None:
+        raise _refuse("algorithm.tis_cap", "with techniques.overlong_filter is not available (the Overlong Filtering loss takes no "
+                      "rollout importance weights)", "leave it unset or use backend builtin")
     if not config.model.use_chat_template:
         raise _refuse("model.use_chat_template", "false is not available (verl applies the chat template)", "leave it true")
     for field, value in (("model.path", config.model.path), ("data.train", config.data.train), ("data.eval", config.data.eval)):
