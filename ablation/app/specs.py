@@ -134,7 +134,10 @@ def other_runs_hint(experiment: Experiment, command: str, *options: str) -> str 
     reach = [f"`{command_line(command, shown(folder), (), *options)}`"]
     overrides = [f"{key}={_yaml_value(value)}" for key, value in differences.items()]
     if len(overrides) <= MAX_SHOWN_OVERRIDES:
-        reach.append(f"`{command_line(command, experiment.path, overrides, *options)}`")
+        # the user's own overrides stay (a `name=` above all: without it the command names another
+        # experiment), those of a key that differs replaced by the recorded value
+        kept = [given for given in experiment.overrides if _override_key(given) not in differences]
+        reach.append(f"`{command_line(command, experiment.path, [*kept, *overrides], *options)}`")
     return (f"its last `run` ({shown(folder / SPEC_RECORD)}, {done} of {len(plan.runs)} runs done) had "
             f"{', '.join(overrides[:MAX_SHOWN_OVERRIDES])}{', ...' if len(overrides) > MAX_SHOWN_OVERRIDES else ''}, "
             f"which names other runs (a run id hashes the trainer config); reach them with {' or '.join(reach)}")
@@ -163,6 +166,11 @@ def _differences(mine: dict[str, Any], theirs: dict[str, Any], prefix: str = "")
         elif own != value:
             found[path] = value
     return found
+
+
+def _override_key(override: str) -> str:
+    """The dotted key a KEY=VALUE override sets (Hydra's ``+``, ``++`` and ``~`` prefixes removed)."""
+    return override.split("=", 1)[0].lstrip("+~")
 
 
 def _yaml_value(value: Any) -> str:

@@ -12,6 +12,7 @@ The tests of this code that start Ray, `dapo-ablate` processes or training are i
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +62,35 @@ def test_a_sweeps_record_loads_back_as_the_same_sweep(tmp_path: Path):
     assert again.model_copy(update={"tracking": spec.tracking}) == spec  # the MLflow store by absolute path
     assert again.tracking.uri == f"sqlite:///{Path.cwd() / 'dapo-runs' / 'mlflow.db'}"
     assert load_sweep(record.parent) == again  # the folder in place of the file
+
+
+def test_the_hint_to_other_runs_keeps_the_users_own_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`status SPEC name=other` on an experiment whose last `run` had another trainer value: the
+    printed command keeps `name=other` (without it, it names the spec file's experiment) and adds
+    the recorded value; followed as printed, it reaches the recorded runs."""
+    import shlex
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from dapo_ablate.ablation.experiment.overrides import load_spec_with_overrides
+    from dapo_ablate.cli.main import app
+
+    from support import record_finished
+
+    spec_path = tmp_path / "mini.yaml"
+    spec_path.write_text(yaml.safe_dump({"name": "mini", "trainer": TRAINER, "factors": ["overlong_filter", "clip_higher"],
+                                         "seeds": 1, **stores(tmp_path / "out")}))
+    ran_with = ["name=other", "trainer.schedule.total_steps=8"]
+    recorded = load_spec_with_overrides(ExperimentSpec, spec_path, ran_with, kind="spec")
+    record_finished(recorded)
+    executor.record_spec(recorded)
+    monkeypatch.chdir(tmp_path)
+
+    shown = CliRunner().invoke(app, ["status", "mini.yaml", "name=other"])
+    assert shown.exit_code == 2 and "holds other runs than this spec names" in shown.stderr, shown.output
+    printed = [hint for hint in re.findall(r"`(dapo-ablate [^`]+)`", shown.stderr) if "mini.yaml" in hint]
+    assert printed == ["dapo-ablate status mini.yaml name=other trainer.schedule.total_steps=8"], shown.stderr
+    followed = CliRunner().invoke(app, shlex.split(printed[0])[1:])
+    assert followed.exit_code == 0, followed.output
+    assert "other (full, 4 runs)" in followed.output and "done 4  failed 0" in followed.output, followed.output
