@@ -57,7 +57,12 @@ class RunResult:
         return out
 
     def save(self, path: str | Path) -> Path:
-        return write_text(path, json.dumps(self.to_dict(), indent=1))
+        """Write the result as JSON to `path`; ResultNotSaved (an OSError holding this result) when
+        the file cannot be written (a full disk), so a finished run's result is never lost with it."""
+        try:
+            return write_text(path, json.dumps(self.to_dict(), indent=1))
+        except OSError as err:
+            raise ResultNotSaved(path, self, err) from err
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunResult":
@@ -67,3 +72,11 @@ class RunResult:
     @classmethod
     def load(cls, path: str | Path) -> "RunResult":
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+class ResultNotSaved(OSError):
+    """A finished run's result.json could not be written: `result` holds the result, `reason` why."""
+
+    def __init__(self, path: str | Path, result: RunResult, err: OSError):
+        super().__init__(err.errno, err.strerror or str(err), str(path))
+        self.result, self.reason = result, err.strerror or str(err)

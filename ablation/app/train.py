@@ -21,6 +21,7 @@ from dapo_ablate.ablation.store import metric_names as names
 from dapo_ablate.core.atomic import write_text
 from dapo_ablate.core.config import BUILTIN, ConfigError, TrainerConfig, build_trainer_config, load_trainer_config
 from dapo_ablate.core.data import DataError, check_data_file
+from dapo_ablate.core.result import ResultNotSaved
 from dapo_ablate.core.policy import builtin_recipe, check_context, check_model_folder, wait_for_builtin
 
 ERRORS = (ConfigError, OverrideError, DataError)
@@ -93,6 +94,8 @@ def train(config: TrainerConfig, out: Path, options: TrainOptions = TrainOptions
 
         with user_errors(*ERRORS):
             result = run_training(config, out, callbacks=listeners, resume=options.resume and not options.force)
+    except ResultNotSaved as err:  # trained, but result.json could not be written: keep the result
+        kept_elsewhere(err, tracking, options, say)
     except BaseException as err:
         if tracking:
             tracking.end("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
@@ -102,6 +105,24 @@ def train(config: TrainerConfig, out: Path, options: TrainOptions = TrainOptions
         say(f"logged to MLflow {options.tracking_uri}: experiment {options.experiment!r}, run {tracking.run_id} "
             f"(`mlflow ui --backend-store-uri {options.tracking_uri}`)")
     return result
+
+
+def kept_elsewhere(err: ResultNotSaved, tracking: Any, options: TrainOptions, say: Callable[[str], None]) -> None:
+    """A finished run whose result.json could not be written: its result goes to MLflow (with
+    --tracking) and to the console as JSON, then one sentence (UserError) says where it is."""
+    logged = ""
+    if tracking:
+        try:
+            tracking.finish(err.result)
+            logged = f" and logged to MLflow {options.tracking_uri} (run {tracking.run_id})"
+        except Exception:  # noqa: BLE001 - the store may share the full disk; the console still has it
+            tracking.end("FAILED")
+    say(json.dumps(err.result.to_dict()))
+    raise UserError(
+        f"training finished, but {err.filename} could not be written ({err.reason}); its result is printed above as "
+        f"JSON{logged}: free space (or pick another --out) and save that line as result.json, or rerun the same "
+        "command to train again from the last checkpoint"
+    ) from None
 
 
 def finished_result(config: TrainerConfig, out: Path) -> Any | None:

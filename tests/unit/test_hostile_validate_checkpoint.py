@@ -88,3 +88,38 @@ def test_a_checkpoint_of_another_config_is_still_set_aside_and_the_run_starts_af
     result = CliRunner().invoke(app, ["train", str(config), "--out", str(out), "--no-progress"])
     assert result.exit_code == 0, result.output
     assert (out / "result.json").is_file()
+
+
+def test_a_finished_result_the_disk_cannot_hold_is_printed_logged_and_not_lost(tmp_path, monkeypatch):
+    """`train` whose result.json write fails (a full disk: only that write is made to fail, the
+    training is real): the result is printed as JSON and logged to MLflow, then one sentence, exit 2."""
+    import json as json_
+
+    from dapo_ablate.core import atomic, result as result_module
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({**TINY_TRAINER, "schedule": {"total_steps": 1, "eval_every": 1}}))
+    out = tmp_path / "out"
+
+    def full_disk(path, text):
+        if Path(path).name == "result.json":
+            raise OSError(28, "No space left on device")
+        return atomic.write_text(path, text)
+
+    monkeypatch.setattr(result_module, "write_text", full_disk)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    ran = CliRunner().invoke(app, ["train", str(config), "--out", str(out), "--no-progress", "--tracking", uri])
+    *before, printed, message = [line for line in ran.output.strip().splitlines() if not line.startswith("Loading weights")]
+    assert ran.exit_code == 2 and "Traceback" not in ran.output, ran.output
+    assert message.startswith("error: training finished, but ") and "No space left on device" in message, message
+    assert "printed above as JSON and logged to MLflow" in message, message
+    kept = json_.loads(printed)
+    assert kept["steps"] == 1 and len(kept["eval"]) == 2 and not (out / "result.json").exists()
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("config").experiment_id])
+    assert run.info.status == "FINISHED"
+    final = [value for key, value in run.data.metrics.items() if key.endswith("acc/mean_at_4")]
+    assert final == [pytest.approx(kept["eval"][-1]["avg@4"])], run.data.metrics  # verl's name for avg@4
