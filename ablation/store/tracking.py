@@ -466,9 +466,12 @@ def default_artifact_location(uri: str, output_dir: str | Path) -> str | None:
 
 
 def quiet_mlflow() -> None:
-    """Silence the store's migration chatter (INFO lines on every fresh database)."""
-    for name in ("alembic", "mlflow.store.db.utils", "mlflow.store.sqlalchemy", "mlflow.tracking"):
+    """Silence the store's migration chatter (INFO lines on every fresh database), and the
+    traceback MLflow logs for each database error it then raises (a full disk printed one per try,
+    14 before the one sentence our retries end with, which names the error)."""
+    for name in ("alembic", "mlflow.store.sqlalchemy", "mlflow.tracking"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def _child_params(child: ChildRun) -> dict[str, Any]:

@@ -90,8 +90,20 @@ def retry_transient(write: Callable[[], Any], doing: str, *, store: str = LEDGER
             first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
             where = f"; the result is kept in {kept} and is recorded by the next invocation" if kept else ""
             gave_up = f" after {len(pauses)} tries" if transient else ""
+            fix = "free space on its disk" if _disk_full(err) else "check that it is up"
             raise ExecutorError(
                 f"{store} failed while trying to {doing}{gave_up} ({first}){where}; this is the database, "
-                "not the spec: check that it is up, then rerun"
+                f"not the spec: {fix}, then rerun"
             ) from err
     raise AssertionError("unreachable")  # the last pause is None: the loop returns or raises
+
+
+def _disk_full(err: BaseException) -> bool:
+    """Whether `err` (or an error it was raised from) says the disk is full."""
+    for _ in range(10):  # a chain of causes, never followed far
+        if err is None:
+            return False
+        if getattr(err, "errno", None) == 28 or any(words in str(err).lower() for words in ("disk is full", "no space left")):
+            return True
+        err = err.__cause__ or err.__context__
+    return False

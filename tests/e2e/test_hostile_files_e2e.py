@@ -165,3 +165,41 @@ def test_a_hostile_file_gets_one_sentence_or_is_used_safely(tmp_path, name):
     else:
         assert case.says in done.stdout, done.stdout[-2000:]
     assert snapshot(tmp_path, out) == before, "something outside the output folder changed"
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 2 MB file system (tmpfs) at ``tmp_path/disk``, grown by `grow(size)`; needs root to mount."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"a small file system cannot be mounted here ({mounted.stderr.strip() or 'not root'})")
+
+    def grow(size: str) -> None:
+        subprocess.run(["mount", "-o", f"remount,size={size}", str(folder)], check=True)
+
+    try:
+        yield folder, grow
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def test_a_run_whose_disk_fills_says_so_in_one_sentence_and_the_rerun_finishes_it(small_disk):
+    """`run` into a folder whose disk fills up (the stores' own writes fill it): one sentence naming
+    the store and the fix, no traceback (MLflow logged one per retry, 14 in all); once there is
+    room, the rerun finishes every run, each trained once."""
+    import support
+    from dapo_ablate.ablation.experiment.spec import load_spec
+
+    folder, grow = small_disk
+    spec_path = support.write_spec(folder, "full", factors=["overlong_filter", "clip_higher", "soft_overlong"], seeds=2)
+    full = support.dapo_ablate("run", str(spec_path), "--no-progress", cwd=folder)
+    assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr[-3000:]
+    (sentence,) = full.stderr.strip().splitlines()
+    assert sentence.startswith("error: ") and "disk is full" in sentence and "free space on its disk, then rerun" in sentence
+
+    grow("64m")
+    again = support.dapo_ablate("run", str(spec_path), "--no-progress", cwd=folder)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert set(support.calls(load_spec(spec_path)).values()) == {1}
