@@ -34,7 +34,7 @@ from dapo_ablate.ablation.store.results import (
     planned_records,
 )
 from dapo_ablate.ablation.store.errors import ExecutorError
-from dapo_ablate.ablation.store.tracking import Tracker, check_server_reachable
+from dapo_ablate.ablation.store.tracking import Tracker, check_server_reachable, store_errors
 from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
 from dapo_ablate.core.contracts import DEFAULT_METRIC, FactorInfo
 from dapo_ablate.reports import ReportInputError, ReportOptions, load_results_csv, write_report
@@ -112,7 +112,10 @@ def report(request: ReportRequest) -> ReportOutcome:
         written = write_staged(request.out, lambda folder: {
             **write_report(table, factors, folder, options=options, **extra), **_write_record(folder, record)})
         if logger is not None:  # the report's own answer (its options) replaces the parent's, as one unit
-            log_answer_to(logger, name, experiment_answer(table, factors, options, options.looks, options.looks_alpha))
+            try:
+                log_answer_to(logger, name, experiment_answer(table, factors, options, options.looks, options.looks_alpha))
+            except ExecutorError as err:
+                raise ExecutorError(f"the report is written in {request.out}, but not logged to MLflow: {err}") from None
     if logger is not None:
         logger.log_artifacts(str(request.out), "report")
     return ReportOutcome(written, request.out)
@@ -240,8 +243,9 @@ def log_answer_to(logger: Any, experiment_name: str, answer: Answer) -> bool:
     uri, parent_id = getattr(logger, "tracking_uri", None), getattr(logger, "parent_run_id", None)
     if not (uri and parent_id):
         return False
-    retry_transient(lambda: log_answer(Tracker(uri, None, experiment_name), parent_id, answer),
-                    "log the headline to the MLflow parent run", store=MLFLOW)
+    with store_errors(uri, "check tracking.uri"):  # a store that cannot be opened (a newer schema): one sentence
+        retry_transient(lambda: log_answer(Tracker(uri, None, experiment_name), parent_id, answer),
+                        "log the headline to the MLflow parent run", store=MLFLOW)
     return True
 
 

@@ -575,4 +575,26 @@ def store_errors(uri: str, hint: str = "check tracking.uri") -> Iterator[None]:
         yield
     except (MlflowException, SQLAlchemyError, sqlite3.Error, OSError) as err:  # sqlite3: a file that is no database
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        newer = newer_schema(first)
+        if newer:
+            import mlflow
+
+            raise ExecutorError(
+                f"the MLflow tracking store at {uri} was written by a newer MLflow than the installed {mlflow.__version__} "
+                f"(its schema is at revision {newer}, which this MLflow does not know); upgrade MLflow "
+                "(`pip install -U mlflow`) to read it, or give another tracking store; do not run `mlflow db upgrade` on it"
+            ) from None
         raise ExecutorError(f"could not open the MLflow tracking store at {uri} ({first}); {hint}") from None
+
+
+def newer_schema(message: str) -> str | None:
+    """The schema revision MLflow's "out-of-date database schema (found version X, ...)" names when
+    the installed MLflow has no migration of that revision (a store a newer MLflow wrote); else None."""
+    found = re.search(r"out-of-date database schema \(found version (\w+)", message)
+    if found is None:
+        return None
+    from mlflow.store import db_migrations
+
+    versions = Path(db_migrations.__file__).parent / "versions"
+    known = {path.name.split("_", 1)[0] for path in versions.glob("*.py")}
+    return found[1] if known and found[1] not in known else None

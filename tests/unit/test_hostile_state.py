@@ -237,3 +237,33 @@ def test_swapped_factor_levels_in_the_ledger_are_refused_not_reported_under_othe
     done = CliRunner().invoke(app, ["report", str(tmp_path / "spec.yaml"), "--out", str(tmp_path / "report")])
     assert done.exit_code == 2 and "the row was edited" in done.output, done.output
     assert not (tmp_path / "report").exists()
+
+
+def test_a_tracking_store_a_newer_mlflow_wrote_is_one_sentence_naming_the_fix(tmp_path: Path):
+    """An MLflow store whose schema is at a revision the installed MLflow does not know (a newer
+    MLflow wrote it): `report` writes the report, then says in one sentence that it was not logged,
+    why, and to upgrade MLflow (was: a traceback advising `mlflow db upgrade`, which would damage
+    it); a store at a known older revision keeps MLflow's own sentence."""
+    import sqlite3
+
+    from dapo_ablate.ablation.store.tracking import Tracker, newer_schema
+
+    from support import dapo_ablate, record_finished
+
+    spec = load_spec(write_spec(tmp_path, "newer"))
+    tracker = Tracker(spec.tracking.uri, None, spec.name)
+    parent = tracker.client.create_run(tracker.experiment_id).info.run_id
+    record_finished(spec, parent_run_id=parent)
+    record_spec(spec)
+    database = spec.tracking.uri.removeprefix("sqlite:///")
+    with sqlite3.connect(database) as connection:
+        (known,), = connection.execute("SELECT version_num FROM alembic_version").fetchall()
+        connection.execute("UPDATE alembic_version SET version_num = 'ffffffffffff'")
+    result = dapo_ablate("report", str(tmp_path / "spec.yaml"), "--out", "report", cwd=tmp_path)  # MLflow caches stores per process
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    (sentence,) = result.stderr.strip().splitlines()
+    assert sentence.startswith("error: the report is written in report, but not logged to MLflow: ")
+    assert "written by a newer MLflow than the installed" in sentence and "upgrade MLflow" in sentence, sentence
+    assert (tmp_path / "report" / "report.md").is_file()
+    old = f"Detected out-of-date database schema (found version {known}, but expected x)"
+    assert newer_schema(old) is None and newer_schema(old.replace(known, "ffffffffffff")) == "ffffffffffff"
