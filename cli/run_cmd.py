@@ -9,6 +9,7 @@ imported inside each command, so that `--help` loads none of it (benchmarks/cli_
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -171,21 +172,34 @@ def ui(
         typer.echo(f"note: {server.note}")
     typer.echo(f"Starting the MLflow UI of {name}: waiting until it answers on "
                f"{app.UI_HOST}:{server.port} (a first start takes up to a minute) ...")
-    answered, stopped = threading.Event(), threading.Event()
-    watcher = threading.Thread(target=_announce, args=(app, server, answered, stopped), daemon=True)
+    answered, stopped, impostor = threading.Event(), threading.Event(), threading.Event()
+    running: list[subprocess.Popen] = []
+    watcher = threading.Thread(target=_announce, args=(app, server, answered, stopped, (impostor, running)), daemon=True)
     watcher.start()
-    status = serve(server.command)
+    status = serve(server.command, running)
     stopped.set()
     watcher.join()
+    if impostor.is_set():
+        raise UserError(f"something else answers on {app.UI_HOST}:{server.port}, not the MLflow UI of this store (another "
+                        "program took the port while the server started); the link was not printed: choose another with --port")
     if status != 0 and not answered.is_set():
         raise UserError(f"the MLflow server stopped before it answered on {app.UI_HOST}:{port}; "
                         "its own messages above say why")
     raise typer.Exit(status)
 
 
-def _announce(app: Any, server: Any, answered: threading.Event, stopped: threading.Event) -> None:
-    """Print the link once the server answers (unless it stopped first)."""
+def _announce(app: Any, server: Any, answered: threading.Event, stopped: threading.Event,
+              impostor: tuple[threading.Event, list[subprocess.Popen]]) -> None:
+    """Print the link once the server answers (unless it stopped first) and shows this store; when
+    another program answers on the port, no link: the event is set and the server stopped."""
     if app.wait_for_ui(server, stopped):
+        if not app.serves_this_store(server):
+            found, running = impostor
+            found.set()
+            for process in running:  # `serve` then returns
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+            return
         answered.set()
         typer.echo(f"MLflow UI of {server.opens} (Ctrl-C stops it):\n{server.link}")
         typer.echo(WORKFLOW_NOTE)
@@ -202,12 +216,14 @@ line per request, no INFO lines (uvicorn's start-up, MLflow's job schedulers), n
 warnings of its dependencies; its warnings and errors still show."""
 
 
-def serve(command: list[str]) -> int:
+def serve(command: list[str], running: list[subprocess.Popen] | None = None) -> int:
     """Run the UI server until this command is interrupted (Ctrl-C, SIGTERM: 0, once the server
     and every process it started, uvicorn and job workers, stopped) or the server stops by itself:
     a failure, its exit status or 1 (`mlflow ui` exits 0 even when its uvicorn failed to start)."""
     # its own process group, stopped as one
     server = subprocess.Popen(command, start_new_session=True, env={**SERVER_ENV, **os.environ})  # the user's own settings win
+    if running is not None:
+        running.append(server)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         return server.wait() or 1

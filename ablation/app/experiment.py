@@ -224,11 +224,18 @@ class UiServer:
     opens: str
     """What the link opens, in words."""
     note: str | None = None
+    experiment_id: str | None = None
+    nonce: str | None = None
+    """A random value put on the experiment as tag `UI_NONCE_TAG` just before the server starts:
+    the server that answers on the port is this store's only if it shows it (`serves_this_store`)."""
 
     @property
     def health_url(self) -> str:
         """What `wait_for_ui` polls: MLflow's health check, "OK" once the server answers."""
         return f"http://{UI_HOST}:{self.port}/health"
+
+
+UI_NONCE_TAG = "dapo.ui_nonce"
 
 
 def ui_server(experiment: Experiment, port: int) -> UiServer:
@@ -259,7 +266,42 @@ def store_ui_server(uri: str, name: str, view: RunsView, opens: str, run_command
         note = (f"the MLflow store at {uri} holds no experiment {name!r} yet "
                 f"(`{run_command}` makes it); the link opens its list of experiments")
         return UiServer(mlflow_ui_command(uri, port), port, link, f"the store at {uri}", note)
-    return UiServer(mlflow_ui_command(uri, port), port, link, opens)
+    with user_errors(*ERRORS):
+        nonce = mark_experiment(uri, experiment_id)
+    return UiServer(mlflow_ui_command(uri, port), port, link, opens, experiment_id=experiment_id, nonce=nonce)
+
+
+def mark_experiment(uri: str, experiment_id: str) -> str:
+    """Put a fresh random value on the experiment (tag `UI_NONCE_TAG`); the value."""
+    import secrets
+
+    from dapo_ablate.ablation.store.tracking import store_errors
+
+    nonce = secrets.token_hex(16)
+    with store_errors(uri, "check tracking.uri or --tracking"):
+        from mlflow import MlflowClient
+
+        MlflowClient(uri).set_experiment_tag(experiment_id, UI_NONCE_TAG, nonce)
+    return nonce
+
+
+def serves_this_store(server: UiServer) -> bool:
+    """Whether the server answering on the port shows this store: its experiment carries the value
+    `mark_experiment` put on it (another program that took the port during the start-up does not)."""
+    import http.client
+    import json
+    import urllib.request
+
+    if server.nonce is None:
+        return True
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    url = f"http://{UI_HOST}:{server.port}/ajax-api/2.0/mlflow/experiments/get?experiment_id={server.experiment_id}"
+    try:
+        with opener.open(url, timeout=30) as reply:
+            tags = json.loads(reply.read()).get("experiment", {}).get("tags", [])
+    except (OSError, http.client.HTTPException, ValueError, AttributeError):
+        return False
+    return any(isinstance(tag, dict) and tag.get("key") == UI_NONCE_TAG and tag.get("value") == server.nonce for tag in tags)
 
 
 def runs_view(experiment: Experiment) -> RunsView:

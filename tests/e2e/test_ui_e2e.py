@@ -265,7 +265,7 @@ def test_ui_on_a_copy_points_the_copys_store_at_its_own_artifacts(original: Path
     before = artifact_locations(original)
     assert all(location.startswith((original / "dapo-runs").as_uri()) for location in before)
     asked: list[list[str]] = []
-    monkeypatch.setattr(run_cmd, "serve", lambda command: asked.append(command) or 0)  # 0: the user stopped it
+    monkeypatch.setattr(run_cmd, "serve", lambda command, running=None: asked.append(command) or 0)  # 0: the user stopped it
     monkeypatch.chdir(copy)
     result = CliRunner().invoke(app, ["ui", "spec.yaml", "--port", "5056"])
     assert result.exit_code == 0, result.output
@@ -371,3 +371,43 @@ def test_ui_prints_one_link_that_opens_the_training_runs_table_of_the_copy(origi
     gain = runs["ui-exp"].data.metrics["headline/full_vs_baseline"]
     assert rows["ui-exp"]["cells"][headline] == f"{gain:g}" and rows["ui-exp"]["index"] == len(CHILDREN)  # the parent, last
     assert f"{1 + len(CHILDREN)} matching runs" in page["text"]
+
+
+def test_ui_prints_no_link_when_another_program_takes_the_port_during_its_start(original: Path, tmp_path: Path):
+    """Another program binds the port after `ui` checked it and before MLflow's server does (the
+    test binds it on `ui`'s "waiting" line, while MLflow is still importing) and answers every
+    request with 200: `ui` prints no link to it and says so in one sentence, exit 2."""
+    import http.server
+
+    class Impostor(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = b'{"experiment": {"tags": []}}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    copy = copy_of(original, tmp_path / "copy")
+    port = free_port()
+    process = subprocess.Popen([COMMAND, "ui", "spec.yaml", "--port", str(port)], cwd=copy,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    impostor = None
+    try:
+        first = process.stdout.readline()
+        assert first.startswith("Starting the MLflow UI of ui-exp: waiting until it answers on"), first
+        impostor = http.server.HTTPServer(("127.0.0.1", port), Impostor)
+        threading.Thread(target=impostor.serve_forever, daemon=True).start()
+        out, err = process.communicate(timeout=HANG_GUARD_S)  # its exit is the event
+    finally:
+        kill_session(process.pid)
+        if impostor is not None:
+            impostor.shutdown()
+            impostor.server_close()
+    assert process.returncode == 2, err
+    assert err.strip().splitlines()[-1] == (
+        f"error: something else answers on 127.0.0.1:{port}, not the MLflow UI of this store (another program took the "
+        "port while the server started); the link was not printed: choose another with --port")
+    assert "://" not in first + out
