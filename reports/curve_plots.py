@@ -53,7 +53,7 @@ def curve_axes(analysis: CurveAnalysis, curves: pd.DataFrame, factors: list[str]
     docstring). Cells without a fitted curve show their points only. Each fitted line carries a
     ``gid``: ``fit <cell>`` (within the compute observed), ``extrapolation <cell>`` (past it) or
     ``not bent <cell>``. The caller saves and closes it."""
-    scale, unit = metric_scale(percent)
+    scale = metric_scale(percent)[0]
     compute = analysis.compute
     points = _points(curves, list(factors), metric, compute)
     positive = points.loc[points[compute] > 0, compute]
@@ -64,30 +64,44 @@ def curve_axes(analysis: CurveAnalysis, curves: pd.DataFrame, factors: list[str]
     masks = cell_masks(analysis.cells, list(factors))
     bent_asymptotes = []
     for i, (mask, cell) in enumerate(zip(masks, analysis.cells.itertuples(index=False))):
-        colour = colours(i % colours.N)
         own = points[points["_mask"] == mask]
-        axis.scatter(np.maximum(own[compute], low / 2), own[metric] * scale, s=8, alpha=0.3, color=colour)
-        if not np.isfinite(cell.asymptote):
-            axis.plot([], [], color=colour, label=f"{cell.cell} (not fitted)")
-            continue
-        last = float(own[compute].max()) if len(own) else float("nan")
-        curve = saturating_curve(grid, cell.r0, cell.asymptote, cell.midpoint, cell.steepness) * scale
-        if not curve_bent(cell.midpoint, cell.asymptote, last, percent):
-            axis.plot(grid, curve, color=colour, gid=f"not bent {cell.cell}",
-                      label=f"{cell.cell} (not bent within the data: not enough data)", **NOT_BENT)  # fmt: skip
-            continue
-        bent_asymptotes.append(cell.asymptote * scale)
-        inside = grid <= last
-        edge = np.searchsorted(grid, last)  # the two parts meet at the last compute observed
-        seen_x, past_x = np.append(grid[inside], last), np.insert(grid[edge:], 0, last)
-        at_last = saturating_curve([last], cell.r0, cell.asymptote, cell.midpoint, cell.steepness) * scale
-        axis.plot(seen_x, np.append(curve[inside], at_last), color=colour, gid=f"fit {cell.cell}",
-                  label=f"{cell.cell} ({_asymptote_text(cell.asymptote, scale, percent)})")  # fmt: skip
-        axis.plot(past_x, np.insert(curve[edge:], 0, at_last), color=colour, gid=f"extrapolation {cell.cell}",
-                  **EXTRAPOLATED)  # fmt: skip
-    # the y axis fits the evaluations (a curve that has not bent toward its ceiling within the data
-    # runs off the top rather than squashing them), inside the metric's range for an accuracy
-    seen = points[metric].to_numpy(float) * scale
+        axis.scatter(np.maximum(own[compute], low / 2), own[metric] * scale, s=8, alpha=0.3, color=colours(i % colours.N))
+        if _cell_curve(axis, cell, grid, own, compute, percent, colours(i % colours.N)):
+            bent_asymptotes.append(cell.asymptote * scale)
+    _dress(axis, analysis, points[metric].to_numpy(float) * scale, bent_asymptotes, metric, percent)
+    figure.tight_layout()
+    return figure
+
+
+def _cell_curve(axis, cell, grid: np.ndarray, own: pd.DataFrame, compute: str, percent: bool, colour) -> bool:
+    """One cell's fitted curve: solid within the compute its runs observed, dashed past it; dotted
+    and faded when it has not bent within the data; a legend entry alone when not fitted. Whether
+    it is a bent curve (its asymptote marks the figure's range of ceilings)."""
+    scale = metric_scale(percent)[0]
+    if not np.isfinite(cell.asymptote):
+        axis.plot([], [], color=colour, label=f"{cell.cell} (not fitted)")
+        return False
+    last = float(own[compute].max()) if len(own) else float("nan")
+    curve = saturating_curve(grid, cell.r0, cell.asymptote, cell.midpoint, cell.steepness) * scale
+    if not curve_bent(cell.midpoint, cell.asymptote, last, percent):
+        axis.plot(grid, curve, color=colour, gid=f"not bent {cell.cell}",
+                  label=f"{cell.cell} (not bent within the data: not enough data)", **NOT_BENT)  # fmt: skip
+        return False
+    inside = grid <= last
+    edge = np.searchsorted(grid, last)  # the two parts meet at the last compute observed
+    seen_x, past_x = np.append(grid[inside], last), np.insert(grid[edge:], 0, last)
+    at_last = saturating_curve([last], cell.r0, cell.asymptote, cell.midpoint, cell.steepness) * scale
+    axis.plot(seen_x, np.append(curve[inside], at_last), color=colour, gid=f"fit {cell.cell}",
+              label=f"{cell.cell} ({_asymptote_text(cell.asymptote, scale, percent)})")  # fmt: skip
+    axis.plot(past_x, np.insert(curve[edge:], 0, at_last), color=colour, gid=f"extrapolation {cell.cell}",
+              **EXTRAPOLATED)  # fmt: skip
+    return True
+
+
+def _dress(axis, analysis: CurveAnalysis, seen: np.ndarray, bent_asymptotes: list[float], metric: str, percent: bool) -> None:
+    """Limits, scales, labels, the lowest and highest bent ceilings, and the legend with a key to
+    the line styles drawn. The y axis fits the evaluations (`seen`, scaled): a curve that has not
+    bent toward its ceiling within the data runs off the top rather than squashing them."""
     seen = seen[np.isfinite(seen)]
     if len(seen):
         pad = 0.15 * (seen.max() - seen.min()) if seen.max() > seen.min() else 1.0
@@ -100,8 +114,8 @@ def curve_axes(analysis: CurveAnalysis, curves: pd.DataFrame, factors: list[str]
     axis.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))  # 20k 50k 100k ...
     axis.xaxis.set_major_formatter(matplotlib.ticker.EngFormatter(sep=""))
     axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    axis.set_xlabel(AXIS_LABELS.get(compute, compute))
-    axis.set_ylabel(f"{metric}{unit}")
+    axis.set_xlabel(AXIS_LABELS.get(analysis.compute, analysis.compute))
+    axis.set_ylabel(f"{metric}{metric_scale(percent)[1]}")
     axis.set_title(f"Fitted compute curves per cell (shared steepness B = {analysis.steepness:.3g})"
                    if np.isfinite(analysis.steepness) else
                    "Compute per cell: evaluations only (no run has the 4 evaluations a fit needs)", fontsize=10)  # fmt: skip
@@ -117,8 +131,6 @@ def curve_axes(analysis: CurveAnalysis, curves: pd.DataFrame, factors: list[str]
     axis.legend(handles, labels, fontsize=7, ncol=2 if len(analysis.cells) > 16 else 1, loc="upper left",
                 bbox_to_anchor=(1.01, 1.0), title="cell (asymptote A); line styles", title_fontsize=7,
                 frameon=False)  # fmt: skip
-    figure.tight_layout()
-    return figure
 
 
 def _asymptote_text(asymptote: float, scale: float, percent: bool) -> str:
