@@ -188,7 +188,7 @@ def small_disk(tmp_path: Path):
 def test_a_run_whose_disk_fills_says_so_in_one_sentence_and_the_rerun_finishes_it(small_disk):
     """`run` into a folder whose disk fills up (the stores' own writes fill it): one sentence naming
     the store and the fix, no traceback (MLflow logged one per retry, 14 in all); once there is
-    room, the rerun finishes every run, each trained once."""
+    room, the rerun finishes every run, training again none that was recorded."""
     import support
     from dapo_ablate.ablation.experiment.spec import load_spec
 
@@ -199,7 +199,12 @@ def test_a_run_whose_disk_fills_says_so_in_one_sentence_and_the_rerun_finishes_i
     (sentence,) = full.stderr.strip().splitlines()
     assert sentence.startswith("error: ") and "disk is full" in sentence and "free space on its disk, then rerun" in sentence
 
+    spec = load_spec(spec_path)
+    recorded = {run_id for run_id, row in support.rows(spec).items() if row["status"] == "done"}
     grow("64m")
     again = support.dapo_ablate("run", str(spec_path), "--no-progress", cwd=folder)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert set(support.calls(load_spec(spec_path)).values()) == {1}
+    assert {row["status"] for row in support.rows(spec).values()} == {"done"}
+    # what was recorded before the disk filled is not trained again (a run whose result could not be
+    # written anywhere, ledger or kept file, on the full disk is trained again)
+    assert {run_id: n for run_id, n in support.calls(spec).items() if run_id in recorded} == dict.fromkeys(recorded, 1)

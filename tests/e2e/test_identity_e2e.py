@@ -158,7 +158,7 @@ def test_the_browse_hint_serves_the_store_the_runs_are_in(experiment: dict[str, 
     (browse,) = hints(experiment["stdout"])
     assert browse == "dapo-ablate ui out/mini"
     asked: list[list[str]] = []
-    monkeypatch.setattr(run_cmd, "serve", lambda command: asked.append(command) or 0)
+    monkeypatch.setattr(run_cmd, "serve", lambda command, running=None: asked.append(command) or 0)
     result = follow(browse, experiment["tmp"])
     assert result.exit_code == 0, result.output
     assert asked[0][asked[0].index("--backend-store-uri") + 1] == f"sqlite:///{experiment['tmp']}/out/mlflow.db"

@@ -249,7 +249,7 @@ def test_ctrl_c_cancels_runs_in_flight_and_leaves_them_pending(tmp_path: Path, s
 def test_ui_serves_the_experiments_store_on_localhost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     spec_path = write_spec(tmp_path)
     asked: list[list[str]] = []
-    monkeypatch.setattr(run_cmd, "serve", lambda command: asked.append(command) or 0)
+    monkeypatch.setattr(run_cmd, "serve", lambda command, running=None: asked.append(command) or 0)
     result = CliRunner().invoke(app, ["ui", str(spec_path), "--port", "5055"])
     assert result.exit_code == 2 and "no MLflow store" in result.stderr and not asked
     (tmp_path / "out").mkdir()
