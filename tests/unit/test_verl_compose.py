@@ -87,6 +87,21 @@ def test_an_extra_override_of_a_key_a_technique_decides_is_refused():
     assert verl_overrides(allowed)[-1] == "trainer.device=npu"
 
 
+def test_with_overlong_filtering_an_override_adding_a_loss_term_over_every_token_is_refused():
+    """verl's ppo_loss adds an entropy bonus and a KL loss over every response token, the truncated
+    ones' included: with Overlong Filtering an extra override may not switch them on (the same
+    reason algorithm.kl_coef is refused with it); without it they stay the user's to set."""
+    base = paper_cells()[0][0]
+    for override in ("actor_rollout_ref.actor.entropy_coeff=0.001", "actor_rollout_ref.actor.use_kl_loss=true",
+                     "++actor_rollout_ref.actor.kl_loss_coef=0.1"):
+        filtered = base.with_overrides({"techniques.overlong_filter": True, "verl.overrides": [override]})
+        with pytest.raises(VerlTranslationError, match=r"which techniques\.overlong_filter \(verl adds this term over every token"):
+            verl_overrides(filtered)
+    for override in ("actor_rollout_ref.actor.entropy_coeff=0.001", "actor_rollout_ref.actor.use_kl_loss=true"):
+        unfiltered = base.with_overrides({"techniques.overlong_filter": False, "verl.overrides": [override]})
+        assert verl_overrides(unfiltered)[-1] == override
+
+
 @pytest.mark.parametrize("clip_higher", [True, False])
 @pytest.mark.parametrize("dynamic_sampling", [True, False])
 @pytest.mark.parametrize("gen_prompts_per_round, inflight_with_ds", [(None, 3), (1000, 2), (2048, 4)])

@@ -66,7 +66,7 @@ rollout engine, non +1/-1 rewards, a noisy verifier, truncated samples left out 
 Filtering a KL term (``algorithm.kl_coef`` > 0: verl's ``ppo_loss`` adds it over every response
 token, the truncated responses' included, and divides it by the kept tokens) or truncated importance
 sampling (``algorithm.tis_cap``: our loss takes no rollout importance weights and would fail at the
-first update), a chat template turned off, a GPU count that is not a whole number of nodes, a
+first update) or an override switching on another every-token term (`TOKEN_TERMS`), a chat template turned off, a GPU count that is not a whole number of nodes, a
 ``trainer.verl.overrides`` entry that touches a key a technique decides in any of Hydra's forms (the
 key, ``+`` / ``++`` / ``~``, a parent replaced by a dict or deleted, a config group's package:
 `check_overrides`), and a name or path no Hydra quoting carries (an interpolation ``${``, a control
@@ -222,10 +222,18 @@ def overlap(path: str, key: str) -> bool:
     return path == key or key.startswith(f"{path}.") or path.startswith(f"{key}.")
 
 
+TOKEN_TERMS = {f"{A}.entropy_coeff": "at 0", f"{A}.use_kl_loss": "off", f"{A}.kl_loss_coef": "at algorithm.kl_coef, 0"}
+"""verl keys of loss terms `ppo_loss` adds over every response token: with Overlong Filtering an
+override may not set them (the truncated responses would be trained on through them)."""
+
+
 def check_overrides(config: TrainerConfig) -> None:
     """Refuse a ``trainer.verl.overrides`` entry that touches a key a technique decides, in any of
     Hydra's forms (``key=``, ``+key=``, ``++key=``, ``~key``, ``parent={...}``, ``group@package=``)."""
     decided = technique_keys(config)
+    if config.techniques.overlong_filter:  # loss terms verl adds over every response token, truncated ones included
+        decided |= {key: "techniques.overlong_filter (verl adds this term over every token, the truncated ones' "
+                    f"included; the product keeps it {value})" for key, value in TOKEN_TERMS.items()}
     for override in config.verl.overrides:
         for path in override_targets(override):
             key = next((key for key in decided if overlap(path, key)), None)
