@@ -22,7 +22,7 @@ from dapo_ablate.ablation.experiment.plan import format_duration, format_plan
 from dapo_ablate.ablation.experiment.spec import SpecError, run_root
 from dapo_ablate.ablation.runtime.backends.verl import VerlTranslationError
 from dapo_ablate.ablation.runtime.backends.registry import check_backends, estimate_note, plan_texts
-from dapo_ablate.ablation.runtime.executor import ExperimentSummary, RunOptions, check_name_binding, run_experiment
+from dapo_ablate.ablation.runtime.executor import ExperimentSummary, RunOptions, check_name_binding, check_own_folder, run_experiment
 from dapo_ablate.ablation.runtime.preflight import check_contexts, preflight
 from dapo_ablate.ablation.runtime.ray_connect import check_local_cpus
 from dapo_ablate.ablation.store.errors import ExecutorError
@@ -186,7 +186,10 @@ def status_metric_column(metric: str) -> tuple[str, Any]:
 def status(experiment: Experiment) -> Status:
     """The runs table. When the ledger holds none of the plan's runs (or refuses the spec, its
     name being bound to another design) and the experiment's folder records a `run` of other
-    runs, `note` (or the refusal) says how to reach those."""
+    runs, `note` (or the refusal) says how to reach those. A name whose runs' folder records
+    another experiment (two names, one folder) is refused as `run` refuses it."""
+    with user_errors(*ERRORS):
+        check_own_folder(experiment.spec)
     try:
         with user_errors(*ERRORS):
             rows, counts = status_rows(experiment.spec, experiment.plan)

@@ -245,13 +245,19 @@ def check_name_binding(spec: ExperimentSpec) -> None:
     a sweep's (`store.binding`), or when its runs' folder holds another experiment's or sweep's
     record (two names, one folder: `check_folder`); reads only. The driver checks the ledger's
     binding again under its lock."""
-    folder = run_root(spec)
-    check_folder(spec.name, folder, [recorded_name(folder / name) for name in (SPEC_RECORD, SWEEP_RECORD)])
+    check_own_folder(spec)
     ledger = open_ledger(spec)
     if ledger is None:
         return
     with ledger:
         check_binding(ledger.get_experiment(spec.name), spec, ledger.url)
+
+
+def check_own_folder(spec: Any) -> None:
+    """LedgerError when the runs' folder of `spec` records another experiment's or sweep's runs
+    (two names, one folder: `check_folder`); reads only."""
+    folder = run_root(spec)
+    check_folder(spec.name, folder, [recorded_name(folder / name) for name in (SPEC_RECORD, SWEEP_RECORD)])
 
 
 def repair_record(folder: Path) -> str | None:

@@ -157,7 +157,7 @@ def test_an_evaluation_cache_write_never_goes_through_a_planted_link(tmp_path, v
 
 
 # -- two names, one folder ---------------------------------------------------------------------------
-@pytest.mark.parametrize("command", ["run", "validate"])
+@pytest.mark.parametrize("command", ["run", "validate", "status"])
 def test_two_experiment_names_that_share_a_folder_are_refused_naming_both(tmp_path, command):
     """``h3 x`` and ``h3/x`` both keep their runs in ``out/h3_x``: once ``h3 x`` recorded its spec
     there, ``h3/x`` is refused in one sentence naming both and how to rename, before anything is written."""
