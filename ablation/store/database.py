@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +17,8 @@ from typing import Any, Callable
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import URL, Engine
+
+from dapo_ablate.core.atomic import open_lock
 
 PSYCOPG_DRIVER = "postgresql+psycopg"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -87,7 +90,8 @@ def experiment_lock(ledger_url: str, name: str, timeout_s: float = 600.0) -> Ite
             yield
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(f"{path}.lock", "a+") as handle:
+        handle = open_lock(f"{path}.lock")  # a link planted at its name is replaced, never followed
+        try:
             deadline = time.monotonic() + timeout_s
             while True:
                 try:
@@ -101,6 +105,8 @@ def experiment_lock(ledger_url: str, name: str, timeout_s: float = 600.0) -> Ite
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+        finally:
+            os.close(handle)
         return
     if url.get_backend_name() != "postgresql":
         yield
