@@ -17,7 +17,7 @@ from typing import Any
 
 from dapo_ablate.ablation.experiment.identity import RunSpec
 from dapo_ablate.ablation.store.ledger_models import DONE, FAILED, PENDING, RUN_STATUSES, RUNNING
-from dapo_ablate.ablation.store.ledger_values import result_problem, result_values, to_json
+from dapo_ablate.ablation.store.ledger_values import COUNTS, result_problem, result_values, to_json
 
 DEFAULT_LEASE_S = 120.0
 """A running run whose heartbeat is older than this (seconds) may be claimed by another driver."""
@@ -199,7 +199,8 @@ def malformed(result: Any) -> str | None:
     edit) is malformed too."""
     if result is None:
         return "the run is marked done but has no stored result"
-    return result_problem({"metrics": result.metrics, "eval_curve": result.eval_curve, "signals": result.signals})
+    return result_problem({"metrics": result.metrics, "eval_curve": result.eval_curve, "signals": result.signals,
+                           **{key: getattr(result, key) for key in COUNTS}})
 
 
 def malformed_error(problem: str) -> str:

@@ -54,13 +54,21 @@ def _plain(value: Any) -> float:
     return float(value.item() if hasattr(value, "item") and not isinstance(value, (int, float)) else value)
 
 
+COUNTS = ("tokens_generated", "tokens_discarded", "wall_s")
+"""A result's compute columns: counts of tokens and seconds."""
+
+
 def result_problem(result: Mapping[str, Any]) -> str | None:
     """Why a result (as given to `finish`, or as stored) is not a finished run's result, or None:
-    its metrics (`metrics_problem`), or an evaluation curve or signals that are not lists of
-    mappings."""
+    its metrics (`metrics_problem`), an evaluation curve or signals that are not lists of
+    mappings, or a token count or wall time that is not a finite number of 0 or more."""
     problem = metrics_problem(result.get("metrics"))
     if problem is not None:
         return problem
+    for key in COUNTS:
+        value = result.get(key)
+        if value is not None and not (_is_number(value) and math.isfinite(_plain(value)) and _plain(value) >= 0):
+            return f"a run result's `{key}` must be a number of 0 or more; got {_shown(value)}"
     for key in ("eval_curve", "signals"):
         rows = result.get(key)
         if rows is None:
