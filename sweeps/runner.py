@@ -59,7 +59,7 @@ from dapo_ablate.ablation.runtime.task import resolve_cell_fn
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import connect_ledger
 from dapo_ablate.ablation.store.tracking import default_artifact_location, open_tracker
-from dapo_ablate.ablation.store.transient import OPTUNA, retry_transient
+from dapo_ablate.ablation.store.transient import OPTUNA, Retrying, retry_transient
 from dapo_ablate.core.config import ConfigError
 from dapo_ablate.sweeps import study as studies
 from dapo_ablate.sweeps.display import TrialDisplay
@@ -327,8 +327,8 @@ class SweepScheduler:
         active = _ActiveTrial(trial, plan)
         self.active[trial.number] = active
         trial.set_user_attr("runs", {run.run_id: run.name for run in plan.runs})
-        retry_transient(lambda: self.ledger.add_runs(self.spec.name, [run.to_run_spec() for run in plan.runs]),
-                        f"record trial {trial.number}'s runs")
+        Retrying(self.ledger).add_runs(self.spec.name, [run.to_run_spec() for run in plan.runs],
+                                       doing=f"record trial {trial.number}'s runs")
         done = {row["run_id"]: row for row in self.ledger.results(self.spec.name) if row["run_id"] in plan.by_id}
         self.display.started(trial.number, self._params_text(trial.params), len(plan.runs), len(done))
         for run in plan.runs:
@@ -360,13 +360,12 @@ class SweepScheduler:
     def _params_text(self, params: dict[str, Any]) -> str:
         """A trial's knobs as the report shows them: each rounded to the digits that keep the
         study's values of it apart (those sampled so far; `sweeps.knobs`)."""
-        trials = retry_transient(lambda: self.study.get_trials(deepcopy=False), "read the study's trials", store=OPTUNA)
+        trials = Retrying(self.study, OPTUNA).get_trials(deepcopy=False, doing="read the study's trials")
         return format_params(params, params_digits([*(t.params for t in trials), params]))
 
     def _beat(self) -> None:
         for active in self.active.values():  # before the stale check, so ours are never stale
-            retry_transient(lambda: self.storage.record_heartbeat(active.trial._trial_id),
-                            f"record trial {active.number}'s heartbeat", store=OPTUNA)
+            Retrying(self.storage, OPTUNA).record_heartbeat(active.trial._trial_id, doing=f"record trial {active.number}'s heartbeat")
         grace_s = self.spec.heartbeat.grace_period_s
         for number in retry_transient(lambda: studies.fail_stale(self.study, grace_s), "fail stale trials", store=OPTUNA):
             self.display.note(f"trial {number}: its driver stopped; queued again")
@@ -405,10 +404,10 @@ class SweepScheduler:
         steps = set.intersection(*(set(curve) for curve in curves)) - active.reported - {0}
         for step in sorted(steps):
             value = sum(curve[step] for curve in curves) / len(curves)
-            retry_transient(lambda: active.trial.report(value, step), f"report trial {active.number}'s step {step}", store=OPTUNA)
+            Retrying(active.trial, OPTUNA).report(value, step, doing=f"report trial {active.number}'s step {step}")
             active.reported.add(step)
-            if step < last and len(active.results) < len(active.plan.runs) and retry_transient(
-                active.trial.should_prune, f"ask the pruner about trial {active.number}", store=OPTUNA
+            if step < last and len(active.results) < len(active.plan.runs) and Retrying(active.trial, OPTUNA).should_prune(
+                doing=f"ask the pruner about trial {active.number}"
             ):
                 self._prune(active, step)
                 return

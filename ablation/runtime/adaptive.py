@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from dapo_ablate.ablation.runtime.factorial import FactorialScheduler, RunOptions
 from dapo_ablate.ablation.store.adaptive_state import AdaptiveState, adaptive_state
 from dapo_ablate.ablation.store.ledger import DONE, Ledger
-from dapo_ablate.ablation.store.transient import retry_transient
+from dapo_ablate.ablation.store.transient import Retrying, retry_transient
 
 if TYPE_CHECKING:
     from dapo_ablate.ablation.experiment.design import Plan
@@ -91,8 +91,9 @@ class AdaptiveScheduler(FactorialScheduler):
         outcome = self.policy(self.plan, records, looks)
         record = {**outcome.record, "runs": len(self.plan.runs), "added": [list(pair) for pair in outcome.add],
                   "stopped": not outcome.add, "summary": outcome.summary}
-        if not retry_transient(lambda: self.ledger.record_look(self.name, number, record), f"record look {number}"):
-            record = retry_transient(lambda: self.ledger.looks(self.name), "read the looks")[number - 1]
+        stored = Retrying(self.ledger)
+        if not stored.record_look(self.name, number, record, doing=f"record look {number}"):
+            record = stored.looks(self.name, doing="read the looks")[number - 1]
         self.display.note(f"{self.name}: look {number}: {record['summary']}")
         looks = [{**look, "recorded_at": str(look["recorded_at"])} for look in self.ledger.looks(self.name)]
         self._mlflow(lambda: self.tracker.log_dict(self.parent_id, {"looks": looks}, "looks.json"), "log the looks to the MLflow parent run")
@@ -105,7 +106,7 @@ class AdaptiveScheduler(FactorialScheduler):
         self.plan = expand(self.spec, grown)
         new = [run for run in self.plan.runs if run.run_id not in self.planned]
         self.planned.update((run.run_id, run) for run in new)
-        retry_transient(lambda: self.ledger.add_runs(self.name, [run.to_run_spec() for run in new]), "add the look's runs")
+        Retrying(self.ledger).add_runs(self.name, [run.to_run_spec() for run in new], doing="add the look's runs")
         claimable = set(self.ledger.claimable(self.name, lease_s=self.lease_s, max_attempts=self.retries + 1))
         for run in new:
             if run.run_id in claimable:

@@ -65,7 +65,7 @@ from dapo_ablate.ablation.store.binding import check_binding, check_folder, expe
 from dapo_ablate.ablation.store.ledger import DONE, FAILED, PENDING, RUNNING, Ledger, LedgerError, connect_ledger
 from dapo_ablate.ablation.store.results import open_ledger
 from dapo_ablate.ablation.store.tracking import Tracker, absolute_tracking_uri, default_artifact_location, open_tracker, sqlite_path
-from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
+from dapo_ablate.ablation.store.transient import MLFLOW, Retrying
 
 if TYPE_CHECKING:
     from dapo_ablate.ablation.experiment.design import Plan
@@ -197,8 +197,8 @@ def rerun_finished(spec: ExperimentSpec, plan: Plan, address: str | None,
                 records, parent_id, tracker = found
                 record_spec(spec, origin)
                 ledger.ensure_experiment(spec.name, spec.to_dict())
-            retry_transient(lambda: tracker.log_dict(parent_id, spec.to_dict(), "spec.json"), "log the spec", store=MLFLOW)
-            retry_transient(lambda: tracker.end_parent(parent_id, "FINISHED"), "end the MLflow parent run", store=MLFLOW)
+            Retrying(tracker, MLFLOW).log_dict(parent_id, spec.to_dict(), "spec.json", doing="log the spec")
+            Retrying(tracker, MLFLOW).end_parent(parent_id, "FINISHED", doing="end the MLflow parent run")
         except KeyboardInterrupt:
             raise Interrupted(bool(stop.received), written=True) from None
     print(f"{spec.name}: 0 runs to do, {len(records)} done before (each logged to MLflow; Ray not started)", flush=True)

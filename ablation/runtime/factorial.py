@@ -49,7 +49,7 @@ from dapo_ablate.ablation.store.tracking import (
     markdown_text,
     open_tracker,
 )
-from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
+from dapo_ablate.ablation.store.transient import MLFLOW, Retrying, retry_transient
 from dapo_ablate.core.contracts import RESULT_KEYS, metric_text
 
 if TYPE_CHECKING:
@@ -213,7 +213,7 @@ class FactorialScheduler:
         }
         self.summary.wall_s = wall_s
         if found.get(RUNNING):  # after this driver's own runs settled: another driver's, unless its lease expired
-            expired = set(retry_transient(lambda: self.ledger.expired_leases(self.name, lease_s=self.lease_s), "read the leases"))
+            expired = set(Retrying(self.ledger).expired_leases(self.name, lease_s=self.lease_s, doing="read the leases"))
             self.summary.held = sum(row["status"] == RUNNING and run_id not in expired for run_id, row in rows.items())
         self.summary.plan = self.plan
         if any(row["status"] == DONE and run_id not in self.records for run_id, row in rows.items()):
@@ -444,7 +444,7 @@ class FactorialScheduler:
         else:
             mlflow_id = self._mlflow(lambda: self.tracker.log_child(self.parent_id, child), f"log {child.name} to MLflow")
         if set_ledger:
-            retry_transient(lambda: self.ledger.set_mlflow_run(run_id, mlflow_id), f"record the MLflow run of {child.name}")
+            Retrying(self.ledger).set_mlflow_run(run_id, mlflow_id, doing=f"record the MLflow run of {child.name}")
 
     def on_event(self, run_id: str, kind: str, step: int, data: dict[str, Any]) -> None:
         """A run's training step or evaluation, logged to its MLflow child while it trains. Best

@@ -43,7 +43,7 @@ from dapo_ablate.ablation.runtime.time_limit import TimeLimit
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.kept_results import KEPT_RESULT, KeptRecords, ResultKeeper, record_kept, record_result
 from dapo_ablate.ablation.store.ledger import Ledger
-from dapo_ablate.ablation.store.transient import retry_transient
+from dapo_ablate.ablation.store.transient import Retrying
 from dapo_ablate.core import seals
 
 __all__ = ["KEPT_RESULT", "KeptRecords", "Outcome", "PoolSettings", "ResultKeeper", "RunPool", "concurrency_limit",
@@ -136,6 +136,8 @@ class RunPool:
         import ray
 
         self.ledger, self.host, self.cell_fn = ledger, host, cell_fn
+        self.stored = Retrying(ledger)
+        """The ledger, each write retried through its blips."""
         self.resources, self.limit = settings.resources, max(1, settings.limit)
         self.lease_s, self.timeout_s = settings.lease_s, settings.timeout_s
         self.beat_s = min(self.lease_s / 4, 30.0)
@@ -177,8 +179,8 @@ class RunPool:
         extra environment for the task; if it raises, the claim is given back. `resources`: the
         task's own instead of the pool's (a task that only submits a Ray job holds none).
         `time_limit`: the run's own instead of ``executor.run_timeout_s`` (a verl cell's)."""
-        claimed = retry_transient(lambda: self.ledger.claim(run_id, self.host, lease_s=self.lease_s, max_attempts=max_attempts),
-                                  f"claim {self.names(run_id)}")
+        claimed = self.stored.claim(run_id, self.host, lease_s=self.lease_s, max_attempts=max_attempts,
+                                    doing=f"claim {self.names(run_id)}")
         if not claimed:
             return False
         try:
@@ -290,14 +292,14 @@ class RunPool:
             return
         flight.job_id = job_id
         flight.restart_clock()  # a job's time counts from its submission (or re-attachment)
-        retry_transient(lambda: self.ledger.set_job_id(flight.run_id, job_id), f"record the job of {self.names(flight.run_id)}")
+        self.stored.set_job_id(flight.run_id, job_id, doing=f"record the job of {self.names(flight.run_id)}")
 
     def _heartbeat(self) -> list[Outcome]:
         """Renew the leases of the runs in flight; a run whose lease was lost (taken over by
         another driver after a long stall) is cancelled, and its result left to the taker."""
         lost = []
         for run_id in list(self.flights):
-            held = retry_transient(lambda: self.ledger.heartbeat(run_id, self.host), f"renew the lease of {self.names(run_id)}")
+            held = self.stored.heartbeat(run_id, self.host, doing=f"renew the lease of {self.names(run_id)}")
             if not held:  # its job (if any) is the taker's now: it re-attaches to it, so it keeps running
                 self.cancel(run_id, release=False, stop_job=False)
                 lost.append(Outcome(run_id, LOST, error="its lease was taken over by another driver"))
@@ -318,7 +320,7 @@ class RunPool:
     # -- ledger writes ---------------------------------------------------------------------------
 
     def fail(self, run_id: str, error: str) -> None:
-        retry_transient(lambda: self.ledger.fail(run_id, error, self.host), f"record the failure of {self.names(run_id)}")
+        self.stored.fail(run_id, error, self.host, doing=f"record the failure of {self.names(run_id)}")
         self.unsettled.discard(run_id)
 
     def record(self, run_id: str, result: dict[str, Any]) -> bool:
@@ -343,7 +345,7 @@ class RunPool:
             return
         if release:  # first: Ctrl-C may have stopped Ray itself
             if not self._record_if_finished(flight):
-                retry_transient(lambda: self.ledger.release(run_id, self.host), f"give back {self.names(run_id)}")
+                self.stored.release(run_id, self.host, doing=f"give back {self.names(run_id)}")
         try:
             ray.cancel(flight.ref, force=True)
         except Exception:  # noqa: BLE001 - a Ray stopped by Ctrl-C has nothing left to cancel

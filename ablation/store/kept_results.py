@@ -31,7 +31,7 @@ from typing import Any
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import Ledger
 from dapo_ablate.ablation.store.ledger_values import result_values
-from dapo_ablate.ablation.store.transient import retry_transient
+from dapo_ablate.ablation.store.transient import Retrying
 from dapo_ablate.core import seals
 from dapo_ablate.core.atomic import UnreadableFile, own_folder, read_regular
 from dapo_ablate.core.contracts import RunRecord
@@ -172,7 +172,7 @@ def record_result(ledger: Ledger, keeper: ResultKeeper, run_id: str, result: dic
     if not keeper.exists(run_id):
         keeper.keep(run_id, result)
     try:
-        recorded = retry_transient(lambda: ledger.finish(run_id, result), f"record {name}", kept=keeper.path(run_id))
+        recorded = Retrying(ledger).finish(run_id, result, doing=f"record {name}", kept=keeper.path(run_id))
     except ExecutorError:  # the database stays down: the kept result is for the next invocation
         raise
     except (ValueError, TypeError):
@@ -206,14 +206,12 @@ def record_kept(ledger: Ledger, keeper: ResultKeeper, run_ids: list[str], names:
             done.notes.append(keeper.set_aside(run_id, str(why), names(run_id)))
             continue
         try:
-            retry_transient(lambda run_id=run_id, result=result: ledger.finish(run_id, result), f"record {names(run_id)}",
-                            kept=keeper.path(run_id))
+            Retrying(ledger).finish(run_id, result, doing=f"record {names(run_id)}", kept=keeper.path(run_id))
         except ExecutorError:  # the database is down again: the file stays for the next invocation
             raise
         except (ValueError, TypeError) as err:
             error = f"the run finished but its kept result cannot be stored: {type(err).__name__}: {err}"[:2000]
-            retry_transient(lambda run_id=run_id, error=error: ledger.fail(run_id, error, host),
-                            f"record the failure of {names(run_id)}")
+            Retrying(ledger).fail(run_id, error, host, doing=f"record the failure of {names(run_id)}")
             keeper.drop(run_id)
             continue
         keeper.drop(run_id)

@@ -156,14 +156,14 @@ class Tracker:
         experiment adds nothing to its history). Retried through the store's blips."""
         from mlflow.entities import Metric
 
-        from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
+        from dapo_ablate.ablation.store.transient import MLFLOW, Retrying
 
-        latest = retry_transient(lambda: self.client.get_run(parent_id).data.metrics, "read the MLflow parent run", store=MLFLOW)
+        latest = Retrying(self.client, MLFLOW).get_run(parent_id, doing="read the MLflow parent run").data.metrics
         now = int(time.time() * 1000)
         numbers = {names.mlflow_safe(key): float(value) for key, value in metrics.items() if _is_number(value)}
         batch = [Metric(key, value, now, step) for key, value in numbers.items() if not _same_value(latest.get(key), value)]
         if batch:
-            retry_transient(lambda: self.client.log_batch(parent_id, metrics=batch), "log the headline", store=MLFLOW)
+            Retrying(self.client, MLFLOW).log_batch(parent_id, metrics=batch, doing="log the headline")
 
     def end_parent(self, parent_id: str, status: str) -> None:
         """Mark the parent FINISHED, FAILED or KILLED at the end of an invocation."""

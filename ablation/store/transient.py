@@ -4,7 +4,9 @@ before the driver gives up; then the message says which store failed, not that t
 
 Used by the run pool (`ablation.pool`), the factorial driver and the sweep driver for every write
 they make while runs are in flight: claims, heartbeats, results, failures, releases, MLflow
-children and events, Optuna tells and heartbeats.
+children and events, Optuna tells and heartbeats. A store's calls go through one wrapper,
+`Retrying` (``Retrying(ledger).claim(run_id, host, doing=f"claim {name}")``); `retry_transient` is
+what it calls, and what a write spanning several calls goes through.
 """
 
 from __future__ import annotations
@@ -96,6 +98,29 @@ def retry_transient(write: Callable[[], Any], doing: str, *, store: str = LEDGER
                 f"not the spec: {fix}, then rerun"
             ) from err
     raise AssertionError("unreachable")  # the last pause is None: the loop returns or raises
+
+
+class Retrying:
+    """A store (the ledger, an MLflow tracker, an Optuna study or storage) whose every call is
+    retried through the store's blips (`retry_transient`). Each call names what it does, in the
+    words the user reads if the store stays down (``doing=``: "... failed while trying to
+    {doing} ..."), and, for a finished result, where it is kept on disk (``kept=``)::
+
+        Retrying(ledger).fail(run_id, error, host, doing=f"record the failure of {name}")
+    """
+
+    def __init__(self, target: Any, store: str = LEDGER) -> None:
+        self._target, self._store = target, store
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._target, name)
+        if not callable(method):
+            raise AttributeError(f"{type(self._target).__name__}.{name} is not a call to retry")
+
+        def call(*args: Any, doing: str, kept: Path | None = None, **kwargs: Any) -> Any:
+            return retry_transient(lambda: method(*args, **kwargs), doing, store=self._store, kept=kept)
+
+        return call
 
 
 def _disk_full(err: BaseException) -> bool:

@@ -17,7 +17,7 @@ from dapo_ablate.ablation.store import transient
 from dapo_ablate.ablation.runtime.signals import Interrupted
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError
-from dapo_ablate.ablation.store.transient import is_transient, retry_transient
+from dapo_ablate.ablation.store.transient import Retrying, is_transient, retry_transient
 
 from support import write_spec
 from test_faults import dropped_connection
@@ -66,6 +66,36 @@ def test_retry_rides_out_blips_and_then_blames_the_store_not_the_spec(quick_retr
         retry_transient(down, "log x", store=transient.MLFLOW)
     with pytest.raises(ValueError):  # not the store's: raised as it is, at once
         retry_transient(lambda: (_ for _ in ()).throw(ValueError("bug")), "write")
+
+
+def test_the_retrying_ledger_rides_out_blips_and_names_what_each_call_did_when_it_stays_down(quick_retries, tmp_path):
+    from dapo_ablate.ablation.experiment.identity import RunSpec
+    from dapo_ablate.ablation.store.memory_ledger import MemoryLedger
+
+    ledger, calls = MemoryLedger(), []
+    ledger.ensure_experiment("exp", {})
+    ledger.add_runs("exp", [RunSpec("r1", "1", {"a": 1}, 0, {})])
+    real_heartbeat = ledger.heartbeat
+
+    def blip_then_beat(run_id, host):
+        calls.append(run_id)
+        if len(calls) < 2:
+            raise dropped_connection()
+        return real_heartbeat(run_id, host)
+
+    ledger.heartbeat = blip_then_beat
+    stored = Retrying(ledger)
+    assert stored.heartbeat("r1", "host", doing="renew the lease of cell-r1") is False and calls == ["r1", "r1"]
+
+    def down(*args, **kwargs):
+        raise dropped_connection()
+
+    ledger.finish = down
+    with pytest.raises(ExecutorError, match=r"^the ledger database failed while trying to record cell-r1 after 3 tries "
+                                            r".*; the result is kept in .*kept.json and is recorded by the next invocation"):
+        stored.finish("r1", {}, doing="record cell-r1", kept=tmp_path / "kept.json")
+    with pytest.raises(TypeError):  # the words are not optional: a call without them is a bug, found at once
+        stored.claim("r1", "host")
 
 
 @pytest.mark.parametrize("command, target", [("run", "dapo_ablate.ablation.app.experiment.run_experiment"),
