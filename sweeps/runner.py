@@ -37,7 +37,7 @@ import optuna
 from optuna.trial import TrialState
 
 from dapo_ablate.ablation.experiment.spec import run_root
-from dapo_ablate.ablation.runtime.driver import Driver, RunRequest
+from dapo_ablate.ablation.runtime.driver import Driver, DriverOptions, Listeners, RunRequest
 from dapo_ablate.ablation.runtime.executor import session
 from dapo_ablate.ablation.runtime.hosts import release_orphans, this_host
 from dapo_ablate.ablation.runtime.pool import (
@@ -279,11 +279,11 @@ class SweepScheduler:
         fits = capacity(self.spec, 2**31)  # type: ignore[arg-type]
         limit = concurrency_limit(fits, self.spec.executor.max_concurrent, self.local)
         settings = PoolSettings.of(self.spec.executor, limit, self.keeper)
-        Driver(self, settings, self.ledger, self.host, self.cell_fn, check_stop=self.check_stop, tick_s=self.tick_s).run()
+        Driver(self, settings, self.ledger, self.host, self.cell_fn, DriverOptions(check_stop=self.check_stop, tick_s=self.tick_s)).run()
 
     # -- the Scheduler protocol (ablation.runtime.driver) -----------------------------------------
 
-    def start(self, pool: RunPool) -> None:
+    def start(self, pool: RunPool, listeners: Listeners) -> None:
         self.pool = pool
 
     def next_run(self) -> RunRequest | None:

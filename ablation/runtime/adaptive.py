@@ -14,9 +14,9 @@ always stage 1 plus what the recorded looks added (`store.adaptive_state.current
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from dapo_ablate.ablation.runtime.factorial import FactorialScheduler, RunOptions
+from dapo_ablate.ablation.runtime.factorial import FactorialScheduler
 from dapo_ablate.ablation.store.adaptive_state import AdaptiveState, adaptive_state
 from dapo_ablate.ablation.store.ledger import DONE, Ledger
 from dapo_ablate.ablation.store.transient import Retrying, retry_transient
@@ -47,9 +47,8 @@ class LookPolicy(Protocol):
 class AdaptiveScheduler(FactorialScheduler):
     """A `FactorialScheduler` whose plan grows at each look (see the module docstring)."""
 
-    def __init__(self, spec: ExperimentSpec, plan: Plan, cell_fn: Callable[..., dict[str, Any]], options: RunOptions,
-                 policy: LookPolicy, ledger: Ledger | None = None, check_stop: Callable[[], None] | None = None) -> None:
-        super().__init__(spec, plan, cell_fn, options, ledger=ledger, check_stop=check_stop)
+    def __init__(self, spec: ExperimentSpec, plan: Plan, ledger: Ledger, policy: LookPolicy) -> None:
+        super().__init__(spec, plan, ledger)
         self.policy = policy
 
     def finished(self) -> bool:
@@ -63,7 +62,7 @@ class AdaptiveScheduler(FactorialScheduler):
         state = self._catch_up()
         if self.queue:
             return False  # runs another driver's look added: this driver trains its share
-        rows = self._plan_rows()
+        rows = self.plan_rows()
         if any(row["status"] != DONE for row in rows.values()):
             return True  # failed or held runs end this invocation; `run` again resumes before the look
         if state.stopped:
@@ -80,13 +79,13 @@ class AdaptiveScheduler(FactorialScheduler):
         planned (stage 1 plus every stored look's runs, `store.adaptive_state.current_plan`)."""
         state = retry_transient(lambda: adaptive_state(self.spec, self.ledger), "read the looks")
         if {(str(key), int(seed)) for key, seed in state.grown} - {(run.cell.key, run.seed) for run in self.plan.runs}:
-            self.display.note(f"{self.name}: another driver's looks grew the plan; caught up with look {len(state.looks)}")
+            self.listeners.note(f"{self.name}: another driver's looks grew the plan; caught up with look {len(state.looks)}")
             self._grow(state.grown)
         return state
 
     def _look(self, number: int, looks: list[dict[str, Any]]) -> dict[str, Any]:
         """Look `number`: decided by the policy and stored, or the one another driver stored first."""
-        self._read_records()
+        self.read_records()
         records = [self.records[run.run_id] for run in self.plan.runs if run.run_id in self.records]
         outcome = self.policy(self.plan, records, looks)
         record = {**outcome.record, "runs": len(self.plan.runs), "added": [list(pair) for pair in outcome.add],
@@ -94,9 +93,8 @@ class AdaptiveScheduler(FactorialScheduler):
         stored = Retrying(self.ledger)
         if not stored.record_look(self.name, number, record, doing=f"record look {number}"):
             record = stored.looks(self.name, doing="read the looks")[number - 1]
-        self.display.note(f"{self.name}: look {number}: {record['summary']}")
-        looks = [{**look, "recorded_at": str(look["recorded_at"])} for look in self.ledger.looks(self.name)]
-        self._mlflow(lambda: self.tracker.log_dict(self.parent_id, {"looks": looks}, "looks.json"), "log the looks to the MLflow parent run")
+        self.listeners.note(f"{self.name}: look {number}: {record['summary']}")
+        self.listeners.looked([{**look, "recorded_at": str(look["recorded_at"])} for look in self.ledger.looks(self.name)])
         return record
 
     def _grow(self, grown: list[tuple[str, int]]) -> None:
@@ -112,4 +110,4 @@ class AdaptiveScheduler(FactorialScheduler):
             if run.run_id in claimable:
                 self.queue.append(run.run_id)
                 self.budget[run.run_id] = self.retries + 1
-        self.display.grow(len(new))
+        self.listeners.grown(self.plan, len(new))

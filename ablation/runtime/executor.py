@@ -53,8 +53,9 @@ from dapo_ablate.core.atomic import UnreadableFile, own_folder, read_regular
 from dapo_ablate.core.config import ConfigError
 
 from dapo_ablate.ablation.experiment.spec import ExperimentSpec, SpecError, load_spec_file, run_root, validate_spec
-from dapo_ablate.ablation.runtime.adaptive import AdaptiveScheduler, LookPolicy
-from dapo_ablate.ablation.runtime.factorial import ExperimentSummary, FactorialScheduler, RunOptions
+from dapo_ablate.ablation.runtime.adaptive import LookPolicy
+from dapo_ablate.ablation.runtime.experiment_run import ExperimentRun
+from dapo_ablate.ablation.runtime.factorial import ExperimentSummary, RunOptions
 from dapo_ablate.ablation.runtime.backends.registry import check_backends
 from dapo_ablate.ablation.runtime.preflight import check_contexts, preflight
 from dapo_ablate.ablation.runtime.ray_connect import connect_ray
@@ -115,20 +116,18 @@ def run_experiment(spec: ExperimentSpec, plan: Plan, *, address: str | None = No
     check_name_binding(spec)  # a name bound to another design is refused before Ray starts, and writes nothing
     # a database server is checked before Ray starts; a SQLite ledger is only created after
     open_first = lambda: None if sqlite_path(spec.ledger) else connect_ledger(spec.ledger)  # noqa: E731
-    # the spec is recorded by the scheduler once the ledger and MLflow accept it (`FactorialScheduler.record`)
+    # the spec is recorded by the experiment's owner once the ledger and MLflow accept it (`ExperimentRun.record`)
     with session(spec, address, open_first=open_first, checked=True, record=False) as (stop, ledger):
         options = replace(options or RunOptions(), local=not address)
-        if spec.design == "adaptive":
-            if policy is None:
-                raise TypeError("design: adaptive needs a look policy (runtime.adaptive.LookPolicy)")
-            scheduler = AdaptiveScheduler(spec, plan, fn, options, policy, ledger=ledger, check_stop=stop.check)
-        else:
-            scheduler = FactorialScheduler(spec, plan, fn, options, ledger=ledger, check_stop=stop.check)
-        scheduler.record = lambda: record_spec(spec, origin)
+        if spec.design == "adaptive" and policy is None:
+            raise TypeError("design: adaptive needs a look policy (runtime.adaptive.LookPolicy)")
+        life = ExperimentRun(spec, plan, fn, options, ledger=ledger, check_stop=stop.check,
+                             policy=policy if spec.design == "adaptive" else None)
+        life.record = lambda: record_spec(spec, origin)
         try:
-            summary = scheduler.run()
+            summary = life.run()
         except KeyboardInterrupt:
-            if scheduler.pool is not None:  # a second Ctrl-C as the driver ended: its runs were given back
+            if life.pool is not None:  # a second Ctrl-C as the driver ended: its runs were given back
                 raise
             # while the driver opened the ledger and MLflow (the experiment and its pending runs
             # may be recorded): without this, Typer's silent exit 130, even for a SIGTERM

@@ -14,7 +14,7 @@ from sqlalchemy.exc import OperationalError
 
 from dapo_ablate.ablation.experiment.design import expand
 from dapo_ablate.ablation.experiment.spec import load_spec
-from dapo_ablate.ablation.runtime.factorial import FactorialScheduler
+from dapo_ablate.ablation.runtime.experiment_run import ExperimentRun
 from dapo_ablate.ablation.runtime.pool import KEPT_RESULT
 from dapo_ablate.ablation.store import transient
 from dapo_ablate.ablation.store.binding import DIGEST_TAG, experiment_digest
@@ -189,7 +189,7 @@ def test_the_headline_is_logged_once_however_often_a_finished_experiment_is_run(
 
 def test_the_end_of_run_reads_ride_out_a_blip(local_ray, tmp_path: Path, monkeypatch, quick_retries) -> None:
     armed, failed = [], []
-    real_schedule, real_runs_table, real_results = FactorialScheduler._schedule, SQLLedger.runs_table, SQLLedger.results
+    real_schedule, real_runs_table, real_results = ExperimentRun._schedule, SQLLedger.runs_table, SQLLedger.results
 
     def schedule_then_arm(self, *args):
         real_schedule(self, *args)
@@ -204,7 +204,7 @@ def test_the_end_of_run_reads_ride_out_a_blip(local_ray, tmp_path: Path, monkeyp
             return real(self, name)
         return read
 
-    monkeypatch.setattr(FactorialScheduler, "_schedule", schedule_then_arm)
+    monkeypatch.setattr(ExperimentRun, "_schedule", schedule_then_arm)
     monkeypatch.setattr(SQLLedger, "runs_table", blip_once(real_runs_table))
     monkeypatch.setattr(SQLLedger, "results", blip_once(real_results))
     spec, summary = run(write_spec(tmp_path), counting_cell)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 from dapo_ablate.ablation.experiment.design import expand
-from dapo_ablate.ablation.runtime.factorial import FactorialScheduler
+from dapo_ablate.ablation.runtime.mlflow_runs import MlflowRuns
 from dapo_ablate.ablation.runtime.executor import RunOptions, run_experiment
 from dapo_ablate.ablation.experiment.spec import load_spec
 
@@ -14,7 +14,7 @@ from test_stop_signals import ctrl_c_swallowed  # noqa: F401, F811 - shared with
 
 
 def test_a_ctrl_c_swallowed_while_runs_are_in_flight_stops_the_driver_at_its_next_step(local_ray, tmp_path, monkeypatch):
-    start_child = FactorialScheduler._start_child
+    start_child = MlflowRuns.starting
 
     def swallowed_once_a_run_is_claimed(self, run_id):
         env = start_child(self, run_id)
@@ -24,7 +24,7 @@ def test_a_ctrl_c_swallowed_while_runs_are_in_flight_stops_the_driver_at_its_nex
         return env
 
     swallowed: list[str] = []
-    monkeypatch.setattr(FactorialScheduler, "_start_child", swallowed_once_a_run_is_claimed)
+    monkeypatch.setattr(MlflowRuns, "starting", swallowed_once_a_run_is_claimed)
     spec = load_spec(write_spec(tmp_path, executor={"max_concurrent": 1}))
     summary = run_experiment(spec, expand(spec), cell_fn=counting_cell, options=RunOptions(progress=False))
     assert summary.interrupted and summary.exit_code == 130

@@ -13,8 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from dapo_ablate.ablation.experiment.spec import build_spec
-from dapo_ablate.ablation.runtime import factorial
-from dapo_ablate.ablation.runtime.adaptive import AdaptiveScheduler, LookOutcome
+from dapo_ablate.ablation.runtime import experiment_run
+from dapo_ablate.ablation.runtime.adaptive import LookOutcome
+from dapo_ablate.ablation.runtime.experiment_run import ExperimentRun
 from dapo_ablate.ablation.runtime.driver import Driver
 from dapo_ablate.ablation.runtime.factorial import ExperimentSummary, RunOptions
 from dapo_ablate.ablation.runtime.pool import Outcome
@@ -61,18 +62,18 @@ def cell(config: dict, run_dir: str, eval_cache_dir: str | None) -> dict:
 @pytest.fixture
 def inline(monkeypatch):
     monkeypatch.setattr(Driver, "pool_factory", InlinePool)
-    monkeypatch.setattr(factorial, "capacity", lambda spec, runs: 1)
+    monkeypatch.setattr(experiment_run, "capacity", lambda spec, runs: 1)
 
 
 def adaptive_spec(tmp_path: Path, ledger_url: str):
     return build_spec(spec_data(tmp_path, "adapt", design="adaptive", adaptive={"max_seeds": 4}, ledger=ledger_url))
 
 
-def driver(spec, policy: Scripted, plan=None) -> AdaptiveScheduler:
+def driver(spec, policy: Scripted, plan=None) -> ExperimentRun:
     """A driver that planned now (or with `plan`: when it started, before other drivers looked)."""
     with SQLLedger(spec.ledger) as ledger:
         plan = plan or current_plan(spec, ledger)
-    return AdaptiveScheduler(spec, plan, cell, RunOptions(progress=False), policy, ledger=SQLLedger(spec.ledger))
+    return ExperimentRun(spec, plan, cell, RunOptions(progress=False), ledger=SQLLedger(spec.ledger), policy=policy)
 
 
 def stored_looks(spec) -> list[dict[str, Any]]:

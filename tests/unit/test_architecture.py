@@ -234,3 +234,49 @@ def f(config, spec, run):
     if backend_of(config).runs_as_job: pass
 '''
     assert [line for line, _ in _backend_name_tests(ast.parse(source))] == [3, 4, 5, 6]
+
+
+# A scheduler says what differs between designs; whatever watches or logs the runs (the console
+# display, MLflow) is a listener of the one driver's events (ablation/runtime/driver.py).
+SCHEDULER_MODULES = ("ablation/runtime/factorial.py", "ablation/runtime/adaptive.py")
+LISTENER_MODULES = ("mlflow", "rich", "dapo_ablate.ablation.store.tracking", "dapo_ablate.ablation.runtime.mlflow_runs",
+                    "dapo_ablate.ablation.runtime.run_display", "dapo_ablate.ablation.runtime.progress",
+                    "dapo_ablate.sweeps.display", "dapo_ablate.sweeps.tracking")
+SCHEDULER_METHODS = 9
+"""The most methods the `Scheduler` protocol may ask of a design."""
+
+
+def _imported(tree: ast.Module) -> set[str]:
+    """Every module `tree` imports, at any depth (in functions and under TYPE_CHECKING too)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_schedulers_import_neither_mlflow_nor_the_display():
+    found = []
+    for relative in SCHEDULER_MODULES:
+        imported = _imported(ast.parse((ROOT / relative).read_text(), relative))
+        found += [f"{relative}: {name}" for name in sorted(imported)
+                  if any(name == banned or name.startswith(banned + ".") for banned in LISTENER_MODULES)]
+    assert not found, f"a scheduler imports what a driver's listener does (make it a RunListener): {found}"
+
+
+def test_the_scheduler_import_check_sees_each_form():
+    tree = ast.parse("import mlflow.client\nfrom rich.progress import Progress\ndef f():\n"
+                     "    from dapo_ablate.ablation.store import tracking\n")
+    imported = _imported(tree)
+    assert {"mlflow.client", "rich.progress", "dapo_ablate.ablation.store.tracking"} <= imported
+
+
+def test_the_scheduler_protocol_asks_only_what_differs_between_designs():
+    tree = ast.parse((ROOT / "ablation/runtime/driver.py").read_text())
+    (protocol,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Scheduler"]
+    methods = [node.name for node in protocol.body if isinstance(node, ast.FunctionDef)]
+    assert 3 <= len(methods) <= SCHEDULER_METHODS, methods
+    assert {"next_run", "on_outcome", "finished"} <= set(methods)

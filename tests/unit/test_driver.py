@@ -13,7 +13,15 @@ from typing import Any
 import pytest
 
 from dapo_ablate.ablation.experiment.identity import RunSpec
-from dapo_ablate.ablation.runtime.driver import Driver, RunRequest
+from dapo_ablate.ablation.runtime.driver import (
+    FAILED_ATTEMPT,
+    RECORDED,
+    Driver,
+    DriverOptions,
+    RunListener,
+    RunRequest,
+    Settled,
+)
 from dapo_ablate.ablation.runtime.pool import DONE, FAILED, Outcome, PoolSettings
 from dapo_ablate.ablation.store.memory_ledger import MemoryLedger
 from dapo_ablate.ablation.store.ledger import PENDING
@@ -28,6 +36,9 @@ class InlinePool:
     def __init__(self, ledger, host, cell_fn, settings, *, names=str, on_event=None) -> None:
         self.ledger, self.host, self.cell_fn, self.limit = ledger, host, cell_fn, settings.limit
         self.flights: dict[str, Outcome] = {}
+        self.envs: dict[str, dict[str, str]] = {}
+        """Run id -> the task environment `prepare` gave it."""
+        self.on_event = on_event
         self.closed = False
         self.most_in_flight = 0
 
@@ -43,6 +54,9 @@ class InlinePool:
     def submit(self, run_id, config, *, max_attempts, prepare=None, resources=None, time_limit=None) -> bool:
         if not self.ledger.claim(run_id, self.host, max_attempts=max_attempts):
             return False
+        self.envs[run_id] = prepare() if prepare is not None else {}
+        if self.on_event is not None:
+            self.on_event(run_id, "step", 1, {"loss": 0.0})  # the task's first training step
         try:
             self.flights[run_id] = Outcome(run_id, DONE, result=self.cell_fn(config, "", None))
         except Exception as err:  # noqa: BLE001 - the run's failure, as the real pool reports it
@@ -75,8 +89,9 @@ class Scripted:
     log: list[tuple] = field(default_factory=list)
     pool: Any = None
 
-    def start(self, pool) -> None:
+    def start(self, pool, listeners) -> None:
         self.pool = pool
+        listeners.note("started")  # what a scheduler tells, it tells through the driver's listeners
 
     def next_run(self) -> RunRequest | None:
         return RunRequest(self.runs.pop(0), {"value": 0.5}, max_attempts=2) if self.runs else None
@@ -87,14 +102,15 @@ class Scripted:
     def on_event(self, run_id, kind, step, data) -> None:
         self.log.append(("event", run_id, kind))
 
-    def on_outcome(self, outcome: Outcome) -> None:
+    def on_outcome(self, outcome: Outcome) -> Settled:
         if outcome.run_id == self.raise_on:
             raise RuntimeError("the ledger went down")
         self.log.append(("outcome", outcome.run_id, outcome.kind))
         if outcome.kind == DONE:
             self.pool.ledger.finish(outcome.run_id, outcome.result)
-        else:
-            self.pool.ledger.fail(outcome.run_id, outcome.error, HOST)
+            return Settled(outcome.run_id, f"name-{outcome.run_id}", RECORDED, result=outcome.result)
+        self.pool.ledger.fail(outcome.run_id, outcome.error, HOST)
+        return Settled(outcome.run_id, f"name-{outcome.run_id}", FAILED_ATTEMPT, error=outcome.error, attempt=1)
 
     def on_tick(self) -> None:
         self.log.append(("tick",))
@@ -167,9 +183,80 @@ def test_a_stop_asked_between_steps_abandons_like_an_error():
         if any(entry[0] == "outcome" for entry in scheduler.log):
             raise KeyboardInterrupt
 
-    driver = InlineDriver(scheduler, settings(2), ledger, HOST, cell, check_stop=stop)
+    driver = InlineDriver(scheduler, settings(2), ledger, HOST, cell, DriverOptions(check_stop=stop))
     with pytest.raises(KeyboardInterrupt):
         driver.run()
     assert scheduler.log[-1] == ("abandon", ("r1",))
     statuses = {row["run_id"]: row["status"] for row in ledger.runs_table("exp")}
     assert statuses == {"r0": "done", "r1": PENDING, "r2": PENDING}
+
+
+@dataclass
+class Hearing(RunListener):
+    """A listener that writes down every event it hears (into `heard`, shared between listeners to
+    see their order); `env` is what it adds to each task's environment."""
+
+    tag: str
+    heard: list[tuple]
+    env: dict[str, str] = field(default_factory=dict)
+    fail_on_abandon: bool = False
+
+    def starting(self, run_id):
+        self.heard.append((self.tag, "starting", run_id))
+        return dict(self.env)
+
+    def submitted(self, request, accepted, in_flight):
+        self.heard.append((self.tag, "submitted", request.run_id, accepted, in_flight))
+
+    def event(self, run_id, kind, step, data):
+        self.heard.append((self.tag, "event", run_id, kind, step))
+
+    def settled(self, settled, in_flight):
+        self.heard.append((self.tag, "settled", settled.run_id, settled.what, settled.name, in_flight))
+
+    def note(self, line):
+        self.heard.append((self.tag, "note", line))
+
+    def abandoned(self, released):
+        self.heard.append((self.tag, "abandoned", tuple(released)))
+        if self.fail_on_abandon:
+            raise RuntimeError("the tracking store is down too")
+
+
+def test_listeners_hear_each_step_of_a_runs_life_in_order_after_the_scheduler():
+    heard: list[tuple] = []
+    first, second = Hearing("a", heard, env={"MLFLOW_RUN_ID": "child"}), Hearing("b", heard, env={"OTHER": "1"})
+    ledger, scheduler = ledger_with(["r0"]), Scripted(["r0"])
+    driver = InlineDriver(scheduler, settings(1), ledger, HOST, cell, DriverOptions(listeners=(first, second)))
+    driver.run()
+    assert heard == [
+        ("a", "note", "started"), ("b", "note", "started"),
+        ("a", "starting", "r0"), ("b", "starting", "r0"),  # claimed; its task not started yet
+        ("a", "event", "r0", "step", 1), ("b", "event", "r0", "step", 1),
+        ("a", "submitted", "r0", True, 1), ("b", "submitted", "r0", True, 1),
+        ("a", "settled", "r0", RECORDED, "name-r0", 0), ("b", "settled", "r0", RECORDED, "name-r0", 0),
+    ]
+    assert driver.pool.envs["r0"] == {"MLFLOW_RUN_ID": "child", "OTHER": "1"}  # every listener's environment
+    assert ("event", "r0", "step") in scheduler.log  # the scheduler hears the run's events too
+
+
+def test_a_failed_attempt_reaches_the_listeners_as_the_scheduler_settled_it():
+    heard: list[tuple] = []
+    ledger = ledger_with(["r0"])
+    scheduler = Scripted(["r0"])
+    scheduler.next_run = lambda: RunRequest(scheduler.runs.pop(0), {"fail": True}, max_attempts=2) if scheduler.runs else None
+    InlineDriver(scheduler, settings(1), ledger, HOST, cell, DriverOptions(listeners=(Hearing("a", heard),))).run()
+    assert ("a", "settled", "r0", FAILED_ATTEMPT, "name-r0", 0) in heard
+    assert {row["run_id"]: row["status"] for row in ledger.runs_table("exp")} == {"r0": "failed"}
+
+
+def test_on_an_error_every_listener_hears_the_runs_given_back_and_the_first_error_is_raised():
+    heard: list[tuple] = []
+    runs = ["r0", "r1", "r2"]
+    ledger, scheduler = ledger_with(runs), Scripted(list(runs), raise_on="r0")
+    listeners = (Hearing("a", heard, fail_on_abandon=True), Hearing("b", heard))
+    driver = InlineDriver(scheduler, settings(2), ledger, HOST, cell, DriverOptions(listeners=listeners))
+    with pytest.raises(RuntimeError, match="the ledger went down"):  # not the listener's own failure
+        driver.run()
+    assert heard[-2:] == [("a", "abandoned", ("r1",)), ("b", "abandoned", ("r1",))]
+    assert scheduler.log[-1] == ("abandon", ("r1",))  # the scheduler first

@@ -8,7 +8,7 @@ from markdown_it import MarkdownIt
 
 from dapo_ablate.ablation.experiment.design import expand
 from dapo_ablate.ablation.experiment.spec import build_spec
-from dapo_ablate.ablation.runtime.factorial import parent_note
+from dapo_ablate.ablation.runtime.mlflow_runs import parent_note
 from dapo_ablate.ablation.store.tracking import markdown_code, markdown_text
 
 from support import spec_data

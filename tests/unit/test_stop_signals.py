@@ -22,7 +22,7 @@ import pytest
 
 from dapo_ablate.ablation.runtime import executor as executor_module
 from dapo_ablate.ablation.experiment.design import expand
-from dapo_ablate.ablation.runtime.factorial import FactorialScheduler
+from dapo_ablate.ablation.runtime.experiment_run import ExperimentRun
 from dapo_ablate.ablation.runtime.executor import RunOptions, run_experiment
 from dapo_ablate.ablation.runtime.ray_connect import connect_ray
 from dapo_ablate.ablation.runtime.signals import Interrupted
@@ -91,7 +91,7 @@ def test_a_sigterm_while_the_driver_opens_its_stores_exits_143_with_a_sentence(t
         raise AssertionError("SIGTERM did not interrupt the driver")
 
     monkeypatch.setattr(executor_module, "connect_ray", lambda address, spec: False)
-    monkeypatch.setattr(FactorialScheduler, "_open_stores", terminated_while_opening)
+    monkeypatch.setattr(ExperimentRun, "_open_stores", terminated_while_opening)
     spec = load_spec(write_spec(tmp_path))
     with pytest.raises(Interrupted) as caught:  # not a bare KeyboardInterrupt (Typer: a silent 130)
         run_experiment(spec, expand(spec), options=RunOptions(progress=False))
