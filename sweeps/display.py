@@ -1,4 +1,5 @@
-"""What the user watches during a sweep: one line per started and finished trial and, with
+"""What the user watches during a sweep, as a listener of the one `Driver` (a trial's start and end,
+told by the sweep's scheduler, and its notes): one line per started and finished trial and, with
 ``enabled``, a rich progress bar (finished trials of n_trials, running, best so far)."""
 
 from __future__ import annotations
@@ -7,11 +8,12 @@ import time
 
 from optuna.trial import FrozenTrial, TrialState
 
+from dapo_ablate.ablation.runtime.driver import RunListener
 from dapo_ablate.ablation.runtime.progress import EventLines
 from dapo_ablate.core.contracts import metric_text
 
 
-class TrialDisplay(EventLines):
+class TrialDisplay(EventLines, RunListener):
     def __init__(self, total: int, metric: str, direction: str, enabled: bool) -> None:
         super().__init__(enabled)
         self.total, self.metric = total, metric
@@ -30,6 +32,14 @@ class TrialDisplay(EventLines):
         if already_finished:
             self._line(f"resuming: {already_finished} of {self.total} trials already finished")
         self._refresh()
+
+    def trial_started(self, number: int, params: str, runs: int, done: int) -> None:
+        """The driver's event (`sweeps.scheduler`): a trial asked and its runs queued."""
+        self.started(number, params, runs, done)
+
+    def trial_finished(self, trial: FrozenTrial) -> None:
+        """The driver's event (`sweeps.scheduler`): a trial told COMPLETE, PRUNED or FAIL."""
+        self.finished(trial)
 
     def started(self, number: int, params: str, runs: int, done: int) -> None:
         self.started_at[number] = time.monotonic()

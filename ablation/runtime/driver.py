@@ -13,16 +13,16 @@ A scheduler answers what differs between designs, in the spirit of Ray Tune's Se
 - **when it is finished** (`finished`): nothing queued or awaited elsewhere; with nothing in
   flight the loop ends.
 
-Besides, what is design-specific: `start` (the pool, and the `Listeners` through which the
-scheduler tells of notes, a grown plan or a look), `on_event` (a run's training step,
-evaluation or Ray job id while it trains: a sweep's pruner), `on_tick` every `tick_s`
-(heartbeats a scheduler keeps of its own), `run_name` and `abandon` (Ctrl-C, SIGTERM or an
-error: the pool has given the runs in flight back to pending; the scheduler updates its own
-records).
+Besides: `start` (the pool, and the `Listeners` through which the scheduler tells of notes, a
+grown plan, a look or an event of its own design) and `on_tick` every `tick_s` (heartbeats a
+scheduler keeps of its own: a sweep's trials').
 
-A listener hears each step of a run's life (`RunListener`: starting, submitted, event,
-settled, note, grown, looked, abandoned), in the order the listeners were given, after the
-scheduler. Only the driver's process writes the ledger and the trackers.
+A listener hears each step of a run's life (`RunListener`: starting, run_submitted, event,
+settled, note, grown, looked, abandoned), in the order the listeners were given. A scheduler
+that is itself a `RunListener` hears them first: a sweep's pruner hears the runs' evaluations
+(`event`), and a sweep queues its running trials again when the driver stops (`abandoned`:
+Ctrl-C, SIGTERM or an error; the pool has given the runs in flight back to pending). Only the
+driver's process writes the ledger and the trackers.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ class RunRequest:
     """A run a scheduler wants started: its config, its attempt budget (counted in the ledger,
     across invocations), the task's own Ray resources if not the pool's, and `prepare`, called
     once the run is claimed and before its task starts, returning extra task environment, and its
-    own time limit (None: ``executor.run_timeout_s``)."""
+    own time limit (None: ``executor.run_timeout_s``); `name`, the run's name in what the user
+    reads (empty: its id)."""
 
     run_id: str
     config: dict[str, Any]
@@ -52,6 +53,7 @@ class RunRequest:
     resources: dict[str, float] | None = None
     prepare: Callable[[], dict[str, str]] | None = None
     time_limit: TimeLimit | None = None
+    name: str = ""
 
 
 RECORDED = "recorded"
@@ -87,7 +89,7 @@ class RunListener:
         """The run is claimed and its task is about to start: extra task environment."""
         return {}
 
-    def submitted(self, request: RunRequest, accepted: bool, in_flight: int) -> None:
+    def run_submitted(self, request: RunRequest, accepted: bool, in_flight: int) -> None:
         """The pool was asked to start `request`; `accepted`: the ledger gave it."""
 
     def event(self, run_id: str, kind: str, step: int, data: dict[str, Any]) -> None:
@@ -122,9 +124,9 @@ class Listeners(RunListener):
             env.update(listener.starting(run_id))
         return env
 
-    def submitted(self, request: RunRequest, accepted: bool, in_flight: int) -> None:
+    def run_submitted(self, request: RunRequest, accepted: bool, in_flight: int) -> None:
         for listener in self.listeners:
-            listener.submitted(request, accepted, in_flight)
+            listener.run_submitted(request, accepted, in_flight)
 
     def event(self, run_id: str, kind: str, step: int, data: dict[str, Any]) -> None:
         for listener in self.listeners:
@@ -146,6 +148,14 @@ class Listeners(RunListener):
         for listener in self.listeners:
             listener.looked(looks)
 
+    def tell(self, event: str, *args: Any) -> None:
+        """A design's own event (a sweep's ``trial_started``, ``trial_finished``): each listener's
+        method of that name, where it has one."""
+        for listener in self.listeners:
+            hears = getattr(listener, event, None)
+            if hears is not None:
+                hears(*args)
+
     def abandoned(self, released: list[str]) -> None:
         """Each listener told, whatever another one meets (the store may be what failed)."""
         for listener in self.listeners:
@@ -164,17 +174,11 @@ class Scheduler(Protocol):
 
     def submitted(self, request: RunRequest, accepted: bool) -> None: ...
 
-    def on_event(self, run_id: str, kind: str, step: int, data: dict[str, Any]) -> None: ...
-
     def on_outcome(self, outcome: Outcome) -> Settled | None: ...
 
     def on_tick(self) -> None: ...
 
     def finished(self) -> bool: ...
-
-    def run_name(self, run_id: str) -> str: ...
-
-    def abandon(self, released: list[str]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -203,8 +207,11 @@ class Driver:
                  cell_fn: Callable[..., dict[str, Any]], options: DriverOptions | None = None) -> None:
         options = options or DriverOptions()
         self.scheduler, self.check_stop, self.tick_s = scheduler, options.check_stop, options.tick_s
-        self.listeners = Listeners(list(options.listeners))
-        self.pool = self.pool_factory(ledger, host, cell_fn, settings, names=scheduler.run_name, on_event=self._event)
+        first = [scheduler] if isinstance(scheduler, RunListener) else []  # a scheduler that listens hears first
+        self.listeners = Listeners([*first, *options.listeners])
+        self.names: dict[str, str] = {}
+        """Run id -> its name (`RunRequest.name`), for the pool's sentences."""
+        self.pool = self.pool_factory(ledger, host, cell_fn, settings, names=self._name, on_event=self.listeners.event)
 
     def run(self) -> None:
         scheduler, pool = self.scheduler, self.pool
@@ -222,19 +229,13 @@ class Driver:
                     scheduler.on_tick()
                     last_tick = time.monotonic()
         except BaseException:
-            released = pool.abandon()
-            try:
-                scheduler.abandon(released)
-            except Exception:  # noqa: BLE001 - the first error is the one the user sees (a store may be down)
-                pass
-            self.listeners.abandoned(released)
+            self.listeners.abandoned(pool.abandon())  # (a failure there is not the error the user sees)
             raise
         finally:
             pool.close()
 
-    def _event(self, run_id: str, kind: str, step: int, data: dict[str, Any]) -> None:
-        self.scheduler.on_event(run_id, kind, step, data)
-        self.listeners.event(run_id, kind, step, data)
+    def _name(self, run_id: str) -> str:
+        return self.names.get(run_id) or run_id
 
     def _prepare(self, request: RunRequest) -> Callable[[], dict[str, str]]:
         """What the pool calls once the run is claimed: the listeners' task environment (its MLflow
@@ -250,8 +251,9 @@ class Driver:
             request = self.scheduler.next_run()
             if request is None:
                 return
+            self.names[request.run_id] = request.name
             accepted = request.run_id not in self.pool and self.pool.submit(
                 request.run_id, request.config, max_attempts=request.max_attempts,
                 prepare=self._prepare(request), resources=request.resources, time_limit=request.time_limit)
             self.scheduler.submitted(request, accepted)
-            self.listeners.submitted(request, accepted, len(self.pool))
+            self.listeners.run_submitted(request, accepted, len(self.pool))

@@ -146,14 +146,12 @@ class FactorialScheduler:
         planned = self.planned[run_id]
         return RunRequest(run_id, planned.config.to_dict(), self.budget[run_id],
                           resources=backend_of(planned.config).task_resources,
-                          prepare=lambda: dict(self.task_env.get(run_id, {})), time_limit=self.time_limits.get(run_id))
+                          prepare=lambda: dict(self.task_env.get(run_id, {})), time_limit=self.time_limits.get(run_id),
+                          name=planned.name)
 
     def submitted(self, request: RunRequest, accepted: bool) -> None:
         if accepted:
             self.tries[request.run_id] += 1
-
-    def on_event(self, run_id: str, kind: str, step: int, data: dict[str, Any]) -> None:
-        """Nothing of its own: the listeners log and show a run's events."""
 
     def on_outcome(self, outcome: Outcome) -> Settled:
         """Record what became of one run in flight, and say so."""
@@ -177,14 +175,6 @@ class FactorialScheduler:
 
     def finished(self) -> bool:
         return not self.queue
-
-    def run_name(self, run_id: str) -> str:
-        return self.planned[run_id].name
-
-    def abandon(self, released: list[str]) -> None:
-        """Ctrl-C, SIGTERM or a driver error: the runs in flight went back to pending (their Ray
-        jobs, if any, keep running for the next invocation); nothing of the scheduler's own
-        changes (the listeners end their MLflow children)."""
 
     def _collect(self, run_id: str, result: dict[str, Any]) -> Settled:
         """Record one finished run in the ledger (kept on disk first)."""

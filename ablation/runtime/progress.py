@@ -1,5 +1,5 @@
 """What the user watches while runs or trials go: one line per event, printed above a rich
-progress bar or alone. `driver.RunDisplay` (runs) and `sweeps.display.TrialDisplay` (trials)
+progress bar or alone. `run_display.RunDisplay` (runs) and `sweeps.display.TrialDisplay` (trials)
 build on `EventLines`."""
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ class RunDisplay(EventLines, RunListener):
 
     # -- the driver's events (RunListener) ------------------------------------------------------
 
-    def submitted(self, request: RunRequest, accepted: bool, in_flight: int) -> None:
+    def run_submitted(self, request: RunRequest, accepted: bool, in_flight: int) -> None:
         self.update(running=in_flight)
 
     def event(self, run_id: str, kind: str, step: int, data: dict[str, Any]) -> None:

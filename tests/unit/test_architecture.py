@@ -238,11 +238,11 @@ def f(config, spec, run):
 
 # A scheduler says what differs between designs; whatever watches or logs the runs (the console
 # display, MLflow) is a listener of the one driver's events (ablation/runtime/driver.py).
-SCHEDULER_MODULES = ("ablation/runtime/factorial.py", "ablation/runtime/adaptive.py")
+SCHEDULER_MODULES = ("ablation/runtime/factorial.py", "ablation/runtime/adaptive.py", "sweeps/scheduler.py")
 LISTENER_MODULES = ("mlflow", "rich", "dapo_ablate.ablation.store.tracking", "dapo_ablate.ablation.runtime.mlflow_runs",
                     "dapo_ablate.ablation.runtime.run_display", "dapo_ablate.ablation.runtime.progress",
                     "dapo_ablate.sweeps.display", "dapo_ablate.sweeps.tracking")
-SCHEDULER_METHODS = 9
+SCHEDULER_METHODS = 6
 """The most methods the `Scheduler` protocol may ask of a design."""
 
 
@@ -280,3 +280,6 @@ def test_the_scheduler_protocol_asks_only_what_differs_between_designs():
     methods = [node.name for node in protocol.body if isinstance(node, ast.FunctionDef)]
     assert 3 <= len(methods) <= SCHEDULER_METHODS, methods
     assert {"next_run", "on_outcome", "finished"} <= set(methods)
+    (listener,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "RunListener"]
+    events = {node.name for node in listener.body if isinstance(node, ast.FunctionDef)}
+    assert not events & set(methods), "a scheduler that listens (a sweep's) would hear a listener's event as its own call"

@@ -80,9 +80,10 @@ class InlinePool:
 
 
 @dataclass
-class Scripted:
+class Scripted(RunListener):
     """A scheduler that asks for `runs` in order, records the pool's outcomes in the ledger, and
-    says so in `log`; `raise_on` makes its outcome handler raise for that run (a store going down)."""
+    says so in `log`; `raise_on` makes its outcome handler raise for that run (a store going down).
+    It listens to the driver too (as a sweep does): the runs' events, the runs given back."""
 
     runs: list[str]
     raise_on: str | None = None
@@ -99,7 +100,7 @@ class Scripted:
     def submitted(self, request: RunRequest, accepted: bool) -> None:
         self.log.append(("submitted", request.run_id, accepted))
 
-    def on_event(self, run_id, kind, step, data) -> None:
+    def event(self, run_id, kind, step, data) -> None:
         self.log.append(("event", run_id, kind))
 
     def on_outcome(self, outcome: Outcome) -> Settled:
@@ -118,10 +119,7 @@ class Scripted:
     def finished(self) -> bool:
         return not self.runs
 
-    def run_name(self, run_id: str) -> str:
-        return run_id
-
-    def abandon(self, released: list[str]) -> None:
+    def abandoned(self, released: list[str]) -> None:
         self.log.append(("abandon", tuple(released)))
 
 
@@ -205,7 +203,7 @@ class Hearing(RunListener):
         self.heard.append((self.tag, "starting", run_id))
         return dict(self.env)
 
-    def submitted(self, request, accepted, in_flight):
+    def run_submitted(self, request, accepted, in_flight):
         self.heard.append((self.tag, "submitted", request.run_id, accepted, in_flight))
 
     def event(self, run_id, kind, step, data):

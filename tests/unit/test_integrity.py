@@ -274,10 +274,10 @@ def write_sweep(tmp_path: Path, **fields) -> Path:
 
 
 def open_sweep(path: Path):
-    from dapo_ablate.sweeps.runner import SweepScheduler
+    from dapo_ablate.sweeps.runner import SweepRun
     from dapo_ablate.sweeps.spec import load_sweep
 
-    scheduler = SweepScheduler(load_sweep(path), None, progress=False, n_trials=None, local=True)
+    scheduler = SweepRun(load_sweep(path), None, progress=False, n_trials=None, local=True)
     scheduler.open_study()
     scheduler.ledger.close()
     scheduler.storage.engine.dispose()
