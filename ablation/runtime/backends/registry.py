@@ -22,11 +22,11 @@ from dapo_ablate.ablation.runtime.backends.verl_checkpoints import own_checkpoin
 from dapo_ablate.ablation.runtime.backends.verl_cluster import (
     check_cluster,
     check_placement,
-    JOBS_AT_ONCE,
     check_shared_tracking,
     concurrent_jobs_problem,
     node_needs,
 )
+from dapo_ablate.ablation.runtime.backends.verl_cluster import jobs_at_once as verl_jobs_at_once
 from dapo_ablate.ablation.runtime.backends.verl_job import (
     JOB_ENV,
     REQUIREMENTS,
@@ -66,8 +66,9 @@ class Backend(Protocol):
     """What the run's Ray task declares (None: ``executor.cpus_per_run`` / ``gpus_per_run``)."""
     estimate_note: str | None
     """`validate`'s compute line in place of the CPU-scaled run time (None: that estimate applies)."""
-    jobs_at_once: int | None
-    """Most runs of this backend one driver keeps in flight at once (None: no limit of its own)."""
+
+    def jobs_at_once(self, runs: list[PlannedRun]) -> int | None:
+        """Most of these runs one driver keeps in flight at once (None: no limit of their own)."""
 
     def prompt_tokens(self, max_prompt_length: int) -> int:
         """The prompt length the context check counts before the response ceiling, given the
@@ -105,7 +106,9 @@ class BuiltinBackend:
     job_from_driver = False
     task_resources = None
     estimate_note = None
-    jobs_at_once = None
+
+    def jobs_at_once(self, runs: list[PlannedRun]) -> int | None:
+        return None
 
     def prompt_tokens(self, max_prompt_length: int) -> int:
         return 1  # prompts are not truncated to a ceiling here: any prompt is at least one token
@@ -141,7 +144,11 @@ class VerlBackend:
     job_from_driver = True
     task_resources = JOB_WATCHER
     estimate_note = "time and GPU-hours in the verl jobs' estimate below (calibrated once runs have finished)"
-    jobs_at_once = JOBS_AT_ONCE  # TransferQueue's controller is one per Ray cluster (verl_cluster)
+
+    def jobs_at_once(self, runs: list[PlannedRun]) -> int | None:
+        """None (each job its own TransferQueue: verl_isolation), or 1 when a cell's TransferQueue
+        backend or metrics port is shared by every job on a node (verl_cluster.jobs_at_once)."""
+        return verl_jobs_at_once([run.config for run in runs])
 
     def prompt_tokens(self, max_prompt_length: int) -> int:
         return max_prompt_length  # verl sizes every sequence as the prompt ceiling plus the response ceiling
@@ -151,7 +158,7 @@ class VerlBackend:
 
     def check(self, spec: ExperimentSpec, runs: list[PlannedRun]) -> None:
         verl_jobs(spec, runs)  # raises VerlTranslationError (one sentence); a shared store is the driver's check
-        problem = concurrent_jobs_problem(spec.executor.max_concurrent)
+        problem = concurrent_jobs_problem(spec.executor.max_concurrent, [run.config for run in runs])
         if problem:
             raise VerlTranslationError(problem)
 
@@ -223,7 +230,7 @@ def time_limits_of(spec: ExperimentSpec, plan: Plan) -> dict[str, TimeLimit]:
 
 def jobs_at_once(plan: Plan) -> int | None:
     """Most runs in flight at once that the plan's backends allow (None: no limit of their own)."""
-    limits = [backend.jobs_at_once for backend, _ in runs_by_backend(plan) if backend.jobs_at_once is not None]
+    limits = [limit for backend, runs in runs_by_backend(plan) if (limit := backend.jobs_at_once(runs)) is not None]
     return min(limits) if limits else None
 
 

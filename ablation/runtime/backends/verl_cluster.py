@@ -12,14 +12,12 @@ end, and leave nothing to read back. A SQLite or file store is refused outright 
 nodes (`check_shared_tracking`): SQLite's locking over NFS / Lustre is unreliable, and verl drops a
 write that still fails after its retries.
 
-One verl job at a time per Ray cluster (`JOBS_AT_ONCE`): verl 0.9.1's V1 trainer starts TransferQueue
-(0.1.11) with ``tq.init(config.transfer_queue)``, and TransferQueue names its controller actor
-``TransferQueueController`` in the Ray namespace ``transfer_queue``, both written into
-``transfer_queue/interface.py`` (``init`` and ``_init_from_existing``), with no key in verl's or
-TransferQueue's config that changes them. Ray names are cluster-wide within a namespace, so a second
-job's ``tq.init`` finds the first job's controller and attaches to it (its own config ignored), and the
-first job's ``tq.close`` kills it under the second: two cells at once would mix or lose each other's
-samples. `concurrent_jobs_problem` refuses a spec that asks for more.
+Several verl jobs at once on one Ray cluster: verl 0.9.1's TransferQueue (0.1.11) would share one
+controller between them (a fixed actor name in a fixed Ray namespace); `verl_isolation` gives each
+job its own namespace in every process of the job. What a namespace cannot separate, a cell's
+TransferQueue backend other than SimpleStorage (Mooncake's master at fixed addresses) or a fixed
+metrics port, keeps those cells one at a time: `concurrent_jobs_problem` refuses a spec that asks for
+more of them, and `jobs_at_once` caps the driver at one.
 
 `check_cluster` runs `node_problems` once on every alive node (a zero-CPU Ray task pinned to the
 node, with the jobs' runtime environment) and raises one sentence naming the first node's problems.
@@ -32,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from dapo_ablate.ablation.runtime.backends.verl import ENTRYPOINT_PYTHON, LOSS_MODULE, needs_flash_attn
 from dapo_ablate.ablation.runtime.backends.verl_data import data_file_problem, model_path_problem
+from dapo_ablate.ablation.runtime.backends.verl_isolation import shared_transfer_queue_setting
 from dapo_ablate.ablation.store.errors import ExecutorError
 
 if TYPE_CHECKING:
@@ -42,8 +41,6 @@ CHECK_TIMEOUT_S = 600.0
 FLASH_ATTN = {"flash-attn": ">=2.7"}
 """flash-attn's distribution (verl 0.9.1's fsdp extra pins 2.8.3); its module `flash_attn` must import too
 (a wheel built for another torch or CUDA fails there)."""
-JOBS_AT_ONCE = 1
-"""verl jobs one driver runs at once on one Ray cluster (TransferQueue's controller is one per cluster: above)."""
 INSTALL_HINT = "install the cluster's Python as the README's 'Cluster scale on verl' says (pip install 'dapo-ablate[verl]' on every node)"
 
 
@@ -191,14 +188,28 @@ def _uploaded(runtime_env: dict[str, Any]) -> dict[str, Any]:
     return upload_py_modules_if_needed(dict(runtime_env), include_gitignore=False, scratch_dir=tempfile.gettempdir())
 
 
-def concurrent_jobs_problem(max_concurrent: int | None) -> str | None:
-    """Why `executor.max_concurrent` cannot run that many verl jobs at once on one cluster (None: it can)."""
-    if max_concurrent is None or max_concurrent <= JOBS_AT_ONCE:
+def shared_transfer_queue(configs: list[TrainerConfig]) -> str | None:
+    """The first cell override that makes a job's TransferQueue shared by every job on its nodes
+    (`verl_isolation.shared_transfer_queue_setting`), or None: each job's is its own."""
+    return next(filter(None, (shared_transfer_queue_setting(list(config.verl.overrides)) for config in configs)), None)
+
+
+def jobs_at_once(configs: list[TrainerConfig]) -> int | None:
+    """Most of these verl cells one driver runs at once on one Ray cluster: 1 when a cell's
+    TransferQueue cannot be isolated (`shared_transfer_queue`), else no limit of their own."""
+    return 1 if shared_transfer_queue(configs) else None
+
+
+def concurrent_jobs_problem(max_concurrent: int | None, configs: list[TrainerConfig]) -> str | None:
+    """Why `executor.max_concurrent` cannot run that many of these verl cells at once on one
+    cluster (None: it can; each job has its own TransferQueue, `verl_isolation`)."""
+    setting = shared_transfer_queue(configs)
+    if max_concurrent is None or max_concurrent <= 1 or setting is None:
         return None
-    return (f"executor.max_concurrent ({max_concurrent}) would run verl jobs at once on one Ray cluster, where verl 0.9.1's "
-            "TransferQueue keeps one controller for the whole cluster (actor TransferQueueController in Ray namespace "
-            "transfer_queue, fixed in its code): the jobs would share it and the first to end would kill it under the others; "
-            f"set executor.max_concurrent to {JOBS_AT_ONCE} (or run cells on separate Ray clusters)")
+    return (f"executor.max_concurrent ({max_concurrent}) would run verl jobs at once on one Ray cluster, and the "
+            f"trainer.verl.overrides entry {setting} gives every job on a node the same TransferQueue store or port "
+            "(a per-job Ray namespace cannot separate them); set executor.max_concurrent to 1, or keep TransferQueue's "
+            "default SimpleStorage backend and metrics port 0")
 
 
 def check_placement(nnodes: int, gpus_per_node: int) -> None:

@@ -176,6 +176,7 @@ def verl_policy_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg
 
 
 TRAINER_MODULE = "dapo_ablate.ablation.runtime.backends.verl_trainer"
+ISOLATION_MODULE = "dapo_ablate.ablation.runtime.backends.verl_isolation"
 V1_PACKAGE = "verl.trainer.ppo.v1"
 
 
@@ -212,13 +213,16 @@ def register_trainer_on_import() -> None:
 
 def register() -> bool:
     """Register the loss in verl's registry, and the trainer mode that counts its units (on import of
-    verl's V1 package); False when verl is not installed here."""
+    verl's V1 package); give this process's TransferQueue the job's own Ray namespace
+    (`verl_isolation`: verl imports this module in every process of a job). False when verl is not
+    installed here."""
     try:
         from verl.trainer.ppo.core_algos import register_policy_loss
     except ImportError:
         return False
     register_policy_loss(LOSS_NAME)(verl_policy_loss)
     register_trainer_on_import()
+    importlib.import_module(ISOLATION_MODULE).isolate_transfer_queue()
     return True
 
 

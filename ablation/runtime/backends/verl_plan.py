@@ -36,7 +36,7 @@ import re
 from typing import TYPE_CHECKING
 
 from dapo_ablate.ablation.runtime.backends.verl import DEFAULT_MAX_GEN_ROUNDS, job_shape, max_inflight_gen_batches
-from dapo_ablate.ablation.runtime.backends.verl_cluster import JOBS_AT_ONCE, shared_tracking_problem
+from dapo_ablate.ablation.runtime.backends.verl_cluster import jobs_at_once, shared_tracking_problem
 from dapo_ablate.ablation.runtime.backends.verl_data import EvalSet, eval_set
 from dapo_ablate.ablation.runtime.backends.verl_job import VerlJob, verl_job
 from dapo_ablate.ablation.runtime.time_limit import RUN_TIMEOUT_S, TimeLimit
@@ -215,6 +215,15 @@ def format_checkpoints(spec: ExperimentSpec, runs: list[PlannedRun]) -> str:
             f"{_size(done * per_save)} per run, {_size(done * per_save * len(runs))} for the {len(runs)} runs")
 
 
+def format_concurrency(configs: list[TrainerConfig]) -> str:
+    """How many of the jobs may run at once on one Ray cluster, and why (`verl_cluster.jobs_at_once`)."""
+    if jobs_at_once(configs) is None:
+        return ("  jobs at once on one Ray cluster: up to executor.max_concurrent (or as many as its GPUs fit), each "
+                "with its own TransferQueue (Ray namespace transfer_queue-<the job's Ray job id>)")
+    return ("  one job at a time on one Ray cluster: a cell's TransferQueue backend or metrics port (trainer.verl.overrides) "
+            "is shared by every job on a node")
+
+
 def format_verl_jobs(spec: ExperimentSpec, verl_runs: list[PlannedRun]) -> str:
     """The GPU-hour estimate, the evaluation's size, what every job shares, and one entrypoint
     per verl run (`registry.runs_by_backend`), exactly as the job receives it."""
@@ -228,7 +237,7 @@ def format_verl_jobs(spec: ExperimentSpec, verl_runs: list[PlannedRun]) -> str:
         f"  each job: {first.nnodes} node(s) x {first.gpus_per_node} GPU(s) (verl's placement groups), entrypoint "
         f"{first.num_cpus:g} CPU(s) and no GPU; runtime env: py_modules [{', '.join(first.py_modules)}], "
         f"env {env} MLFLOW_RUN_ID=<the run's MLflow child run>",
-        f"  at most {JOBS_AT_ONCE} job at a time on one Ray cluster: verl's TransferQueue keeps one controller per cluster",
+        format_concurrency([run.config for run in verl_runs]),
         *format_evaluations(verl_runs, sets),
         *filter(None, [format_dynamic_sampling(verl_runs)]),
         format_checkpoints(spec, verl_runs),
