@@ -3,10 +3,11 @@ support, shared by tests/e2e/test_verl_real.py and benchmarks/gpu_smoke_verl.py)
 
 `start_head` starts ``ray start --head`` with every port it would otherwise take from a fixed
 default chosen free (other Ray clusters may run on the machine) and GPUs real or fake; `verl_spec`
-writes an experiment spec of small verl cells and the tiny model, data and reward of `fixtures` it
-names: 2 steps of 8 prompts x 4 responses of at most 24 tokens, the reward of ``char_reward.py``,
-and on CPU the overrides of `fixtures.CPU_OVERRIDES` through ``trainer.verl.overrides`` (the
-product's escape hatch for a cluster's own settings).
+writes an experiment spec of small verl cells (the factor Dynamic Sampling, in one or two settings)
+and the tiny model, data and reward of `fixtures` it names: 2 steps of 8 prompts x 4 responses of
+at most 24 tokens, the reward of ``char_reward.py``, and on CPU the overrides of
+`fixtures.CPU_OVERRIDES` through ``trainer.verl.overrides`` (the product's escape hatch for a
+cluster's own settings).
 """
 
 from __future__ import annotations
@@ -45,11 +46,12 @@ def start_head(root: Path, env: dict[str, str], gpus: int = 1) -> tuple[str, str
 
 
 def verl_spec(folder: Path, address: str, *, cpu: bool = True, settings: bool = True, run_timeout_s: float = 1500,
-              extra: list[str] | None = None) -> Path:
-    """The spec of small verl cells. `settings`: Dynamic Sampling off / on in two settings, ``grpo``
-    (the four other techniques off) and ``dapo`` (on): 4 runs, each technique off in two and on in
-    two; otherwise one run, the five on. `cpu`: the CPU overrides (a GPU machine needs none but
-    `extra`)."""
+              extra: list[str] | None = None, techniques: dict[str, bool] | None = None, max_concurrent: int = 1) -> Path:
+    """The spec of small verl cells, the factor Dynamic Sampling. `settings`: in two settings,
+    ``grpo`` (the four other techniques off) and ``dapo`` (on): 4 runs, each technique off in two
+    and on in two; otherwise in the base trainer alone, its `techniques` (unset: the defaults, all
+    on). `cpu`: the CPU overrides (a GPU machine needs none but `extra`). `max_concurrent`: the
+    driver's jobs at once (the cluster needs that many GPUs)."""
     from verl_cpu.fixtures import CPU_OVERRIDES, write_dataset, write_reward_fn, write_tiny_model
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -69,11 +71,13 @@ def verl_spec(folder: Path, address: str, *, cpu: bool = True, settings: bool = 
         "batch": {"prompts_per_step": 8, "mini_batch_size": 16, "micro_batch_size": 16},
         "schedule": {"total_steps": 2, "eval_every": 2},
         "verl": {"max_prompt_length": 64, "overrides": overrides},
+        **({"techniques": dict(techniques)} if techniques else {}),
     }
     spec: dict[str, Any] = {
         "name": "verl-cpu" if cpu else "verl-gpu", "trainer": trainer, "seeds": 1, "metric": "avg@4",
         "output_dir": str(out), "ledger": f"sqlite:///{out}/ledger.db", "tracking": {"uri": f"sqlite:///{out}/mlflow.db"},
-        "executor": {"address": address, "gpus_per_run": 1, "gpus_per_node": 1, "cpus_per_run": 1, "max_concurrent": 1,
+        "executor": {"address": address, "gpus_per_run": 1, "gpus_per_node": 1, "cpus_per_run": 1,
+                     "max_concurrent": max_concurrent,
                      "retries": 0, "run_timeout_s": run_timeout_s},
     }
     spec["factors"] = ["dynamic_sampling"]
