@@ -39,7 +39,8 @@ class ExecutorSpec(Section):
     gpus_per_run / gpus_per_node whole nodes."""
     max_concurrent: int | None = Field(None, ge=1)
     """Most runs at a time; None: as many as the CPUs (or the cluster's resources) allow. backend verl:
-    at most 1 (one verl job at a time per Ray cluster: TransferQueue's controller is one per cluster)."""
+    each job has its own TransferQueue (its own Ray namespace), so any number; at most 1 for cells whose
+    trainer.verl.overrides set a TransferQueue backend other than SimpleStorage or a fixed metrics port."""
     retries: int = Field(1, ge=0)
     """A failed run is re-tried until it has had retries + 1 attempts in all, counted across
     invocations (a rerun does not reset them); `dapo-ablate run --retry-failed` gives failed runs a
