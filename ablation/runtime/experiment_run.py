@@ -187,9 +187,10 @@ class ExperimentRun(RunListener):
     def _schedule(self, queued: int) -> None:
         fits = capacity(self.spec, queued)
         limit = concurrency_limit(fits, self.options.max_concurrent or self.spec.executor.max_concurrent, self.options.local)
-        cap = jobs_at_once(self.plan)  # verl: one job per Ray cluster (TransferQueue's controller)
+        cap = jobs_at_once(self.plan)  # verl: one job at a time when a TransferQueue store or port cannot be separated
         if cap is not None and limit > cap:
-            self.display.note(f"{self.name}: {cap} run at a time, not {limit}: verl jobs on one Ray cluster share TransferQueue's controller")
+            self.display.note(f"{self.name}: {cap} run at a time, not {limit}: a verl cell's TransferQueue store or metrics "
+                              "port is shared by every job on a node")
             limit = cap
         env = {"MLFLOW_TRACKING_URI": absolute_tracking_uri(self.spec.tracking.uri)}
         settings = PoolSettings.of(self.spec.executor, limit, self.keeper, env)
