@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from dapo_ablate.core.contracts import METRIC_PATTERN, RunRecord
+from dapo_ablate.core.contracts import COMPUTE_COLUMNS, METRIC_PATTERN, RunRecord
 
 RESULT_DEFAULTS: dict[str, Any] = {key: value for key, value in RunRecord({}).result_dict().items() if key != "metrics"}
 """The result keys besides ``metrics`` and their values when a cell function leaves them out
@@ -54,8 +54,8 @@ def _plain(value: Any) -> float:
     return float(value.item() if hasattr(value, "item") and not isinstance(value, (int, float)) else value)
 
 
-COUNTS = ("tokens_generated", "tokens_discarded", "wall_s")
-"""A result's compute columns: counts of tokens and seconds."""
+COUNTS = COMPUTE_COLUMNS
+"""A result's compute columns (counts of tokens and seconds): numbers of 0 or more."""
 
 
 def result_problem(result: Mapping[str, Any]) -> str | None:
