@@ -36,6 +36,9 @@ class Answer:
         sentences = self.decision.sentences()
         lines.append(f"Supported by the data ({self.decision.rule}): " + ("" if sentences else "none."))
         lines += [f"  - {sentence}" for sentence in sentences]
+        if self.decision.confirm:
+            lines.append("Predictions confirmed (confirm mode):")
+            lines += [f"  - {sentence}" for sentence in self.decision.confirm]
         return lines
 
 

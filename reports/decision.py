@@ -31,12 +31,15 @@ import pandas as pd
 from scipy import stats
 
 from .claims import CLAIM_COLUMNS, amount, claim_sentence, interval, short_term
+from .confirm_looks import look_verdict_lines, look_verdicts
 
 FIXED, ADAPTIVE, TRANSFER = "fixed design", "adaptive looks", "transfer study"
-SUPPORTED, NOT_SUPPORTED, UNDECIDED = "supported", "not supported", "undecided"
+SUPPORTED, NOT_SUPPORTED, UNDECIDED, NOT_WATCHED = "supported", "not supported", "undecided", "not watched"
 CLAIMS_TAG = "dapo.claims"
 """The MLflow parent run's tag holding the decision's sentences (" | " between them; "none" when empty)."""
 RULE_TAG = "dapo.claims.rule"
+CONFIRM_TAG = "dapo.confirm"
+"""An adaptive design in confirm mode: its verdict on each watched prediction (" | " between them)."""
 COUNT_METRIC = "claims/count"
 MAX_TAG = 5000
 """MLflow keeps a tag value of at most this many characters."""
@@ -52,6 +55,7 @@ class Decision:
     guarantee: str
     percent: bool
     not_supported: tuple[str, ...] = field(default=())  # the rule's own "not supported" lines (adaptive)
+    confirm: tuple[str, ...] = field(default=())  # confirm mode: the verdict on each watched prediction (adaptive)
 
     def sentences(self) -> list[str]:
         """The "Supported by the data" list: one sentence per claims row (a transfer study's own
@@ -74,7 +78,8 @@ class Decision:
         """The MLflow parent run's tags of this decision."""
         claims = " | ".join(self.sentences()) or "none"
         cut = lambda text: text if len(text) <= MAX_TAG else text[:MAX_TAG - 3] + "..."  # noqa: E731 - MLflow's tag limit
-        return {CLAIMS_TAG: cut(claims), RULE_TAG: cut(f"{self.rule}: {self.guarantee}")}
+        tags = {CLAIMS_TAG: cut(claims), RULE_TAG: cut(f"{self.rule}: {self.guarantee}")}
+        return tags | ({CONFIRM_TAG: cut(" | ".join(self.confirm))} if self.confirm else {})
 
 
 def decision_of(analysis: Any) -> Decision:
@@ -102,7 +107,7 @@ def adaptive_decision(looks: Sequence[Mapping[str, Any]], alpha: float | None, p
           "p_value": _nominal_p(row.get("z")), "p_adjusted": float("nan"), "family": family} for row in rows],
         columns=CLAIM_COLUMNS,
     )
-    others = [row for row in last.get("terms", []) if row.get("decision") != SUPPORTED]
+    others = [row for row in last.get("terms", []) if row.get("decision") not in (SUPPORTED, NOT_WATCHED)]
     not_supported = tuple(
         f"{short_term(str(row.get('term')))}: {amount(_float(row.get('estimate')), percent)} "
         f"{interval(_float(row.get('ci_low')), _float(row.get('ci_high')), percent)} (repeated CI): {row.get('decision')}"
@@ -115,7 +120,11 @@ def adaptive_decision(looks: Sequence[Mapping[str, Any]], alpha: float | None, p
                  f"when its z crossed the group-sequential boundary at a look; the family-wise error rate over all terms "
                  f"and all looks is at most {level} (alpha spent so far {_float(last.get('spent')):.4f}); intervals are "
                  "repeated confidence intervals, valid over all looks together.")
-    return Decision(ADAPTIVE, claims, guarantee, percent, not_supported)
+    verdicts = look_verdicts(looks)
+    if verdicts is not None:
+        guarantee += f" Confirm mode: only the {len(verdicts)} predicted terms were watched and decided."
+    confirm = tuple(look_verdict_lines(verdicts, percent, alpha)) if verdicts is not None else ()
+    return Decision(ADAPTIVE, claims, guarantee, percent, not_supported, confirm)
 
 
 def look_claim_sentence(row: Any, percent: bool) -> str:

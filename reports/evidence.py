@@ -17,9 +17,13 @@ import pandas as pd
 from dapo_ablate.core.contracts import SETTING_ATTRIBUTES, SETTING_COLUMN, SettingInfo
 
 from .analysis import Analysis
+from .confirm_looks import look_verdict_lines, look_verdicts
 from .export import write_csv
 from .options import ReportOptions
-from .predictions import Confirmation, Prediction, confirm_predictions, load_predictions, predictions_data, write_predictions
+from .predictions import (
+    CONFIRMATION_COLUMNS, Confirmation, Prediction, confirm_predictions, confirmation_lines, load_predictions,
+    predictions_data, write_predictions,
+)  # fmt: skip
 from .published import published_comparison, published_lines
 
 SETTINGS_HEADING, CONFIRM_HEADING, PUBLISHED_HEADING = "What the settings are", "Predictions confirmed", "Published effects"
@@ -72,11 +76,33 @@ def gather_evidence(
     published = published_comparison(analyses, shown, options.equivalence_margin)
     evidence = Evidence(settings_table(shown), predictions_data(analyses, shown, options.predict_for), published)
     evidence.sections[SETTINGS_HEADING] = [f"{name}: {info.describe()} (settings.csv)" for name, info in shown.items()]
-    if predictions is not None:
+    watched = look_verdicts(options.looks)
+    if watched is not None:  # an adaptive design in confirm mode: its looks decide the verdicts
+        evidence.confirmation, lines = looks_confirmation(watched, analyses, shown, runs, options, predictions)
+        evidence.sections[CONFIRM_HEADING] = lines
+    elif predictions is not None:
         evidence.confirmation = confirm_predictions(predictions, analyses, shown, runs, options.equivalence_margin)
         evidence.sections[CONFIRM_HEADING] = evidence.confirmation.lines()
     evidence.sections[PUBLISHED_HEADING] = published_lines(published, shown, percent)
     return evidence
+
+
+def looks_confirmation(
+    watched: list[dict], analyses: dict[str, Analysis], shown: dict[str, SettingInfo], runs: dict[str, pd.DataFrame],
+    options: ReportOptions, predictions: list[Prediction] | None,
+) -> tuple[Confirmation, list[str]]:
+    """Confirm mode: confirmation.csv holds the watched predictions' verdicts from the looks (the
+    decision's own lines, ``decision.adaptive_decision``); the rank agreement of the file's
+    predictions, when given, is computed as for any report (a description, not a verdict)."""
+    percent = all(a.percent for a in analyses.values())
+    table = pd.DataFrame(watched, columns=CONFIRMATION_COLUMNS)
+    lines = look_verdict_lines(watched, percent, options.looks_alpha)
+    ranks = pd.DataFrame()
+    if predictions is not None:
+        ranks = confirm_predictions(predictions, analyses, shown, runs, options.equivalence_margin).ranks
+    confirmation = Confirmation(table, ranks, percent, 1 - next(iter(analyses.values())).confidence)
+    rank_lines = confirmation_lines(Confirmation(table.iloc[:0], ranks, percent, confirmation.alpha))[:-1] if len(ranks) else []
+    return confirmation, lines + rank_lines
 
 
 def write_evidence(evidence: Evidence, out: Path) -> dict[str, Path]:

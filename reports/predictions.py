@@ -128,10 +128,10 @@ def _prediction(entry: Any, i: int, where: str) -> Prediction:
     return Prediction(entry["statistic"], str(entry["term"]), str(entry["direction"]), *numbers, *settings)
 
 
-def load_predictions(path: str | Path, metric: str) -> list[Prediction]:
-    """The predictions of a predictions.yaml; ReportInputError (one sentence) for a file that is
-    not one, or that predicts another metric."""
-    where = f"--predictions {str(path)!r}"
+def load_predictions(path: str | Path, metric: str, where: str | None = None) -> list[Prediction]:
+    """The predictions of a predictions.yaml; ReportInputError (one sentence, naming ``where``: the
+    option or spec field that gave it) for a file that is not one, or that predicts another metric."""
+    where = where or f"--predictions {str(path)!r}"
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as error:

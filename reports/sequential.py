@@ -36,6 +36,13 @@ share stays reserved), so the family-wise error rate over all terms and looks is
 t statistic enters as the z with the same two-sided p-value, and its RCI is estimate +/- q SE
 with q the t_df quantile of the boundary's tail probability (Jennison & Turnbull 2000, sec. 3.8).
 
+**Confirm mode** (``SequentialSettings.watch``): a later experiment that confirms another's
+predictions watches only the predicted terms. Only they are tested and decided, Holm's graph runs
+over them alone (r counts the watched terms not yet supported, so one watched term is tested at
+alpha), and the experiment stops once every watched term is decided; every other term is reported
+with its estimate as ``not watched`` (no interval, no decision, never a claim). The family-wise
+error over the watched terms and all looks stays at most alpha.
+
 **Next stage** (``next_stage``): every cell of a two-level factorial or regular fraction carries
 every effect with the same weight |c_j| = 2 / m, so *which* cells carry the undecided terms is all
 of them; what differs between candidate stages is the noise of the cells they grow and the
@@ -75,6 +82,8 @@ from .inference import CellFit, estimate, quadratic_forms
 from .table import ReportInputError, validate_results
 
 SUPPORTED, NOT_SUPPORTED, UNDECIDED = "supported", "not supported", "undecided"
+NOT_WATCHED = "not watched"
+"""Confirm mode: a term the look estimates but does not decide (it was not predicted)."""
 LOOK_COLUMNS = [
     "look", "term", "order", "estimate", "se", "df", "information", "level", "boundary", "z", "ci_low", "ci_high",
     "decision",
@@ -99,6 +108,17 @@ class SequentialSettings:
     spending: str = "obrien_fleming"
     """A name in SPENDING."""
     metric: str = DEFAULT_METRIC
+    watch: tuple[str, ...] | None = None
+    """Confirm mode: the only terms decided (``a`` or ``a:b`` as the looks name them; an alias chain
+    ``a:b = c:d`` is watched when it holds one of them). None: every term."""
+
+
+def watched(names: list[str], watch: tuple[str, ...] | None) -> np.ndarray:
+    """Per term name: whether the look decides it (every term without ``watch``)."""
+    if watch is None:
+        return np.ones(len(names), dtype=bool)
+    wanted = set(watch)
+    return np.array([bool(wanted & {part.strip() for part in name.split("=")}) for name in names], dtype=bool)
 
 
 def full_information_runs(k: int, max_seeds: int, max_runs: int | None = None) -> int:
@@ -160,6 +180,7 @@ class Look:
     final: bool
     history: SequentialHistory = field(repr=False)  # for the next look (this look included)
     pooled_variance: float = float("nan")  # the residual mean square (NaN without residual df)
+    watch: tuple[str, ...] | None = None  # confirm mode: the watched terms (SequentialSettings.watch)
 
     def table(self) -> pd.DataFrame:
         return self.terms[LOOK_COLUMNS].copy()
@@ -175,8 +196,9 @@ class Look:
     def to_dict(self) -> dict:
         """JSON-ready record of the look (its table and the history after it)."""
         rows = self.table().astype(object).where(self.table().notna(), None).to_dict(orient="records")
-        return {"look": self.index, "runs": self.runs, "spent": self.spent, "final": self.final,
+        data = {"look": self.index, "runs": self.runs, "spent": self.spent, "final": self.final,
                 "terms": rows, "history": self.history.to_dict()}  # fmt: skip
+        return data if self.watch is None else {**data, "watch": list(self.watch)}
 
 
 def _t_to_z(p_value: np.ndarray, estimate_: np.ndarray) -> np.ndarray:
@@ -212,6 +234,7 @@ class _Tested:
     est: object  # inference.Estimates
     z: np.ndarray
     fractions: list[tuple[float, ...]]
+    watched: np.ndarray  # confirm mode: the terms decided (every one without SequentialSettings.watch)
 
 
 def _ambiguous(design, count: int) -> np.ndarray:
@@ -242,7 +265,13 @@ def _estimate_terms(results: pd.DataFrame, factors: list[str], settings: Sequent
     ]
     ambiguous = _ambiguous(design, len(contrasts.names))
     z = _t_to_z(est.p_value, est.estimate)
-    tested = _Tested(contrasts.names, contrasts.orders, ambiguous, n_eff, est, z, fractions)
+    watching = watched(contrasts.names, settings.watch)
+    if not watching.any():
+        raise ReportInputError(
+            f"confirm: none of the watched terms ({', '.join(settings.watch or ())}) is a main effect or two-factor "
+            "interaction these runs estimate; name terms of the spec's factors in confirm.terms"
+        )
+    tested = _Tested(contrasts.names, contrasts.orders, ambiguous, n_eff, est, z, fractions, watching)
     return tested, fit, design
 
 
@@ -256,8 +285,9 @@ def _rci(est, i: int, level: float, fractions, spending: str) -> tuple[float, fl
 def _holm_crossings(tested: _Tested, prior: dict, settings: SequentialSettings) -> tuple[dict[int, float], int]:
     """({term index: level} of the terms that cross now, r = terms not supported after them):
     Holm's graph over the group-sequential tests (module docstring)."""
-    open_terms = [i for i, name in enumerate(tested.names) if prior.get(name) is None and np.isfinite(tested.z[i])]
-    r = sum(1 for name in tested.names if (prior.get(name) or ("",))[0] != SUPPORTED)
+    open_terms = [i for i, name in enumerate(tested.names)
+                  if tested.watched[i] and prior.get(name) is None and np.isfinite(tested.z[i])]  # fmt: skip
+    r = sum(1 for i, name in enumerate(tested.names) if tested.watched[i] and (prior.get(name) or ("",))[0] != SUPPORTED)
     crossed: dict[int, float] = {}
     while r > 0:
         level = settings.alpha / r
@@ -279,13 +309,17 @@ def _decide(tested: _Tested, history: SequentialHistory, settings: SequentialSet
     open_level = settings.alpha / max(remaining, 1)
     decided, rows = dict(history.decided), []
     for i, name in enumerate(tested.names):
-        if prior[name] is not None:
+        if not tested.watched[i]:
+            decision, level = NOT_WATCHED, float("nan")
+        elif prior[name] is not None:
             decision, _, level = prior[name]
         elif i in crossed:
             decision, level = SUPPORTED, crossed[i]
         else:
             decision, level = UNDECIDED, open_level
-        bound, low, high = _rci(tested.est, i, level, tested.fractions[i], settings.spending)
+        nan = float("nan")
+        bound, low, high = (nan, nan, nan) if decision == NOT_WATCHED else _rci(
+            tested.est, i, level, tested.fractions[i], settings.spending)
         if decision == UNDECIDED and -settings.delta < low and high < settings.delta:
             decision = NOT_SUPPORTED
         if prior[name] is None and decision != UNDECIDED:
@@ -333,11 +367,12 @@ def look(
     tested, fit, design = _estimate_terms(results, factors, settings, history, final)
     index = history.looks + 1
     terms, after = _decide(tested, history, settings, index)
-    spent = float(SPENDING[settings.spending](max(f[-1] for f in tested.fractions), settings.alpha))
+    most = max(f[-1] for f, on in zip(tested.fractions, tested.watched) if on)
+    spent = float(SPENDING[settings.spending](most, settings.alpha))
     return Look(
         index=index, runs=len(results), k=len(factors), design=design.kind, resolution=design.resolution, terms=terms,
         cells=_cell_states(results, fit), spent=spent, final=final, history=after,
-        pooled_variance=float(fit.sigma2),
+        pooled_variance=float(fit.sigma2), watch=settings.watch,
     )  # fmt: skip
 
 
@@ -469,14 +504,14 @@ def next_stage(last: Look, policy: AdaptivePolicy) -> Stage:
     candidate that adds the most information per run. Deterministic."""
     undecided = last.terms["decision"] == UNDECIDED
     if not undecided.any():
-        return Stage(STOP, (), "every term is decided")
+        return Stage(STOP, (), "every term is decided" if last.watch is None else "every watched term is decided")
     if last.final:
         return Stage(STOP, (), "the last look has been taken (budget spent)")
     plan = _planning_state(last, policy)
     fitting = [(action, added) for action, added in _candidates(plan, policy) if _fits(plan, added, policy)]
     if not fitting:
         return Stage(STOP, (), "no further stage fits the budget (max seeds, runs or tokens)")
-    open_chains = last.terms["ambiguous"] & (last.terms["decision"] != NOT_SUPPORTED)
+    open_chains = last.terms["ambiguous"] & ~last.terms["decision"].isin([NOT_SUPPORTED, NOT_WATCHED])
     folds = [c for c in fitting if c[0] == FOLD_OVER]
     if open_chains.any() and folds:
         action, added = folds[0]
@@ -514,7 +549,7 @@ class RunsSaved:
 
 
 def runs_saved(last: Look, settings: SequentialSettings) -> RunsSaved:
-    """Runs saved, estimated from the same data (method):
+    """Runs saved, estimated from the same data (method; in confirm mode over the watched terms):
 
     1. the least precise term's information now is I = 1 / SE^2 (its SE from the data), reached
        at information fraction t_K; earlier looks had I t_k / t_K;
@@ -526,12 +561,13 @@ def runs_saved(last: Look, settings: SequentialSettings) -> RunsSaved:
        Phi(x - z) + Phi(-x - z), x = delta sqrt(I N / N_eff), is set equal to (2) and solved for N.
     A look forced final (t_K = 1 below full information) puts the earlier looks at I t_k, a
     little less than they had: the power, and so the runs saved, err low."""
-    terms = last.terms[np.isfinite(last.terms["se"].astype(float)) & (last.terms["se"].astype(float) > 0)]
+    decided = last.terms[last.terms["decision"] != NOT_WATCHED]  # confirm mode: the watched terms only
+    terms = decided[np.isfinite(decided["se"].astype(float)) & (decided["se"].astype(float) > 0)]
     if terms.empty:
         return RunsSaved("", last.runs, float("nan"), float("nan"), float("nan"))
     row = terms.loc[terms["se"].astype(float).idxmax()]
     fractions = last.history.fractions[row["term"]]
-    level = settings.alpha / len(last.terms)
+    level = settings.alpha / len(decided)
     information = 1.0 / float(row["se"]) ** 2
     drift = settings.delta * np.sqrt(information / fractions[-1])
     power = float(exit_probabilities(boundaries(fractions, level, settings.spending), fractions, drift).sum())

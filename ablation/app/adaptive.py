@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from dapo_ablate.ablation.app.errors import UserError
 from dapo_ablate.ablation.runtime.adaptive import LookOutcome
 
 if TYPE_CHECKING:
@@ -21,8 +22,95 @@ if TYPE_CHECKING:
 
 
 def look_policy(spec: ExperimentSpec) -> SequentialLooks | None:
-    """The policy of an adaptive spec; None for every other design."""
-    return SequentialLooks(spec) if spec.design == "adaptive" else None
+    """The policy of an adaptive spec; None for every other design. In confirm mode the watched
+    terms are checked against the looks already recorded (``check_watch``)."""
+    if spec.design != "adaptive":
+        return None
+    policy = SequentialLooks(spec)
+    check_watch(spec, policy.confirm)
+    return policy
+
+
+def confirm_watch(spec: ExperimentSpec) -> dict[str, Any] | None:
+    """Confirm mode (``design: adaptive`` with ``confirm:``): what each look records under
+    ``confirm`` (``reports.confirm_looks``): the predictions file, the margin (the effect of
+    interest), the setting and the watched predictions: ``confirm.terms``, else every main effect
+    and two-factor interaction the file predicts away from zero. None without ``confirm:``. A file
+    that is not a predictions file, or terms it does not predict or this design does not estimate,
+    are one sentence (UserError)."""
+    if spec.design != "adaptive" or spec.confirm is None:
+        return None
+    from dapo_ablate.reports.predictions import load_predictions
+    from dapo_ablate.reports.table import ReportInputError
+    from dapo_ablate.reports.verdicts import NULL, setting_matches
+
+    where = f"confirm.predictions {spec.confirm.predictions!r}"
+    try:
+        predictions = load_predictions(spec.confirm.predictions, spec.metric, where=where)
+    except ReportInputError as error:
+        raise UserError(str(error)) from None
+    factors = spec.factor_names
+    named = {_canonical_term(p.term, factors): p for p in predictions if p.statistic in ("main", "interaction")}
+    if len([p for p in predictions if p.statistic in ("main", "interaction")]) > len(named):
+        raise UserError(f"{where} predicts a term more than once (from several settings); keep one setting's "
+                        "predictions in the file to confirm them with design: adaptive")
+    if spec.confirm.terms:
+        chosen = [_canonical_term(term, factors) for term in spec.confirm.terms]
+        unknown = [term for term in chosen if term not in named]
+        if unknown:
+            raise UserError(f"confirm.terms: {unknown[0]!r} is not a main effect or two-factor interaction {where} "
+                            f"predicts; name some of {', '.join(named) or 'none'}")
+    else:
+        chosen = [term for term, p in named.items() if p.direction != NULL]
+        if not chosen:
+            raise UserError(f"{where} predicts no main effect or interaction away from zero; name the terms to watch "
+                            "in confirm.terms")
+    estimable = set(factors) | {f"{a}:{b}" for i, a in enumerate(factors) for b in factors[i + 1:]}
+    outside = [term for term in chosen if term not in estimable]
+    if outside:
+        raise UserError(f"confirm: {outside[0]!r} is not a main effect or two-factor interaction of this spec's factors "
+                        f"({', '.join(factors)}); add its factors or name other terms in confirm.terms")
+    info = spec.setting_infos()[0]
+    predicted = [{"statistic": named[t].statistic, "term": t, "direction": named[t].direction,
+                  "estimate": named[t].estimate, "ci_low": named[t].ci_low, "ci_high": named[t].ci_high,
+                  "from_setting": named[t].from_setting.get("name", ""),
+                  "matches_setting": setting_matches(named[t].for_setting, info)} for t in chosen]  # fmt: skip
+    return {"predictions": spec.confirm.predictions, "margin": spec.adaptive.effect_of_interest / 100,
+            "setting": info.name, "predicted": predicted}
+
+
+def _canonical_term(term: str, factors: list[str]) -> str:
+    """``a`` or ``a:b`` with its factors in the spec's order (as the looks name an interaction)."""
+    parts = [part.strip() for part in term.split(":")]
+    order = {name: i for i, name in enumerate(factors)}
+    return ":".join(sorted(parts, key=lambda part: order.get(part, len(order)))) if len(parts) == 2 else term
+
+
+def check_watch(spec: ExperimentSpec, confirm: dict[str, Any] | None) -> None:
+    """The watched terms are part of the error guarantee: refuse a spec that watches other terms
+    than the looks this experiment already recorded (one sentence, UserError)."""
+    looks = recorded_looks(spec)
+    if not looks:
+        return
+    before = looks[-1].get("watch")
+    now = [p["term"] for p in confirm["predicted"]] if confirm else None
+    if before != now:
+        said = lambda terms: ", ".join(terms) if terms else "every term"  # noqa: E731
+        raise UserError(f"confirm: experiment '{spec.name}' has looks that watched {said(before)}; this spec watches "
+                        f"{said(now)} (changing them mid-way voids the error guarantee); restore its confirm: section "
+                        "or give the experiment another name")
+
+
+def recorded_looks(spec: ExperimentSpec) -> list[dict[str, Any]]:
+    """The looks the ledger recorded for this experiment (none without a ledger)."""
+    from dapo_ablate.ablation.store.adaptive_state import adaptive_state
+    from dapo_ablate.ablation.store.results import open_ledger
+
+    ledger = open_ledger(spec)
+    if ledger is None:
+        return []
+    with ledger:
+        return adaptive_state(spec, ledger).looks
 
 
 def seed_list(spec: ExperimentSpec) -> list[int]:
@@ -51,9 +139,12 @@ class SequentialLooks:
         settings = spec.adaptive
         self.factors = spec.factor_names
         self.seeds = seed_list(spec)
+        self.confirm = confirm_watch(spec)
+        watch = tuple(p["term"] for p in self.confirm["predicted"]) if self.confirm else None
         self.settings = SequentialSettings(
             full_information_runs(len(self.factors), settings.max_seeds, settings.max_runs),
-            delta=settings.effect_of_interest / 100, alpha=settings.alpha, spending=settings.spending, metric=spec.metric)
+            delta=settings.effect_of_interest / 100, alpha=settings.alpha, spending=settings.spending, metric=spec.metric,
+            watch=watch)
         self.policy = AdaptivePolicy(settings.seeds_per_look, settings.max_seeds, settings.max_runs, settings.max_tokens)
 
     def __call__(self, plan: Plan, records: list[dict[str, Any]], looks: list[dict[str, Any]]) -> LookOutcome:
@@ -70,6 +161,8 @@ class SequentialLooks:
         saved = runs_saved(made, self.settings)
         record = {**made.to_dict(), "action": stage.action, "reason": stage.reason, "next_final": stage.final,
                   "runs_saved": saved.sentence() if saved.term else None}
+        if self.confirm:
+            record["confirm"] = self.confirm
         return LookOutcome(record, add, self.summary(made, stage, len(add)))
 
     @staticmethod
@@ -86,15 +179,7 @@ def look_lines(spec: ExperimentSpec, plan: Plan) -> list[str]:
     terms, the alpha spent and the budget left (empty for every other design)."""
     if spec.design != "adaptive":
         return []
-    from dapo_ablate.ablation.store.adaptive_state import adaptive_state
-    from dapo_ablate.ablation.store.results import open_ledger
-
-    ledger = open_ledger(spec)
-    if ledger is None:
-        looks = []
-    else:
-        with ledger:
-            looks = adaptive_state(spec, ledger).looks
+    looks = recorded_looks(spec)
     settings = spec.adaptive
     most = full_runs(spec)
     budget = f"budget: {len(plan.runs)} of at most {most} runs planned" + (
@@ -108,8 +193,12 @@ def look_lines(spec: ExperimentSpec, plan: Plan) -> list[str]:
     decided = "; ".join(f"{len(by_decision.get(d, []))} {d}" + (f" ({', '.join(by_decision[d])})" if by_decision.get(d) else "")
                         for d in ("supported", "not supported", "undecided"))
     state = "stopped: " + str(last.get("reason")) if last.get("stopped") else f"then {str(last.get('action', '')).replace('_', ' ')}"
-    return [f"adaptive: look {last['number']} at {last.get('runs')} runs: {decided}",
-            f"alpha spent {float(last.get('spent', 0)):.4f} of {settings.alpha:g}; {state}; {budget}"]
+    lines = [f"adaptive: look {last['number']} at {last.get('runs')} runs: {decided}",
+             f"alpha spent {float(last.get('spent', 0)):.4f} of {settings.alpha:g}; {state}; {budget}"]
+    if last.get("watch") is not None:
+        lines.insert(1, f"confirm mode: watching only the predicted {', '.join(last['watch'])}; every other term is "
+                        "estimated, not decided")
+    return lines
 
 
 def full_runs(spec: ExperimentSpec) -> int:

@@ -71,6 +71,7 @@ def validate(experiment: Experiment, address: str | None = None) -> Validation:
     with user_errors(*ERRORS):
         check_spec(spec, address)
         check_backends(spec, plan)
+    look_policy(spec)  # design: adaptive in confirm mode: the predictions file and the watched terms
     # measured run times, once any exist
     plan_text = format_plan(plan, calibration=run_time_calibration(spec, plan), estimate_note=estimate_note(plan))
     return Validation(plan_text, ledger_line(experiment), tuple(plan_texts(spec, plan)))

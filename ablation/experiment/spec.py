@@ -226,6 +226,10 @@ class ConfirmSpec(Section):
 
     predictions: str = Field(min_length=1)
     """The predictions file, relative to the spec's folder."""
+    terms: list[str] | None = Field(None, min_length=1)
+    """``design: adaptive`` (confirm mode): the predicted terms its looks watch and decide, as the
+    file names them (``clip_higher``, ``clip_higher:dynamic_sampling``); None: every main effect and
+    two-factor interaction the file predicts away from zero."""
 
     @field_validator("predictions")
     @classmethod
@@ -471,6 +475,8 @@ class ExperimentSpec(TrainerBasedSpec):
         for key in ("attributes", "confirm"):
             if data.get(key) is None:
                 data.pop(key, None)
+        if data.get("confirm") and data["confirm"].get("terms") is None:
+            data["confirm"].pop("terms", None)
         for setting in data.get("settings") or []:
             if setting.get("attributes") is None:
                 setting.pop("attributes", None)

@@ -12,8 +12,8 @@ from dapo_ablate.reports.design import contrast_column
 from dapo_ablate.reports.multiplicity import holm
 from dapo_ablate.reports.power import half_fraction
 from dapo_ablate.reports.sequential import (
-    FOLD_OVER, NOISY_CELLS, NOT_SUPPORTED, SEEDS, STOP, SUPPORTED, UNDECIDED, AdaptivePolicy, SequentialHistory,
-    SequentialSettings, full_information_runs, look, next_stage, runs_saved,
+    FOLD_OVER, NOISY_CELLS, NOT_SUPPORTED, NOT_WATCHED, SEEDS, STOP, SUPPORTED, UNDECIDED, AdaptivePolicy,
+    SequentialHistory, SequentialSettings, full_information_runs, look, next_stage, runs_saved, watched,
 )  # fmt: skip
 from dapo_ablate.reports.spending import boundaries, exit_probabilities, obrien_fleming, pocock
 from dapo_ablate.reports.table import ReportInputError
@@ -272,3 +272,51 @@ def test_the_adaptive_bound_agrees_with_a_simulation_of_its_oracle():
     assert bound.wald_bound(power) < runs < 0.6 * bound.FIXED_RUNS
     every, every_runs, false = bound.every_term(16, 128, "pocock", 1 - bound.fixed_power(), np.random.default_rng(1), 20_000)
     assert every >= bound.fixed_power() - 0.01 and every_runs > 0.85 * bound.FIXED_RUNS and false < 0.06
+
+
+# --- confirm mode: only the predicted terms are watched --------------------------------------------------------
+
+
+def _confirm_table() -> pd.DataFrame:
+    """A half fraction at 2 seeds whose b:c interaction (planted 2.5 pp) reads between the boundary
+    of a one-term family at alpha and that of fifteen terms at alpha / 15 at the first look."""
+    for seed in range(200):
+        table = _table({(1, 2): 0.025}, half_fraction(5), 2, rng=seed)
+        one = look(table, FACTORS, SequentialSettings(128, spending="pocock", watch=("b:c",)))
+        every = look(table, FACTORS, SequentialSettings(128, spending="pocock"))
+        decided = lambda result: dict(zip(result.terms["term"], result.terms["decision"]))  # noqa: E731
+        if decided(one)["b:c"] == SUPPORTED and decided(every)["b:c"] == UNDECIDED:
+            return table
+    raise AssertionError("no seed reads between the two boundaries")
+
+
+def test_confirm_mode_watches_only_the_predicted_terms_and_stops_when_they_are_decided():
+    table = _confirm_table()
+    settings = SequentialSettings(128, spending="pocock", watch=("b:c",))
+    result = look(table, FACTORS, settings)
+    decisions = dict(zip(result.terms["term"], result.terms["decision"]))
+    assert decisions.pop("b:c") == SUPPORTED
+    assert set(decisions.values()) == {NOT_WATCHED}  # every other term estimated, none decided
+    others = result.terms[result.terms["term"] != "b:c"]
+    assert others["estimate"].notna().all() and others["ci_low"].isna().all()
+    # one watched term: Holm's family is that term alone, tested at alpha (not alpha / 15)
+    row = result.terms.set_index("term").loc["b:c"]
+    assert row["level"] == pytest.approx(0.05)
+    assert row["ci_low"] > 0
+    stage = next_stage(result, AdaptivePolicy(max_seeds=4))
+    assert stage.action == STOP and stage.reason == "every watched term is decided"
+    assert result.to_dict()["watch"] == ["b:c"]
+    assert runs_saved(result, settings).term == "b:c"
+    # watching every term (the default) the same data leave b:c undecided and the experiment goes on
+    every = look(table, FACTORS, SequentialSettings(128, spending="pocock"))
+    assert dict(zip(every.terms["term"], every.terms["decision"]))["b:c"] == UNDECIDED
+    assert next_stage(every, AdaptivePolicy(max_seeds=4)).action != STOP
+    assert "watch" not in every.to_dict()
+
+
+def test_confirm_mode_matches_alias_chains_and_refuses_terms_it_cannot_estimate():
+    assert watched(["a", "a:b = c:d", "c"], ("c:d",)).tolist() == [False, True, False]
+    assert watched(["a", "b"], None).tolist() == [True, True]
+    table = _table({}, half_fraction(5), 2, rng=3)
+    with pytest.raises(ReportInputError, match="confirm.terms"):
+        look(table, FACTORS, SequentialSettings(128, watch=("a:b:c",)))
