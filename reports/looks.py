@@ -22,6 +22,8 @@ from .export import write_csv
 LOOK_TABLE_COLUMNS = ["look", "runs", "alpha_spent", "term", "estimate", "ci_low", "ci_high", "decision", "unit"]
 """looks.csv: estimate and interval in the metric's units (fractions: ``unit`` says so)."""
 DECISIONS = ("supported", "not supported", "undecided")
+NOT_WATCHED = "not watched"
+"""Confirm mode: a term the looks estimate but do not decide (``sequential.NOT_WATCHED``)."""
 
 
 def looks_table(looks: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -40,7 +42,8 @@ def look_sentences(looks: Sequence[Mapping[str, Any]], alpha: float | None = Non
     lines = []
     for look in looks:
         counts = Counter(str(row.get("decision")) for row in look.get("terms", []))
-        decided = ", ".join(f"{counts.get(d, 0)} {d}" for d in DECISIONS)
+        decided = ", ".join(f"{counts.get(d, 0)} {d}" for d in DECISIONS) + (
+            f", {counts[NOT_WATCHED]} not watched" if counts.get(NOT_WATCHED) else "")
         then = (f"stopped: {look.get('reason')}" if look.get("stopped")
                 else f"then {str(look.get('action', '')).replace('_', ' ')}, {len(look.get('added', []))} runs added")
         spent = f"alpha spent {float(look.get('spent', 0)):.4f}" + (f" of {alpha:g}" if alpha is not None else "")
@@ -48,6 +51,10 @@ def look_sentences(looks: Sequence[Mapping[str, Any]], alpha: float | None = Non
     if looks:
         last = looks[-1]
         for row in last.get("terms", []):
+            if row.get("decision") == NOT_WATCHED:  # confirm mode: estimated, never decided
+                lines.append(f"{row.get('term')}: {_pp(row.get('estimate'))} pp, not watched (confirm mode decides only "
+                             "the predicted terms).")
+                continue
             lines.append(f"{row.get('term')}: {_pp(row.get('estimate'))} pp [{_pp(row.get('ci_low'))}, "
                          f"{_pp(row.get('ci_high'))}] (repeated CI over all looks), {row.get('decision')}.")
         if last.get("runs_saved"):

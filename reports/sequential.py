@@ -51,7 +51,8 @@ factorial the fraction did not run, at the fraction's seeds per cell); more seed
 half of the cells (Neyman allocation, n_j proportional to sigma_j). Each is scored by the
 information it adds to the undecided terms per run, Var = (2/m)^2 sum_j sigma_j^2 / n_j with each
 cell's variance shrunk toward the pooled one (``AdaptivePolicy.prior_df``), ties broken in that
-order after the fold-over. A fraction whose undecided or supported alias chain holds two terms of
+order after the fold-over (in confirm mode the smallest of the tied stages: as much information
+per run, and the next look sooner). A fraction whose undecided or supported alias chain holds two terms of
 order <= 2 (resolution III/IV) is folded over first: only that separates them. The experiment
 stops when every term is decided or no candidate fits the budget (max seeds per cell, runs,
 generated tokens).
@@ -519,7 +520,9 @@ def next_stage(last: Look, policy: AdaptivePolicy) -> Stage:
     else:
         scores = [_score(plan, added) for _, added in fitting]
         best = max(scores)
-        action, added = next(c for c, s in zip(fitting, scores) if s >= best * (1 - 1e-9))
+        tied = [c for c, s in zip(fitting, scores) if s >= best * (1 - 1e-9)]
+        # confirm mode: of stages as informative per run, the smallest, so the next look comes soonest
+        action, added = min(tied, key=lambda c: sum(c[1].values())) if last.watch is not None else tied[0]
         reason = f"{int(undecided.sum())} undecided; most information per run ({best:.3g} of the current per run)"
     grown = _grown(plan, action, added)
     final = not any(_fits(grown, more, policy) for _, more in _candidates(grown, policy))
