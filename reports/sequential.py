@@ -323,7 +323,7 @@ def _decide(tested: _Tested, history: SequentialHistory, settings: SequentialSet
             tested.est, i, level, tested.fractions[i], settings.spending)
         if decision == UNDECIDED and -settings.delta < low and high < settings.delta:
             decision = NOT_SUPPORTED
-        if prior[name] is None and decision != UNDECIDED:
+        if prior[name] is None and decision not in (UNDECIDED, NOT_WATCHED):
             decided[name] = (decision, index, level)
         rows.append({
             "look": index, "term": name, "order": int(tested.orders[i]), "estimate": tested.est.estimate[i],

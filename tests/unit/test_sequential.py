@@ -306,6 +306,10 @@ def test_confirm_mode_watches_only_the_predicted_terms_and_stops_when_they_are_d
     stage = next_stage(result, AdaptivePolicy(max_seeds=4))
     assert stage.action == STOP and stage.reason == "every watched term is decided"
     assert result.to_dict()["watch"] == ["b:c"]
+    history = SequentialHistory.from_dict(result.to_dict()["history"])  # the ledger's JSON round trip
+    assert set(history.decided) == {"b:c"}  # an unwatched term is never decided
+    again = look(table, FACTORS, settings, history, final=True)
+    assert dict(zip(again.terms["term"], again.terms["decision"]))["a"] == NOT_WATCHED
     assert runs_saved(result, settings).term == "b:c"
     # watching every term (the default) the same data leave b:c undecided and the experiment goes on
     every = look(table, FACTORS, SequentialSettings(128, spending="pocock"))
