@@ -30,8 +30,8 @@ watched effects (1 pp, 0.5 pp).
   watched at alpha = 0.05 (Holm over the two), with the interaction planted at ``--scale`` 2/3 of
   its size (1 pp) so the fixed design's power is not ~100%.
 
-    nice .venv/bin/python benchmarks/confirm_share.py --experiments 300                  # ~4 min
-    nice .venv/bin/python benchmarks/confirm_share.py --experiments 300 --scenario pair
+    nice .venv/bin/python benchmarks/confirm_share.py --experiments 300 --budgets 96,112,128
+    nice .venv/bin/python benchmarks/confirm_share.py --experiments 300 --scenario pair --budgets 80,96,128
 """
 
 from __future__ import annotations

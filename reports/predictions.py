@@ -38,7 +38,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import yaml
-from scipy import stats
 
 from dapo_ablate.core.contracts import SEED_COLUMN, SETTING_ATTRIBUTES, SettingInfo
 
