@@ -58,9 +58,11 @@ class Validation:
     plan: str
     ledger: str
     backends: tuple[str, ...] = ()
+    confirm: tuple[str, ...] = ()
+    """design: adaptive in confirm mode: the predictions file and the terms its looks watch."""
 
     def lines(self) -> list[str]:
-        return [self.plan, self.ledger, *self.backends]
+        return [self.plan, self.ledger, *self.backends, *self.confirm]
 
 
 def validate(experiment: Experiment, address: str | None = None) -> Validation:
@@ -71,10 +73,20 @@ def validate(experiment: Experiment, address: str | None = None) -> Validation:
     with user_errors(*ERRORS):
         check_spec(spec, address)
         check_backends(spec, plan)
-    look_policy(spec)  # design: adaptive in confirm mode: the predictions file and the watched terms
+    policy = look_policy(spec)  # design: adaptive in confirm mode: the predictions file and the watched terms
     # measured run times, once any exist
     plan_text = format_plan(plan, calibration=run_time_calibration(spec, plan), estimate_note=estimate_note(plan))
-    return Validation(plan_text, ledger_line(experiment), tuple(plan_texts(spec, plan)))
+    return Validation(plan_text, ledger_line(experiment), tuple(plan_texts(spec, plan)), confirm_lines(policy))
+
+
+def confirm_lines(policy: Any) -> tuple[str, ...]:
+    """``confirm  watching soft_overlong (predicted negative from dapo-small), ...`` (confirm mode only)."""
+    confirm = getattr(policy, "confirm", None)
+    if not confirm:
+        return ()
+    watched = ", ".join(f"{p['term']} (predicted {p['direction']} from {p['from_setting'] or 'another experiment'})"
+                        for p in confirm["predicted"])
+    return (f"confirm  {confirm['predictions']}: the looks watch only {watched}",)
 
 
 def check_spec(spec: Any, address: str | None) -> None:

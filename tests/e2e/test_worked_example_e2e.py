@@ -46,7 +46,9 @@ def test_predict_small_then_confirm_large_through_the_readme_commands(tmp_path: 
     assert {p["from_setting"]["name"] for p in written} == {"dapo-small"}
     assert {p["from_setting"]["model_size"] for p in written} == {"small"}
     checked = command("validate", large, "trainer.model.builtin_size=small", cwd=tmp_path)
-    assert "adaptive" in checked.stdout
+    watched = next(line for line in checked.stdout.splitlines() if line.startswith("confirm  "))
+    assert "report-small/predictions.yaml: the looks watch only soft_overlong (predicted " in watched, watched
+    assert watched.endswith("dynamic_sampling (predicted positive from dapo-small)"), watched  # the planted +8 pp
 
     run = command("run", large, "trainer.model.builtin_size=small", "--no-progress", cwd=tmp_path)
     lines = run.stdout.splitlines()
