@@ -173,7 +173,7 @@ class ExperimentRun(RunListener):
         held = sum(row["status"] == RUNNING for run_id, row in rows.items() if run_id not in queue)
         self.display = RunDisplay(len(self.scheduler.planned), self.summary.already_done, self.options.progress,
                                   self.spec.metric, self.scheduler.planned)
-        self.mlflow.note = self.display.note
+        self.mlflow.say = self.display.note
         self.display.note(
             f"{self.name}: {len(queue)} runs to do, {self.summary.already_done} done before"
             + (f", {held} held by other drivers" if held else "")
@@ -232,7 +232,7 @@ class CheckpointPruner(RunListener):
     them is a note, not a failed run)."""
 
     def __init__(self, spec: ExperimentSpec, planned: dict[str, Any], note: Callable[[str], None]) -> None:
-        self.spec, self.planned, self.note, self.root = spec, planned, note, run_root(spec)
+        self.spec, self.planned, self.say, self.root = spec, planned, note, run_root(spec)
 
     def settled(self, settled: Settled | None, in_flight: int) -> None:
         if settled is None or settled.what != RECORDED:
@@ -244,4 +244,4 @@ class CheckpointPruner(RunListener):
         try:
             prune_checkpoints(folder, policy)
         except OSError as err:
-            self.note(f"{planned.name}: its checkpoints in {folder} could not be pruned ({describe_error(err)})")
+            self.say(f"{planned.name}: its checkpoints in {folder} could not be pruned ({describe_error(err)})")

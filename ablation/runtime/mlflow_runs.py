@@ -32,12 +32,13 @@ if TYPE_CHECKING:
 
 class MlflowRuns(RunListener):
     """One invocation's MLflow: the parent of `spec`'s experiment and the child runs of `planned`
-    (run id -> planned run; the scheduler's own mapping, grown with the plan). `note` shows a line
+    (run id -> planned run; the scheduler's own mapping, grown with the plan). `say` shows a line
     to the user (the display's)."""
 
     def __init__(self, spec: ExperimentSpec, plan: Plan, planned: dict[str, PlannedRun], ledger: Ledger) -> None:
         self.spec, self.plan, self.planned, self.ledger, self.name = spec, plan, planned, ledger, spec.name
-        self.note: Callable[[str], None] = lambda line: None
+        self.say: Callable[[str], None] = lambda line: None
+        """Shows a line of its own (not `note`: that is the listener's method, told every note)."""
         self.live: dict[str, str] = {}
         """Ledger run id -> MLflow id of the child runs of the runs in flight."""
         self.live_off: set[str] = set()
@@ -113,7 +114,7 @@ class MlflowRuns(RunListener):
                                       doing=f"log {self.planned[run_id].name}'s {kind} {step} to MLflow")
             except ExecutorError as err:
                 self.live_off.add(run_id)
-                self.note(f"{self.planned[run_id].name}: live MLflow logging stopped ({err})")
+                self.say(f"{self.planned[run_id].name}: live MLflow logging stopped ({err})")
 
     def settled(self, settled: Settled | None, in_flight: int) -> None:
         if settled is None:

@@ -71,6 +71,8 @@ def test_confirm_mode_watches_the_predicted_terms_stops_when_decided_and_every_o
         looks = ledger.looks(spec.name)
     last = looks[-1]
     assert last["watch"] == WATCHED and all(look["watch"] == WATCHED for look in looks)
+    for number in range(1, len(looks) + 1):  # each look said once, whichever listeners hear the note
+        assert run.stdout.count(f"{spec.name}: look {number}: ") == 1, run.stdout
     decisions = {row["term"]: row["decision"] for row in last["terms"]}
     assert {term for term, d in decisions.items() if d != "not watched"} == set(WATCHED)
     assert decisions["clip_higher:dynamic_sampling"] == "not watched"  # predicted, not in confirm.terms
