@@ -33,7 +33,8 @@ from .verdicts import NEGATIVE, NULL, POSITIVE, direction_verdict
 LABELS = {"main": "main effect", "shapley": "Shapley value", "interaction": "interaction"}
 
 
-def _number(value: Any) -> float:
+def number_or_nan(value: Any) -> float:
+    """A look record's stored number as a float; NaN where it holds none (null, text)."""
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -49,7 +50,7 @@ def _deciding_row(looks: Sequence[Mapping[str, Any]], term: str) -> tuple[int, M
         if row is None:
             continue
         found = (number, row)
-        if row.get("decision") in ("supported", "not supported"):
+        if row.get("decision") in ("supported", "not supported"):  # sequential's SUPPORTED / NOT_SUPPORTED (importing them closes an import cycle)
             break
     return found
 
@@ -60,16 +61,16 @@ def look_verdicts(looks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]] | 
     confirm = looks[-1].get("confirm") if looks else None
     if not confirm:
         return None
-    margin = _number(confirm.get("margin"))
+    margin = number_or_nan(confirm.get("margin"))
     rows = []
     for p in confirm.get("predicted", []):
         number, row = _deciding_row(looks, str(p["term"]))
-        estimate, low, high = (_number(row.get(key)) for key in ("estimate", "ci_low", "ci_high"))
+        estimate, low, high = (number_or_nan(row.get(key)) for key in ("estimate", "ci_low", "ci_high"))
         rows.append({
             "statistic": p["statistic"], "term": p["term"], "from_setting": p.get("from_setting", ""),
             "setting": confirm.get("setting", ""), "matches_setting": bool(p.get("matches_setting", True)),
-            "direction": p["direction"], "predicted_estimate": _number(p.get("estimate")),
-            "predicted_ci_low": _number(p.get("ci_low")), "predicted_ci_high": _number(p.get("ci_high")),
+            "direction": p["direction"], "predicted_estimate": number_or_nan(p.get("estimate")),
+            "predicted_ci_low": number_or_nan(p.get("ci_low")), "predicted_ci_high": number_or_nan(p.get("ci_high")),
             "estimate": estimate, "ci_low": low, "ci_high": high,
             "equivalence_low": low if p["direction"] == NULL else float("nan"),
             "equivalence_high": high if p["direction"] == NULL else float("nan"), "margin": margin,

@@ -31,7 +31,7 @@ import pandas as pd
 from scipy import stats
 
 from .claims import CLAIM_COLUMNS, amount, claim_sentence, interval, short_term
-from .confirm_looks import look_verdict_lines, look_verdicts
+from .confirm_looks import look_verdict_lines, look_verdicts, number_or_nan
 
 FIXED, ADAPTIVE, TRANSFER = "fixed design", "adaptive looks", "transfer study"
 SUPPORTED, NOT_SUPPORTED, UNDECIDED, NOT_WATCHED = "supported", "not supported", "undecided", "not watched"
@@ -103,14 +103,14 @@ def adaptive_decision(looks: Sequence[Mapping[str, Any]], alpha: float | None, p
     family = f"look {number}"
     claims = pd.DataFrame(
         [{"kind": "main" if int(row.get("order") or 1) == 1 else "interaction", "term": str(row.get("term")),
-          "estimate": _float(row.get("estimate")), "ci_low": _float(row.get("ci_low")), "ci_high": _float(row.get("ci_high")),
+          "estimate": number_or_nan(row.get("estimate")), "ci_low": number_or_nan(row.get("ci_low")), "ci_high": number_or_nan(row.get("ci_high")),
           "p_value": _nominal_p(row.get("z")), "p_adjusted": float("nan"), "family": family} for row in rows],
         columns=CLAIM_COLUMNS,
     )
     others = [row for row in last.get("terms", []) if row.get("decision") not in (SUPPORTED, NOT_WATCHED)]
     not_supported = tuple(
-        f"{short_term(str(row.get('term')))}: {amount(_float(row.get('estimate')), percent)} "
-        f"{interval(_float(row.get('ci_low')), _float(row.get('ci_high')), percent)} (repeated CI): {row.get('decision')}"
+        f"{short_term(str(row.get('term')))}: {amount(number_or_nan(row.get('estimate')), percent)} "
+        f"{interval(number_or_nan(row.get('ci_low')), number_or_nan(row.get('ci_high')), percent)} (repeated CI): {row.get('decision')}"
         + (", futility: the interval excludes the effect of interest" if row.get("decision") == NOT_SUPPORTED else "")
         + "."
         for row in others
@@ -118,7 +118,7 @@ def adaptive_decision(looks: Sequence[Mapping[str, Any]], alpha: float | None, p
     level = f"{alpha:g}" if alpha is not None else "alpha"
     guarantee = (f"Claims: the adaptive design's decisions at look {number} ({last.get('runs')} runs): a term is supported "
                  f"when its z crossed the group-sequential boundary at a look; the family-wise error rate over all terms "
-                 f"and all looks is at most {level} (alpha spent so far {_float(last.get('spent')):.4f}); intervals are "
+                 f"and all looks is at most {level} (alpha spent so far {number_or_nan(last.get('spent')):.4f}); intervals are "
                  "repeated confidence intervals, valid over all looks together.")
     verdicts = look_verdicts(looks)
     if verdicts is not None:
@@ -135,14 +135,7 @@ def look_claim_sentence(row: Any, percent: bool) -> str:
             f"{interval(row.ci_low, row.ci_high, percent)} (repeated CI; crossed the boundary by {row.family}).")
 
 
-def _float(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return float("nan")
-
-
 def _nominal_p(z: Any) -> float:
     """The two-sided nominal p-value of a look's z (for reading, not for deciding)."""
-    value = _float(z)
+    value = number_or_nan(z)
     return float(2 * stats.norm.sf(abs(value))) if np.isfinite(value) else float("nan")
