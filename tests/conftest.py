@@ -1,8 +1,9 @@
 """Shared fixtures, and the two trees' markers. `local_ray`: one small local Ray per test module.
 Database fixtures: `ledger_url` runs a test on SQLite and on PostgreSQL.
 
-Every test under ``tests/e2e`` is marked ``e2e`` and ``slow`` here, from its folder: ``pytest -m
-"not slow"`` (or ``pytest tests/unit``) is the fast tier. Shared helpers are in ``tests/support.py``.
+Every test under ``tests/e2e`` is marked ``e2e`` and ``slow`` here, from its folder, and so is the
+PostgreSQL case of a test run on both databases: ``pytest -m "not slow"`` is the fast tier. Shared
+helpers are in ``tests/support.py``.
 
 PostgreSQL is the real server at 127.0.0.1:5432 (override with DAPO_TEST_POSTGRES_URL); each
 test gets a fresh database `dapo_test_<hex>`, dropped afterwards. If the server is unreachable
@@ -26,15 +27,18 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-
 E2E = Path(__file__).resolve().parent / "e2e"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the end-to-end tree's tests `e2e` and `slow` (real Ray, `dapo-ablate` processes, training)."""
+    """Mark the end-to-end tree's tests `e2e` and `slow` (real Ray, `dapo-ablate` processes, training),
+    and the PostgreSQL case of every test run on both databases `slow`: the fast tier runs those on
+    SQLite (each PostgreSQL case creates and drops its own database), the whole suite on both."""
     for item in items:
         if E2E in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.slow)
+        elif item.get_closest_marker("postgres") is not None:
             item.add_marker(pytest.mark.slow)
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from dapo_ablate.core.config import TrainerConfig, build_trainer_config
+from dapo_ablate.core.config import ModelConfig, TrainerConfig, build_trainer_config
+from dapo_ablate.core.policy import builtin_recipe
 
 from tiny_configs import TINY_TRAINER
-
 
 # A few warm-start steps: a real checkpoint of the right shape and vocabulary, built in seconds.
 QUICK_WARMSTART = 3
@@ -71,3 +71,26 @@ def test_a_policy_neither_shipped_nor_cached_is_planned_and_built_on_the_console
     assert len(list((tmp_path / "cache").glob("builtin-*/recipe.json"))) == 1
     again = dapo_ablate("validate", str(spec), cwd=tmp_path)
     assert again.returncode == 0 and "building the built-in" not in again.stdout
+
+
+def test_the_default_policies_ship_in_the_package_and_load_without_a_build(tmp_path, monkeypatch):
+    """A machine with an empty cache loads both default small policies from the package (no
+    warm-start runs, nothing is cached): every machine starts from the same weights."""
+    from dapo_ablate.core.policy import (
+        SHIPPED_DIGESTS,
+        SHIPPED_FILES,
+        SHIPPED_ROOT,
+        load_policy,
+    )
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DAPO_ABLATE_CACHE", str(cache))
+    for task in ("addition", "comparison"):
+        digest = builtin_recipe(ModelConfig(), task).digest()
+        assert digest in SHIPPED_DIGESTS  # a recipe change must ship its new policy too
+        folder = SHIPPED_ROOT / f"builtin-{digest}"
+        assert all((folder / name).is_file() for name in SHIPPED_FILES)
+        policy = load_policy(ModelConfig(), task)
+        assert policy.source == str(folder)
+        assert sum(p.numel() for p in policy.model.parameters()) < 400_000
+    assert not cache.exists()  # nothing was built

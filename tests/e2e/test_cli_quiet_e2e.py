@@ -7,7 +7,6 @@ import pytest
 
 from test_cli_quiet import stderr_of  # noqa: F401, F811 - shared with the fast part
 
-
 BARS = {
     "tqdm imported after the call": (
         "",

@@ -15,7 +15,12 @@ import yaml
 
 from support import STAND_IN_CELL_TRAINER, rows, write_spec
 from test_one_answer_e2e import (
-    assert_rows_are_the_sentences, console_sections, dapo_ablate, label, page_section, parent_run,
+    assert_rows_are_the_sentences,
+    console_sections,
+    dapo_ablate,
+    label,
+    page_section,
+    parent_run,
 )  # fmt: skip
 
 THREE = ["overlong_filter", "clip_higher", "dynamic_sampling"]

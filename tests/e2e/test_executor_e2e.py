@@ -12,13 +12,22 @@ from pathlib import Path
 import pytest
 
 from dapo_ablate.ablation.experiment.design import expand
+from dapo_ablate.ablation.experiment.spec import load_spec
 from dapo_ablate.ablation.runtime.hosts import this_host
 from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.store.results import load_experiment_results, status_rows
-from dapo_ablate.ablation.experiment.spec import load_spec
 
+from support import (
+    FACTORS,
+    calls,
+    count_call,
+    counting_cell,
+    mlflow_children,
+    rows,
+    run,
+    write_spec,
+)
 from tiny_configs import TINY_TRAINER
-from support import FACTORS, calls, count_call, counting_cell, mlflow_children, rows, run, write_spec
 
 
 def failing_cell(config: dict, run_dir: str, eval_cache_dir: str) -> dict:

@@ -31,12 +31,12 @@ def test_report_puts_the_headline_on_the_parent_run(local_ray, tmp_path: Path):
     from mlflow import MlflowClient
     from typer.testing import CliRunner
 
+    from dapo_ablate.ablation.app.report import log_experiment_headline
     from dapo_ablate.ablation.experiment.design import expand
+    from dapo_ablate.ablation.experiment.spec import load_spec
     from dapo_ablate.ablation.runtime.executor import RunOptions, run_experiment
     from dapo_ablate.ablation.store.ledger import SQLLedger
-    from dapo_ablate.ablation.experiment.spec import load_spec
     from dapo_ablate.cli.main import app
-    from dapo_ablate.ablation.app.report import log_experiment_headline
 
     spec_path = write_two_factor_spec(tmp_path, "headline-exp", seeds=2)
     spec = load_spec(spec_path)
@@ -68,9 +68,9 @@ def test_run_ends_with_the_headline_on_the_parent_run(local_ray, tmp_path: Path,
     from mlflow import MlflowClient
     from typer.testing import CliRunner
 
+    from dapo_ablate.ablation.experiment.spec import load_spec
     from dapo_ablate.ablation.runtime.task import CELL_FN_ENV
     from dapo_ablate.ablation.store.ledger import SQLLedger
-    from dapo_ablate.ablation.experiment.spec import load_spec
     from dapo_ablate.cli.main import app
 
     spec_path = write_two_factor_spec(tmp_path, "headline-run", seeds=2)

@@ -14,8 +14,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_hostile_files import HANG_S, RESULTS, dapo_ablate_here, directory, snapshot, spec_data, write_spec  # noqa: F401, F811 - shared with the fast part
-
+from test_hostile_files import (  # noqa: F401, F811 - shared with the fast part
+    HANG_S,
+    RESULTS,
+    dapo_ablate_here,
+    directory,
+    snapshot,
+    spec_data,
+    write_spec,
+)
 
 ROOT_USER = os.geteuid() == 0
 
@@ -189,8 +196,9 @@ def test_a_run_whose_disk_fills_says_so_in_one_sentence_and_the_rerun_finishes_i
     """`run` into a folder whose disk fills up (the stores' own writes fill it): one sentence naming
     the store and the fix, no traceback (MLflow logged one per retry, 14 in all); once there is
     room, the rerun finishes every run, training again none that was recorded."""
-    import support
     from dapo_ablate.ablation.experiment.spec import load_spec
+
+    import support
 
     folder, grow = small_disk
     spec_path = support.write_spec(folder, "full", factors=["overlong_filter", "clip_higher", "soft_overlong"], seeds=2)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-
 TWELVE = """
 import numpy as np
 from dapo_ablate.reports import analyze

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 LOAD = """
 import sys
 from dapo_ablate.reports import ReportInputError, load_results_csv

@@ -11,9 +11,8 @@ import pytest
 
 from dapo_ablate.reports import power
 
-from test_hostile_reports_power import _power_calls  # noqa: F401, F811 - shared with the fast part
 from support import HANG_GUARD_S
-
+from test_hostile_reports_power import _power_calls  # noqa: F401, F811 - shared with the fast part
 
 THIRTY = """
 import resource

@@ -25,10 +25,8 @@ from dapo_ablate.ablation.store.tracking import Tracker
 from dapo_ablate.cli import run_cmd
 from dapo_ablate.cli.main import app
 
-from test_identity import TRAINER, stores  # noqa: F401, F811 - shared with the fast part
 from support import dapo_ablate
-
-
+from test_identity import TRAINER, stores  # noqa: F401, F811 - shared with the fast part
 
 OVERRIDES = ["trainer.schedule.total_steps=8"]
 

@@ -13,14 +13,12 @@ from pathlib import Path
 import pytest
 
 from dapo_ablate.ablation.runtime.jobs import submission_ids
-from dapo_ablate.ablation.store.ledger import SQLLedger
 from dapo_ablate.ablation.runtime.reaper import kill_session
+from dapo_ablate.ablation.store.ledger import SQLLedger
 
-from test_ray_cluster import Head, client_env, short_root  # noqa: F401 - fixture
-from test_ray_cluster import done_runs, write_spec
-from tiny_configs import TINY_TRAINER
 from support import HANG_GUARD_S
-
+from test_ray_cluster import Head, client_env, done_runs, short_root, write_spec  # noqa: F401 - fixture
+from tiny_configs import TINY_TRAINER
 
 BIN = Path(sys.executable).parent
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from dapo_ablate.core.numerics import NATIVE_ENV, has_avx2
+
 from support import HANG_GUARD_S
 from tiny_configs import TINY_TRAINER
 

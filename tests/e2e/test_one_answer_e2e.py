@@ -30,7 +30,6 @@ import pytest
 from support import PLANTED, STAND_IN_CELL_TRAINER, count_call, rows, write_spec
 from support import dapo_ablate as run_command
 
-
 THREE = ["overlong_filter", "clip_higher", "dynamic_sampling"]
 FIVE = ["overlong_filter", "clip_higher", "soft_overlong", "token_level_loss", "dynamic_sampling"]
 
@@ -289,7 +288,9 @@ def test_one_seed_cannot_transfer_at_two_pp_and_every_output_agrees(tmp_path: Pa
     difference between two settings has a 90% interval wider than +-2 pp (recomputed from
     transfer.csv's own se and df); the verdict is that TOST. The end of `run`, the report's console,
     report.md, claims.csv and transfer.csv give the same claims, verdicts and counts."""
-    from test_transfer import _equivalence  # here, not at the top: Ray's workers import this module for its cell
+    from test_transfer import (
+        _equivalence,  # here, not at the top: Ray's workers import this module for its cell
+    )
 
     settings = [{"name": "s64", "overrides": {}}, {"name": "s48", "overrides": {"rollout.max_response_len": 48}},
                 {"name": "s32", "overrides": {"rollout.max_response_len": 32}}]  # fmt: skip

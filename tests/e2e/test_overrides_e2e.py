@@ -9,13 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dapo_ablate.ablation.runtime.reaper import kill_session
 from dapo_ablate.ablation.runtime.task import CELL_FN_ENV
 from dapo_ablate.ablation.store.ledger import SQLLedger
-from dapo_ablate.ablation.runtime.reaper import kill_session
 
-from test_overrides import TRAINER, write_spec, write_sweep  # noqa: F401, F811 - shared with the fast part
 from support import HANG_GUARD_S, pythonpath_with_tests
-
+from test_overrides import TRAINER, write_spec, write_sweep  # noqa: F401, F811 - shared with the fast part
 
 COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
 

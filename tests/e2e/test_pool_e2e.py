@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from dapo_ablate.ablation.experiment.spec import load_spec
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import SQLLedger
-from dapo_ablate.ablation.experiment.spec import load_spec
 
 from support import calls, counting_cell, rows, run, write_spec
 from test_faults import dropped_connection
 from test_pool import quick_retries  # noqa: F401, F811 - shared with the fast part
-
 
 # -- blips while runs are in flight ---------------------------------------------------------------
 real_claim, real_heartbeat = SQLLedger.claim, SQLLedger.heartbeat

@@ -8,7 +8,13 @@ from typer.testing import CliRunner
 
 from dapo_ablate.reports import analyze
 from dapo_ablate.reports.design import describe_design
-from dapo_ablate.reports.power import family_contrasts, half_fraction, plan_seeds, power_at, welch_df
+from dapo_ablate.reports.power import (
+    family_contrasts,
+    half_fraction,
+    plan_seeds,
+    power_at,
+    welch_df,
+)
 from dapo_ablate.reports.simulate import simulate_results
 
 from test_power import FACTORS, app  # noqa: F401, F811 - shared with the fast part
@@ -55,3 +61,16 @@ def test_planned_seeds_give_the_planned_power_in_simulated_reports():
         claims = analyze(results, FACTORS).claims
         hits.append(((claims["kind"] == "shapley") & (claims["term"] == FACTORS[0])).any())
     assert abs(np.mean(hits) - planned) < 0.15, (np.mean(hits), planned)  # 80 experiments: sd ~ .045
+
+
+def test_sizes_typed_in_pp_plan_what_the_same_fractions_plan():
+    """`--effect 2 --sd 1.5` (pp, as every page shows accuracies) is the plan of 0.02 and 0.015 in
+    the stored fractions; the console says pp."""
+    from dapo_ablate.cli.main import app as main_app
+
+    out = CliRunner().invoke(main_app, ["plan-seeds", "--sd", "1.5", "--factors", "a,b,c", "--effect", "2"])
+    assert out.exit_code == 0, out.output
+    assert "size 2 pp (avg@32)" in out.output and "run noise sd 1.5 pp" in out.output
+    expected = plan_seeds(["a", "b", "c"], 0.015, 0.02)
+    shown = CliRunner().invoke(main_app, ["plan-seeds", "--sd", "1.5", "--factors", "a,b,c", "--effect", "2"]).output
+    assert expected.to_string(index=False, float_format=lambda v: f"{v:.3g}") in shown

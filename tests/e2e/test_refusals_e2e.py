@@ -21,7 +21,6 @@ from dapo_ablate.ablation.runtime.executor import record_spec
 
 from support import STAND_IN_CELL_TRAINER, dapo_ablate, write_spec
 
-
 SQLITE_TRANSIENTS = ("-wal", "-shm", "-journal")
 """The files SQLite keeps beside a database while any connection, a reader's too, has it open
 (empty or a copy of pages already in the file): not content, so not compared."""

@@ -15,16 +15,15 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from dapo_ablate.ablation.runtime.reaper import kill_session
 from dapo_ablate.ablation.runtime.task import CELL_FN_ENV
 from dapo_ablate.ablation.store.ledger import SQLLedger
-from dapo_ablate.ablation.runtime.reaper import kill_session
 from dapo_ablate.ablation.store.tracking import RUN_ID_TAG
 from dapo_ablate.cli import run_cmd
 from dapo_ablate.cli.main import app
 
-from test_run_cli import write_spec  # noqa: F401, F811 - shared with the fast part
 from support import HANG_GUARD_S, pythonpath_with_tests
-
+from test_run_cli import write_spec  # noqa: F401, F811 - shared with the fast part
 
 COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
 

@@ -3,11 +3,10 @@ describes; its docstring says what they check."""
 
 from __future__ import annotations
 
-
 from dapo_ablate.ablation.experiment.design import expand
-from dapo_ablate.ablation.runtime.mlflow_runs import MlflowRuns
-from dapo_ablate.ablation.runtime.executor import RunOptions, run_experiment
 from dapo_ablate.ablation.experiment.spec import load_spec
+from dapo_ablate.ablation.runtime.executor import RunOptions, run_experiment
+from dapo_ablate.ablation.runtime.mlflow_runs import MlflowRuns
 
 from support import calls, counting_cell, rows, write_spec
 from test_stop_signals import ctrl_c_swallowed  # noqa: F401, F811 - shared with the fast part

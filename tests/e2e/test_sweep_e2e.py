@@ -28,9 +28,9 @@ from dapo_ablate.sweeps.runner import run_sweep
 from dapo_ablate.sweeps.spec import load_sweep
 from dapo_ablate.sweeps.trials import plan_trial
 
-from tiny_configs import TINY_TRAINER
-from test_sweep import TRAINER, trials, write_sweep  # noqa: F401, F811 - shared with the fast part
 from support import HANG_GUARD_S, pythonpath_with_tests
+from test_sweep import TRAINER, _dead_pid, _KilledWhileSampling, trials, write_sweep  # noqa: F401, F811 - shared with the fast part
+from tiny_configs import TINY_TRAINER
 
 
 @pytest.fixture(scope="module")
@@ -410,6 +410,7 @@ def test_status_and_ui_read_a_sweeps_spec_and_its_folder(local_ray, tmp_path):
     from dapo_ablate.ablation.app.sweep import sweep_ui_server
     from dapo_ablate.ablation.runtime.executor import SWEEP_RECORD
     from dapo_ablate.cli.main import app
+
     from support import free_port
 
     path = write_sweep(tmp_path, n_trials=3)
@@ -428,3 +429,27 @@ def test_status_and_ui_read_a_sweeps_spec_and_its_folder(local_ray, tmp_path):
     unrun = write_sweep(tmp_path / "unrun", n_trials=1)
     refused = CliRunner().invoke(app, ["ui", str(unrun)])
     assert refused.exit_code == 2 and "no MLflow store" in refused.output and "dapo-ablate sweep" in refused.output
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["new", "queued"])
+def test_a_driver_killed_inside_ask_leaves_a_trial_the_next_driver_recovers(tmp_path, ledger_url, queued):
+    from dapo_ablate.ablation.runtime.hosts import this_host
+
+    spec = load_sweep(write_sweep(tmp_path, ledger=ledger_url, n_trials=3, heartbeat={"interval_s": 1, "grace_period_s": 600}))
+    SQLLedger(spec.ledger).close()
+    dead = f"{this_host().rpartition(':')[0]}:{_dead_pid()}"
+    study = studies.open_study(spec, studies.open_storage(spec, driver=dead))
+    if queued:  # a retry waiting in the queue is taken, then the driver dies
+        study.enqueue_trial({"eps_high": 0.3})
+    study.sampler = _KilledWhileSampling()
+    with pytest.raises(KeyboardInterrupt):
+        studies.ask(study, spec)
+    (left,) = trials(spec)
+    assert left.state == TrialState.RUNNING and left.system_attrs[studies.DRIVER_ATTR] == dead
+
+    rerun = studies.open_study(spec, studies.open_storage(spec, driver=this_host()))
+    assert studies.recover_orphans(rerun) == [left.number]
+    found = {t.number: t for t in trials(spec)}
+    assert found[left.number].state == TrialState.FAIL
+    (retry,) = [t for t in found.values() if t.system_attrs.get("failed_trial") == left.number]
+    assert retry.state == TrialState.WAITING

@@ -30,7 +30,6 @@ from dapo_ablate.ablation.store.tracking import (
 
 from support import ROOT
 
-
 RESULT = {
     "metrics": {"avg@32": 0.5, "pass@32": 0.75, "maj@32": 0.625, "tokens_trained": 900},
     "eval_curve": [{"step": 0, "avg@32": 0.25, "pass@32": 0.5}, {"step": 2, "avg@32": 0.5, "pass@32": 0.75}],
@@ -225,3 +224,20 @@ def test_the_runs_view_is_saved_as_the_uis_shared_view(mlflow_uri: str):
     # no experiment of that name: nothing is written, nothing created
     assert save_runs_view(mlflow_uri, "nobody", view) is None
     assert client.get_experiment_by_name("nobody") is None
+
+
+def test_report_on_a_copied_store_logs_into_the_copy(tmp_path: Path):
+    import shutil
+
+    from dapo_ablate.ablation.store.results import ParentRunLogger
+
+    original = tmp_path / "a" / "dapo-runs"
+    uri = f"sqlite:///{original}/mlflow.db"
+    parent = Tracker(uri, default_artifact_location(uri, original), "exp").parent_run(None, name="exp", tags={})
+    copy = tmp_path / "b" / "dapo-runs"
+    shutil.copytree(original, copy)
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "summary.md").write_text("# report\n")
+    ParentRunLogger(f"sqlite:///{copy}/mlflow.db", parent).log_artifacts(str(report), "report")
+    assert list((copy / "mlartifacts").rglob("summary.md")) and not list(original.rglob("summary.md"))

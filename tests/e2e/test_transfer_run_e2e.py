@@ -4,15 +4,14 @@ describes; its docstring says what they check."""
 from __future__ import annotations
 
 import re
-
 import signal
 from pathlib import Path
 
 import pytest
 
 from dapo_ablate.ablation.experiment.design import expand
-from dapo_ablate.ablation.store.results import load_experiment_results
 from dapo_ablate.ablation.experiment.spec import load_spec
+from dapo_ablate.ablation.store.results import load_experiment_results
 
 from test_run_cli import write_spec
 from test_run_cli_e2e import finish, ledger_state, mlflow_runs, start, wait_for

@@ -24,14 +24,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from dapo_ablate.ablation.runtime.task import CELL_FN_ENV
 from dapo_ablate.ablation.runtime.reaper import descendants, kill_session
+from dapo_ablate.ablation.runtime.task import CELL_FN_ENV
 from dapo_ablate.ablation.store.runs_view import RUNS_VIEW_KEY, SHARED_VIEW_PREFIX
 from dapo_ablate.cli import run_cmd
 from dapo_ablate.cli.main import app
 
 from support import free_port, pythonpath_with_tests
-
 
 COMMAND = str(Path(sys.executable).parent / "dapo-ablate")
 

@@ -10,7 +10,7 @@ from dapo_ablate.core.verifier import (
     verify,
 )
 
-from test_verifier import BOUND_S  # noqa: F401, F811 - shared with the fast part
+from test_verifier import ADVERSARIAL, BOUND_S  # noqa: F401, F811 - shared with the fast part
 
 
 def test_works_after_a_timeout():
@@ -40,3 +40,19 @@ def test_verify_in_a_ray_worker():
     finally:
         if started_here:
             ray.shutdown()
+
+
+@pytest.mark.parametrize("method", ["auto", "math_verify"])
+@pytest.mark.parametrize("response", ADVERSARIAL, ids=range(len(ADVERSARIAL)))
+def test_adversarial_inputs_return_false_without_raising(response, method):
+    assert verify(response, "1", method=method, timeout_s=BOUND_S) is False
+
+
+def test_recovers_when_an_idle_worker_died():
+    import dapo_ablate.core.verifier as verifier_module
+
+    assert verify("Answer: \\frac{1}{2}", "0.5", method="math_verify")
+    for worker in list(verifier_module._get_pool()._idle):
+        worker._proc.kill()
+        worker._proc.wait()
+    assert verify("Answer: \\frac{1}{2}", "0.5", method="math_verify")

@@ -19,7 +19,6 @@ from dapo_ablate.ablation.runtime.backends.verl import (
 
 from test_verl_compose import EXAMPLE, paper_cells  # noqa: F401, F811 - shared with the fast part
 
-
 pytestmark = pytest.mark.verl_env  # the verl environment's python, from this one (.ci/run's verl part)
 
 

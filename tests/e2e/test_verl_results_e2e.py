@@ -12,14 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from dapo_ablate.ablation.runtime.backends.verl import job_env
-from dapo_ablate.core.config import build_trainer_config
-from dapo_ablate.ablation.runtime.backends.verl_results import result_from_mlflow
 from dapo_ablate.ablation.experiment.identity import RunSpec
+from dapo_ablate.ablation.runtime.backends.verl import job_env
+from dapo_ablate.ablation.runtime.backends.verl_results import (
+    IncompleteRun,
+    result_from_mlflow,
+)
 from dapo_ablate.ablation.store.ledger import SQLLedger
+from dapo_ablate.core.config import build_trainer_config
 
 from support import HANG_GUARD_S, ROOT
-
 
 pytestmark = pytest.mark.verl_env  # the verl environment's python, from this one (.ci/run's verl part)
 
@@ -154,3 +156,18 @@ def test_a_verl_run_in_mlflow_reads_back_as_the_ledger_result(logger: str, tmp_p
     empty = client.create_run(client.get_experiment_by_name("paper").experiment_id).info.run_id
     with pytest.raises(RuntimeError, match=f"verl logged no validation .* into MLflow run {empty}"):
         result_from_mlflow(uri, empty, wall_s=1.0, config=config)  # never recorded as a result without metrics
+
+
+def test_result_from_mlflow_names_the_run_when_the_final_validation_is_missing(tmp_path):
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    from dapo_ablate.ablation.store.metric_names import mlflow_safe
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = client.create_run(client.create_experiment("paper")).info.run_id
+    logged = [("val-core/openai/gsm8k/acc/mean@32", 0, 0.1), ("val-core/openai/gsm8k/acc/mean@32", 1, 0.2),
+              ("critic/score/mean", 1, 0.0), ("critic/score/mean", 2, 0.1)]
+    client.log_batch(run_id, metrics=[Metric(mlflow_safe(name), value, 0, step) for name, step, value in logged])
+    with pytest.raises(IncompleteRun, match=f"final step 2 .*MLflow run {run_id}.*not recorded.*log: boom"):
+        result_from_mlflow(client.tracking_uri, run_id, wall_s=1.0, job_log="boom")

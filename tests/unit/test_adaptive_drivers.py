@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from dapo_ablate.ablation.experiment.spec import build_spec
 from dapo_ablate.ablation.runtime import experiment_run
 from dapo_ablate.ablation.runtime.adaptive import LookOutcome
-from dapo_ablate.ablation.runtime.experiment_run import ExperimentRun
 from dapo_ablate.ablation.runtime.driver import Driver
+from dapo_ablate.ablation.runtime.experiment_run import ExperimentRun
 from dapo_ablate.ablation.runtime.factorial import ExperimentSummary, RunOptions
 from dapo_ablate.ablation.runtime.pool import Outcome
 from dapo_ablate.ablation.store.adaptive_state import current_plan
@@ -81,55 +81,11 @@ def stored_looks(spec) -> list[dict[str, Any]]:
         return ledger.looks(spec.name)
 
 
-def test_a_driver_that_planned_before_another_drivers_looks_ends_with_their_plan(inline, tmp_path, ledger_url):
-    spec = adaptive_spec(tmp_path, ledger_url)
-    stale = current_plan(spec, None)  # the second driver planned stage 1 (4 runs) before any look
-    first = Scripted({1: [("00", 1), ("11", 1)]})
-    done = driver(spec, first).run()
-    assert done.exit_code == 0 and len(done.records) == 6 and first.seen == [(1, 4, 4), (2, 6, 6)]
-
-    second = Scripted({})
-    summary = driver(spec, second, plan=stale).run()
-    assert second.seen == []  # the stored looks decided: no look of its own on a stale plan
-    assert summary.exit_code == 0 and summary.counts["done"] == 6 and sum(summary.counts.values()) == 6
-    assert len(summary.records) == 6 and len(summary.plan.runs) == 6  # the last look's runs, not stage 1's 4
-    assert [look["number"] for look in stored_looks(spec)] == [1, 2]
-
-
-def test_a_driver_catches_up_with_a_look_another_driver_made_before_it_looks(inline, tmp_path, ledger_url):
-    spec = adaptive_spec(tmp_path, ledger_url)
-    stale = current_plan(spec, None)
-    with pytest.raises(RuntimeError, match="died"):  # the first driver made look 1, trained its runs, died at look 2
-        driver(spec, Dying({1: [("10", 1)]})).run()
-    assert [look["runs"] for look in stored_looks(spec)] == [4]
-
-    second = Scripted({})
-    summary = driver(spec, second, plan=stale).run()
-    assert second.seen == [(2, 5, 5)]  # look 2 made on the plan look 1 grew, with every run it holds
-    assert [look["runs"] for look in stored_looks(spec)] == [4, 5]
-    assert summary.exit_code == 0 and len(summary.plan.runs) == 5 and len(summary.records) == 5
-
-
 class Dying(Scripted):
     def __call__(self, plan, records, looks) -> LookOutcome:
         if len(looks) + 1 == 2:
             raise RuntimeError("the driver died at look 2")
         return super().__call__(plan, records, looks)
-
-
-def test_a_driver_whose_last_runs_another_driver_holds_says_so_and_exits_0(inline, tmp_path, ledger_url):
-    spec = adaptive_spec(tmp_path, ledger_url)
-    plan = current_plan(spec, None)
-    held = plan.runs[-1].run_id
-    with SQLLedger(spec.ledger) as ledger:
-        ledger.ensure_experiment(spec.name, spec.to_dict())
-        ledger.add_runs(spec.name, plan.run_specs())
-        assert ledger.claim(held, "another-host")  # the other driver trains it (its lease is live)
-    policy = Scripted({})
-    summary = driver(spec, policy).run()
-    assert policy.seen == []  # no look before every run is done
-    assert summary.counts["done"] == 3 and summary.counts["running"] == 1 and summary.held == 1
-    assert summary.exit_code == 0 and not summary.all_done
 
 
 def test_the_run_line_names_the_runs_another_driver_holds(monkeypatch, tmp_path):

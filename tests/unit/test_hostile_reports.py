@@ -17,7 +17,6 @@ import pytest
 from dapo_ablate.reports import export, write_report
 from dapo_ablate.reports.simulate import simulate_results, simulate_settings
 
-
 FORMULA = "=cmd|' /C calc'!A0"
 SCRIPT = "<script>alert(1)</script>"
 HOSTILE = [FORMULA, SCRIPT, "a|b `x` \\input{/etc/passwd}", "new\nline [x](http://e.invalid) ![i](http://e.invalid/p.png)"]
@@ -121,10 +120,3 @@ def test_transfer_report_neutralises_setting_names(tmp_path):
     text = (tmp_path / "report.md").read_text()
     assert "'" + FORMULA not in text  # the quote is for spreadsheets only
     _assert_tables_keep_their_columns(text, "report.md")
-
-
-def test_a_figure_title_with_tex_math_does_not_break_the_report(tmp_path):
-    names = ["$\\undefinedcommand{x}$", "b"]
-    results = simulate_results(names, 0.5, {(names[0],): 0.05}, seeds=2, noise_sd=0.01)
-    written = write_report(results, names, tmp_path, formats=["png"])
-    assert "shapley.png" in written

@@ -12,9 +12,14 @@ from typer.testing import CliRunner
 
 from dapo_ablate.cli.plan_seeds_cmd import register
 from dapo_ablate.reports import PAPER_FACTORS
-from dapo_ablate.reports.power import half_fraction, pilot_sigma, plan_seeds, power_at, welch_df
+from dapo_ablate.reports.power import (
+    half_fraction,
+    pilot_sigma,
+    plan_seeds,
+    power_at,
+    welch_df,
+)
 from dapo_ablate.reports.simulate import simulate_results
-
 
 FACTORS = list(PAPER_FACTORS)
 
@@ -99,19 +104,6 @@ def test_plan_by_hand_for_the_interactions_family():
     assert n == 2 or power_at(0.02, 0.015 * np.sqrt(1 / 8 / (n - 1)), 31 * (n - 2), 0.05 / 30) < 0.8
     assert set(table.index.get_level_values("design")) == {"full 2^5", "half fraction 2^(5-1) (resolution 5)"}
     assert len(half_fraction(5)) == 16
-
-
-def test_sizes_typed_in_pp_plan_what_the_same_fractions_plan():
-    """`--effect 2 --sd 1.5` (pp, as every page shows accuracies) is the plan of 0.02 and 0.015 in
-    the stored fractions; the console says pp."""
-    from dapo_ablate.cli.main import app as main_app
-
-    out = CliRunner().invoke(main_app, ["plan-seeds", "--sd", "1.5", "--factors", "a,b,c", "--effect", "2"])
-    assert out.exit_code == 0, out.output
-    assert "size 2 pp (avg@32)" in out.output and "run noise sd 1.5 pp" in out.output
-    expected = plan_seeds(["a", "b", "c"], 0.015, 0.02)
-    shown = CliRunner().invoke(main_app, ["plan-seeds", "--sd", "1.5", "--factors", "a,b,c", "--effect", "2"]).output
-    assert expected.to_string(index=False, float_format=lambda v: f"{v:.3g}") in shown
 
 
 def test_plan_seeds_is_a_command_of_the_app():

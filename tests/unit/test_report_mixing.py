@@ -5,16 +5,12 @@ replaces the parent's earlier one as one unit (a NaN interval clears the earlier
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 from typer.testing import CliRunner
 
 from dapo_ablate.ablation.experiment.spec import build_spec
 from dapo_ablate.ablation.runtime.executor import record_spec
-from dapo_ablate.ablation.store.tracking import open_tracker
 from dapo_ablate.cli.main import app
-from dapo_ablate.reports.headline import BEST_CELL_TAG, log_parent_headline
 
 from support import record_finished, spec_data, write_spec
 
@@ -38,15 +34,3 @@ def results(seeds: int) -> pd.DataFrame:
     return pd.DataFrame([{"overlong_filter": a, "clip_higher": b, "seed": s, "avg@32": 0.3 + 0.05 * b + 0.01 * s + 0.02 * a * s,
                           "tokens_generated": 1, "tokens_discarded": 0, "wall_s": 1.0}
                          for a in (0, 1) for b in (0, 1) for s in range(seeds)])
-
-
-def test_a_headline_without_an_interval_clears_the_earlier_bound(tmp_path):
-    tracker = open_tracker(f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "artifacts"), "mixed")
-    parent = tracker.parent_run(None, name="mixed", tags={}, params={}, digest="d")
-    log_parent_headline(tracker, parent, results(2), FACTORS, "avg@32")
-    assert math.isfinite(tracker.client.get_run(parent).data.metrics["headline/ci_low"])
-    log_parent_headline(tracker, parent, results(1), FACTORS, "avg@32")  # one seed: no interval
-    metrics = tracker.client.get_run(parent).data.metrics
-    assert math.isnan(metrics["headline/ci_low"]) and math.isnan(metrics["headline/ci_high"])
-    assert abs(metrics["headline/full_vs_baseline"] - 0.05) < 1e-12
-    assert BEST_CELL_TAG in tracker.client.get_run(parent).data.tags

@@ -15,7 +15,6 @@ from dapo_ablate.cli.report_cmd import parse_orderings, register
 from dapo_ablate.reports import PAPER_FACTORS
 from dapo_ablate.reports.simulate import simulate_results
 
-
 FACTORS = list(PAPER_FACTORS)
 PLANTED = {("overlong_filter",): 0.06, ("dynamic_sampling",): 0.08}
 
@@ -189,15 +188,6 @@ def test_unknown_format_exits_2(app, results_csv, tmp_path):
     assert result.exit_code == 2 and "unknown format docx" in result.output
 
 
-def test_figures_as_pdf_and_svg_for_papers(app, results_csv, tmp_path):
-    out = tmp_path / "o"
-    result = invoke(app, "--results", str(results_csv), "--out", str(out), "--format", "csv,pdf,svg")
-    assert result.exit_code == 0, result.output
-    assert (out / "cumulative.pdf").read_bytes().startswith(b"%PDF")
-    assert b"<svg" in (out / "effects.svg").read_bytes()[:2000]
-    assert not list(out.glob("*.png"))  # only the formats asked for
-
-
 def test_report_from_a_spec_logs_to_mlflow(app, tmp_path, monkeypatch):
     results = simulate_results(FACTORS, 0.30, PLANTED, seeds=2, rng=3)
     logged = []
@@ -238,23 +228,6 @@ def test_overrides_do_not_apply_to_a_results_csv(app, results_csv, tmp_path):
 def test_parse_orderings():
     assert parse_orderings("paper") == "paper"
     assert parse_orderings("OF,CH;CH,OF") == [["OF", "CH"], ["CH", "OF"]]
-
-
-def test_report_files_replace_links_in_out_and_never_write_through_them(app, results_csv, tmp_path):
-    """A symbolic link already in --out under a report file's name is replaced by the file; the
-    file it pointed at is untouched. Every file lands whole, with no staging folder left over."""
-    out, victim = tmp_path / "out", tmp_path / "victim.txt"
-    out.mkdir()
-    victim.write_text("keep me")
-    (out / "report.md").symlink_to(victim)
-    (out / "shapley.csv").symlink_to(tmp_path / "nowhere.csv")
-    result = invoke(app, "--results", str(results_csv), "--out", str(out), "--format", "csv,md,html,png")
-    assert result.exit_code == 0, result.output
-    assert victim.read_text() == "keep me" and not (tmp_path / "nowhere.csv").exists()
-    assert not (out / "report.md").is_symlink() and (out / "report.md").read_text().startswith("#")
-    assert not (out / "shapley.csv").is_symlink()
-    assert not [p for p in out.iterdir() if p.name.startswith(".writing-")]
-    assert ".writing-" not in (out / "report.html").read_text()
 
 
 @pytest.mark.parametrize("kind", ["a file", "under /proc"])

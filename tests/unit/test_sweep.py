@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import pytest
 import yaml
 from optuna.trial import TrialState
 
@@ -21,7 +20,6 @@ from dapo_ablate.sweeps import study as studies
 from dapo_ablate.sweeps.spec import load_sweep
 
 from support import TESTS
-
 
 ROOT = TESTS.parent
 
@@ -62,30 +60,6 @@ def _dead_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     return child.pid
-
-
-@pytest.mark.parametrize("queued", [False, True], ids=["new", "queued"])
-def test_a_driver_killed_inside_ask_leaves_a_trial_the_next_driver_recovers(tmp_path, ledger_url, queued):
-    from dapo_ablate.ablation.runtime.hosts import this_host
-
-    spec = load_sweep(write_sweep(tmp_path, ledger=ledger_url, n_trials=3, heartbeat={"interval_s": 1, "grace_period_s": 600}))
-    SQLLedger(spec.ledger).close()
-    dead = f"{this_host().rpartition(':')[0]}:{_dead_pid()}"
-    study = studies.open_study(spec, studies.open_storage(spec, driver=dead))
-    if queued:  # a retry waiting in the queue is taken, then the driver dies
-        study.enqueue_trial({"eps_high": 0.3})
-    study.sampler = _KilledWhileSampling()
-    with pytest.raises(KeyboardInterrupt):
-        studies.ask(study, spec)
-    (left,) = trials(spec)
-    assert left.state == TrialState.RUNNING and left.system_attrs[studies.DRIVER_ATTR] == dead
-
-    rerun = studies.open_study(spec, studies.open_storage(spec, driver=this_host()))
-    assert studies.recover_orphans(rerun) == [left.number]
-    found = {t.number: t for t in trials(spec)}
-    assert found[left.number].state == TrialState.FAIL
-    (retry,) = [t for t in found.values() if t.system_attrs.get("failed_trial") == left.number]
-    assert retry.state == TrialState.WAITING
 
 
 def test_a_running_trial_naming_no_driver_is_queued_again_after_the_grace_period(tmp_path, ledger_url):

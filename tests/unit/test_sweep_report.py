@@ -17,21 +17,24 @@ import re
 
 import matplotlib.pyplot as plt
 import optuna
-import pandas as pd
 import pytest
 from matplotlib.container import ErrorbarContainer
 
-from dapo_ablate.reports.export import column_unit, markdown_text
+from dapo_ablate.reports.export import markdown_text
 from dapo_ablate.sweeps import plots
 from dapo_ablate.sweeps import study as studies
+from dapo_ablate.sweeps.knobs import (
+    format_params,
+    knob_digits,
+    knob_text,
+    params_digits,
+)
 from dapo_ablate.sweeps.report import HTML_PAGE, build_report, write_report
-from dapo_ablate.sweeps.knobs import format_params, knob_digits, knob_text, params_digits
 from dapo_ablate.sweeps.report_data import shown_best, shown_trials
 from dapo_ablate.sweeps.spec import build_sweep
 from dapo_ablate.sweeps.trials import mean_with_ci
 
 from tiny_configs import TINY_TRAINER
-
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -174,19 +177,6 @@ def test_history_figure_ticks_whole_trial_numbers():
     assert axis.get_ylabel() == "avg@4 (pp)" and axis.get_xlabel() == "trial number"
 
 
-def test_importances_warn_below_20_trials_in_the_figure_and_not_from_20():
-    few = report_of(8, seeds=1, pruned=None)
-    figure = plots.importance_figure(few)
-    (axis,) = figure.axes
-    assert "only 8 complete trials (fewer than 20)" in " ".join(axis.get_title(loc="left").split())
-    assert axis.get_xlabel().startswith("importance (% of variance")
-    assert "8 complete trials, fewer than 20" in few.importance_warning
-    enough = report_of(20, seeds=1, pruned=None)
-    assert enough.importance_warning == ""
-    (axis,) = plots.importance_figure(enough).axes
-    assert axis.get_title(loc="left") == ""
-
-
 def test_a_hostile_knob_or_factor_name_is_inert_on_both_pages_and_in_the_figures(tmp_path):
     knob, factor = "<b>lr</b>$\\undefinedcommand{x}$|*_", "<i>on</i>$x^$|"
     study = optuna.create_study(study_name="hostile", direction="maximize", sampler=optuna.samplers.RandomSampler(0))
@@ -205,61 +195,6 @@ def test_a_hostile_knob_or_factor_name_is_inert_on_both_pages_and_in_the_figures
     assert "<b>" not in text and "<i>" not in text
     assert markdown_text(knob) in text and markdown_text(factor) in text and r"\|" in markdown_text(knob)
     assert all(len(row) == len(markdown_rows(text)[0]) for row in markdown_rows(text)[:2])  # no "|" splits a row
-
-
-def test_csvs_keep_fractions_and_their_columns_and_units_csv_names_their_units(tmp_path):
-    report = report_of(6, seeds=2)
-    paths = {p.name for p in write_report(report, tmp_path)}
-    assert "units.csv" in paths
-    trials = pd.read_csv(tmp_path / "trials.csv")
-    assert list(trials.columns) == list(report.trials.columns) and "unit" not in trials.columns
-    assert trials["avg@4"].dropna().between(0, 1).all()
-    effects = pd.read_csv(tmp_path / "effects.csv")
-    assert list(effects.columns) == ["trial", "factor", "eps_high", "lr", "overlong_cache", "effect", "ci_low", "ci_high",
-                                     "seeds"]
-    assert effects["effect"].tolist() == pytest.approx(report.effects["effect"].tolist())  # fractions, not pp
-    assert list(pd.read_csv(tmp_path / "importances.csv").columns) == ["target", "knob", "importance", "complete_trials"]
-    assert list(pd.read_csv(tmp_path / "best_params.csv").columns) == ["trial", "avg@4", "eps_high", "lr", "overlong_cache"]
-    assert "unit" not in pd.read_csv(tmp_path / "effect_summary.csv").columns
-    # units.csv: every column of every CSV, in the experiment report's words (reports.export.units_table)
-    units = pd.read_csv(tmp_path / "units.csv", keep_default_na=False)
-    assert list(units.columns) == ["file", "column", "unit"]
-    for name in ("best_params.csv", "trials.csv", "importances.csv", "effects.csv", "effect_summary.csv"):
-        assert units.loc[units["file"] == name, "column"].tolist() == list(pd.read_csv(tmp_path / name).columns)
-    unit = {(row.file, row.column): row.unit for row in units.itertuples()}
-    fraction = column_unit("mean", True, set())
-    assert fraction == "fraction (x100 = pp)"
-    for column in ("avg@4", "effect.clip_higher", "effect.clip_higher.ci_low", "effect.clip_higher.ci_high"):
-        assert unit["trials.csv", column] == fraction
-    assert unit["best_params.csv", "avg@4"] == unit["effects.csv", "effect"] == unit["effects.csv", "ci_low"] == fraction
-    assert unit["effect_summary.csv", "mean_effect"] == unit["effect_summary.csv", "max_effect"] == fraction
-    assert unit["effect_summary.csv", "share_ci_above_0"] == unit["importances.csv", "importance"] == "fraction (x100 = %)"
-    assert unit["trials.csv", "seconds"] == "seconds" and unit["effects.csv", "seeds"] == "count"
-    assert unit["trials.csv", "lr"] == unit["trials.csv", "state"] == unit["trials.csv", "trial"] == ""
-    text = (tmp_path / "report.md").read_text()
-    best = report.best_params.iloc[0]
-    assert f"avg@4 {100 * best['avg@4']:.1f} pp at eps_high=" in text
-    assert ["trial", "avg@4 (pp)", "eps_high", "lr", "overlong_cache"] in markdown_rows(text)
-    assert "> **Warning: these importances rest on 5 complete trials" in text
-    assert "units.csv" in text and "unit column" not in text
-
-
-def test_a_metric_that_is_not_a_fraction_reads_as_it_is(tmp_path):
-    spec = build_sweep(sweep_data())
-    study = optuna.create_study(study_name="length", direction="minimize", sampler=studies.make_sampler(spec))
-    for _ in range(4):
-        trial = study.ask(fixed_distributions=studies.distributions(spec))
-        study.tell(trial, 20 + 10 * trial.params["eps_high"])  # a response length in tokens
-    report = build_report(study, "response_length/mean", list(spec.space), [])
-    assert not report.percent
-    write_report(report, tmp_path)
-    page = (tmp_path / HTML_PAGE).read_text()
-    assert "response_length/mean" in headers(page) and "(pp)" not in page and "percentage points" not in page
-    assert "unit" not in pd.read_csv(tmp_path / "trials.csv").columns
-    units = pd.read_csv(tmp_path / "units.csv", keep_default_na=False)
-    assert set(units.loc[units["column"] == "response_length/mean", "unit"]) == {"metric units"}
-    (axis,) = plots.history_figure(report).axes
-    assert axis.get_ylabel() == "response_length/mean"
 
 
 def test_a_study_without_a_complete_trial_still_gets_its_pages(tmp_path):

@@ -11,7 +11,6 @@ from dapo_ablate.ablation.store.runs_view import (
     runs_page_link,
 )
 from dapo_ablate.ablation.store.tracking import (
-    Tracker,
     default_artifact_location,
     flatten,
     metric_name,
@@ -35,23 +34,6 @@ def test_names_follow_verl():
     assert eval_name("pass@16", "aime-2024") == "val-core/aime-2024/acc/best_at_16/mean"
     assert eval_source({"data": {"eval": "/data/aime-2024.jsonl"}}) == "aime-2024"
     assert eval_source({"data": {}}) == "builtin"
-
-
-def test_report_on_a_copied_store_logs_into_the_copy(tmp_path: Path):
-    import shutil
-
-    from dapo_ablate.ablation.store.results import ParentRunLogger
-
-    original = tmp_path / "a" / "dapo-runs"
-    uri = f"sqlite:///{original}/mlflow.db"
-    parent = Tracker(uri, default_artifact_location(uri, original), "exp").parent_run(None, name="exp", tags={})
-    copy = tmp_path / "b" / "dapo-runs"
-    shutil.copytree(original, copy)
-    report = tmp_path / "report"
-    report.mkdir()
-    (report / "summary.md").write_text("# report\n")
-    ParentRunLogger(f"sqlite:///{copy}/mlflow.db", parent).log_artifacts(str(report), "report")
-    assert list((copy / "mlartifacts").rglob("summary.md")) and not list(original.rglob("summary.md"))
 
 
 def test_the_runs_page_link_opens_the_training_workflow_with_the_view():

@@ -16,7 +16,6 @@ from dapo_ablate.core.verifier import (
     verify,
 )
 
-
 # Adversarial checks run with a short bound; a hang would stall the test run, not fail a timer.
 # Checks that must succeed keep the default 2 s, which a loaded machine still meets.
 BOUND_S = 0.5
@@ -156,12 +155,6 @@ def test_unknown_method_is_a_value_error():
         Verifier(method="exact")
 
 
-@pytest.mark.parametrize("method", ["auto", "math_verify"])
-@pytest.mark.parametrize("response", ADVERSARIAL, ids=range(len(ADVERSARIAL)))
-def test_adversarial_inputs_return_false_without_raising(response, method):
-    assert verify(response, "1", method=method, timeout_s=BOUND_S) is False
-
-
 def test_random_bytes_never_raise():
     rng = random.Random(0)
     for _ in range(20):
@@ -176,16 +169,6 @@ def test_garbage_ground_truth_never_raises():
     assert verify("Answer: 1", "9^{9^{9^{9}}}", timeout_s=BOUND_S) is False
     assert verify("Answer: 1", "1" * 5_000, timeout_s=BOUND_S) is False  # past int()'s digit limit
     assert verify("Answer: " + "7" * 3_000, "7" * 3_000)
-
-
-def test_recovers_when_an_idle_worker_died():
-    import dapo_ablate.core.verifier as verifier_module
-
-    assert verify("Answer: \\frac{1}{2}", "0.5", method="math_verify")
-    for worker in list(verifier_module._get_pool()._idle):
-        worker._proc.kill()
-        worker._proc.wait()
-    assert verify("Answer: \\frac{1}{2}", "0.5", method="math_verify")
 
 
 def test_verify_from_a_thread():

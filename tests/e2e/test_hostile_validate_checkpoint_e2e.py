@@ -79,23 +79,13 @@ def test_a_checkpoint_this_product_did_not_write_is_one_sentence(tmp_path, case)
     assert not (tmp_path / "code-ran").exists()
 
 
-def test_a_checkpoint_of_another_config_is_still_set_aside_and_the_run_starts_afresh(tmp_path):
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({**TINY_TRAINER, "schedule": {"total_steps": 1, "eval_every": 0}}))
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "checkpoint.pt").write_bytes(saved({"config_digest": "another config"}))
-    result = CliRunner().invoke(app, ["train", str(config), "--out", str(out), "--no-progress"])
-    assert result.exit_code == 0, result.output
-    assert (out / "result.json").is_file()
-
-
 def test_a_finished_result_the_disk_cannot_hold_is_printed_logged_and_not_lost(tmp_path, monkeypatch):
     """`train` whose result.json write fails (a full disk: only that write is made to fail, the
     training is real): the result is printed as JSON and logged to MLflow, then one sentence, exit 2."""
     import json as json_
 
-    from dapo_ablate.core import atomic, result as result_module
+    from dapo_ablate.core import atomic
+    from dapo_ablate.core import result as result_module
 
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({**TINY_TRAINER, "schedule": {"total_steps": 1, "eval_every": 1}}))
@@ -123,3 +113,14 @@ def test_a_finished_result_the_disk_cannot_hold_is_printed_logged_and_not_lost(t
     assert run.info.status == "FINISHED"
     final = [value for key, value in run.data.metrics.items() if key.endswith("acc/mean_at_4")]
     assert final == [pytest.approx(kept["eval"][-1]["avg@4"])], run.data.metrics  # verl's name for avg@4
+
+
+def test_a_checkpoint_of_another_config_is_still_set_aside_and_the_run_starts_afresh(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({**TINY_TRAINER, "schedule": {"total_steps": 1, "eval_every": 0}}))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "checkpoint.pt").write_bytes(saved({"config_digest": "another config"}))
+    result = CliRunner().invoke(app, ["train", str(config), "--out", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert (out / "result.json").is_file()
