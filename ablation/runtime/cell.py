@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from dapo_ablate.ablation.runtime.backends.registry import backend_of
-from dapo_ablate.ablation.runtime.jobs import CONFIG_ENV, RESULT_MARKER, SEAL_ENV, job_cell
+from dapo_ablate.ablation.runtime.jobs import CONFIG_ENV, RESULT_MARKER, job_cell, seal_key
 from dapo_ablate.core.contracts import RunRecord
 
 COMPUTE_FIELDS = ("tokens_trained", "eval_tokens", "peak_rss_mb", "steps")
@@ -65,16 +65,6 @@ def run_cell(
     result = train(config, Path(run_dir), callbacks=callbacks, resume=True, eval_cache_dir=eval_cache_dir,
                    seal_key=seal_key())
     return ledger_result(result)
-
-
-def seal_key() -> bytes | None:
-    """The experiment's worker key the driver put in this task's environment (`SEAL_ENV`), or None
-    (a run outside an experiment)."""
-    text = os.environ.get(SEAL_ENV, "")
-    try:
-        return bytes.fromhex(text) or None
-    except ValueError:
-        raise RuntimeError(f"${SEAL_ENV} is not a hex key; `dapo-ablate run` sets it") from None
 
 
 def ledger_result(result: Any) -> dict[str, Any]:

@@ -17,7 +17,10 @@ reads its result; failed while nobody watched: reports that failure) instead of 
 A failure is raised once with the tail of the job's log, as `JobLost` when the job was lost with a
 node or its supervisor (`job_failures`), else `JobFailed`; the retry that follows submits attempt
 n + 1 (a verl job resumes from the run's last checkpoint, without verl's validation before training
-when there is one: `verl_checkpoints.resumed_entrypoint`; the run's ``wall_s`` adds up the jobs of all
+when there is one: `verl_checkpoints.resumed_entrypoint`; only from checkpoints the run's own jobs
+wrote: the task seals them while it watches a job and when the job ends, and sets aside anything
+else in the run's checkpoint folder before each submission, the first included, with a note:
+`verl_seal`; the run's ``wall_s`` adds up the jobs of all
 its attempts: `attempts_wall_s`). A job the driver stopped (`stop_job`: the run timed out or was pruned) had
 its end recorded by the driver, so the next attempt is submitted at once. The submission id is
 sent to the driver (``on_event("job", ...)``, which writes it to the ledger) and written to
@@ -39,9 +42,11 @@ from dapo_ablate.ablation.runtime.backends.registry import backend_of
 from dapo_ablate.ablation.runtime.backends.verl_checkpoints import resumed_entrypoint
 from dapo_ablate.ablation.runtime.backends.verl_job import JOB_ENV, VerlJob
 from dapo_ablate.ablation.runtime.backends.verl_results import result_from_mlflow
+from dapo_ablate.ablation.runtime.backends.verl_seal import CheckpointSeal
 from dapo_ablate.ablation.runtime.joblog import log_tail
 from dapo_ablate.core.atomic import own_folder, write_text
 from dapo_ablate.core.config import build_trainer_config
+from dapo_ablate.core.seals import UNKEYED
 
 RESULT_MARKER = "DAPO_ABLATE_RESULT "
 MLFLOW_RUN_ENV = "DAPO_ABLATE_MLFLOW_RUN_ID"  # the cell's MLflow child run (set by the driver: pool.MLFLOW_RUN_ENV)
@@ -58,6 +63,27 @@ STOP_WAIT_S = 60.0
 POLL_S = 1.0
 AGENT_WAIT_S = 600.0  # a head just started (or a loaded one) may take minutes to bring its job agent up
 ACTIVE = ("PENDING", "RUNNING")
+
+
+def seal_key() -> bytes | None:
+    """The experiment's worker key the driver put in this task's environment (`SEAL_ENV`), or None
+    (a run outside an experiment)."""
+    text = os.environ.get(SEAL_ENV, "")
+    try:
+        return bytes.fromhex(text) or None
+    except ValueError:
+        raise RuntimeError(f"${SEAL_ENV} is not a hex key; `dapo-ablate run` sets it") from None
+
+
+def checkpoint_seal(config: dict[str, Any], run_dir: str) -> CheckpointSeal | None:
+    """The seal of the run's checkpoints, for a backend whose jobs save into the run's folder (verl:
+    `Backend.checkpoint_folder`; None for the built-in trainer, which seals its own, and for a
+    user's ``trainer.default_local_dir``, not ours), under the experiment's worker key."""
+    trainer = build_trainer_config(config)
+    folder = backend_of(config).checkpoint_folder(trainer, Path(run_dir))
+    if folder is None:
+        return None
+    return CheckpointSeal(folder, Path(run_dir).name, trainer.digest(), seal_key() or UNKEYED)
 
 
 def dashboard_address() -> str:
@@ -110,12 +136,16 @@ def job_cell(
             attempt += 1  # its end is on record (by `stop_job`'s caller, or reported): this is the retry
             continue
         break
+    seal = checkpoint_seal(config, run_dir)
     if info is None:
+        note = seal.secure() if seal is not None else None  # the job resumes only from what the run's jobs wrote
+        if note and on_event is not None:
+            on_event("note", 0, {"message": note})
         _submit(client, sid, config, run_dir, eval_cache_dir)
     write_text(record, json.dumps({"submission_id": sid, "attempt": attempt, "address": address}))
     if on_event is not None:
         on_event("job", 0, {"submission_id": sid, "address": address})
-    status = _wait(client, sid)
+    status = _wait(client, sid, seal)
     logs = client.get_job_logs(sid)
     if status != "SUCCEEDED":
         write_text(reported, status)
@@ -207,11 +237,18 @@ def _status(status: Any) -> str:
     return str(status).rsplit(".", 1)[-1]
 
 
-def _wait(client: Any, sid: str) -> str:
+def _wait(client: Any, sid: str, seal: CheckpointSeal | None = None) -> str:
+    """The job's final status; meanwhile the checkpoints it writes are sealed as they appear, and
+    once more when it has ended, whatever its outcome (`seal`: the run's, if it has one)."""
+    seen = None
     while True:
         status = _status(client.get_job_status(sid))
         if status not in ACTIVE:
+            if seal is not None:
+                seal.observe()
             return status
+        if seal is not None:
+            seen = seal.observe(seen)
         time.sleep(POLL_S)
 
 

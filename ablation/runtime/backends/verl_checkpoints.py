@@ -11,21 +11,19 @@ applies ``executor.checkpoints_when_done`` (`prune_checkpoints`): ``final`` keep
 Only what this product's job wrote for that run is touched: the run folder's ``checkpoints/``
 (``backends.verl.cluster_overrides`` points verl there), never a folder a user's override of
 ``trainer.default_local_dir`` names (`own_checkpoint_dir` is then None), and in it only real
-``global_step_<n>`` folders (not symbolic links) and verl's tracker file.
+``global_step_<n>`` folders (not symbolic links) and verl's tracker file. What a job may resume from
+is sealed by the task that watches the run's jobs (`verl_seal`): anything else in the folder is set
+aside before each submission; pruning drops the pruned steps from that seal.
 """
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
 from dapo_ablate.ablation.runtime.backends.verl import CHECKPOINT_DIR, CHECKPOINT_DIR_KEY, override_key
+from dapo_ablate.ablation.runtime.backends.verl_seal import SEAL_FILE, STEP_FOLDER, TRACKER, forget
 from dapo_ablate.core.config import TrainerConfig
-
-STEP_FOLDER = re.compile(r"global_step_(\d+)")
-TRACKER = "latest_checkpointed_iteration.txt"
-"""verl's record of the newest checkpoint (read by ``resume_mode=auto``)."""
 
 
 def own_checkpoint_dir(config: TrainerConfig, run_dir: str | Path) -> Path | None:
@@ -41,7 +39,9 @@ NO_VALIDATION_BEFORE_TRAINING = "trainer.val_before_train=false"
 
 def resumes(config: TrainerConfig, run_dir: str | Path) -> bool:
     """Whether the run's next job resumes from a checkpoint: verl's tracker file is in the folder its
-    jobs save to (the run folder's ``checkpoints/``, or the folder a user's override names)."""
+    jobs save to (the run folder's ``checkpoints/``, or the folder a user's override names). In the
+    run folder's own, the tracker was checked against the seal before (`verl_seal`): it names a
+    sealed save, or it is gone."""
     overridden = [o.split("=", 1)[1] for o in config.verl.overrides if "=" in o and override_key(o) == CHECKPOINT_DIR_KEY]
     folder = Path(overridden[-1]) if overridden else Path(run_dir) / CHECKPOINT_DIR
     return (folder / TRACKER).is_file()
@@ -70,12 +70,13 @@ def step_folders(folder: Path) -> dict[int, Path]:
 
 def prune_checkpoints(folder: Path, policy: str) -> list[Path]:
     """Apply `policy` (``all``, ``final``, ``none``) to the checkpoints in `folder`; the folders
-    removed, oldest first."""
+    removed, oldest first. Their entries leave the run's seal (`verl_seal.forget`) as they go."""
     if policy == "all":
         return []
     steps = step_folders(folder)
     keep = {max(steps)} if policy == "final" and steps else set()
     removed = [steps[step] for step in sorted(steps) if step not in keep]
+    forget(folder.parent / SEAL_FILE, [step for step in steps if step not in keep])  # first: a seal never names a half-removed folder
     for path in removed:
         shutil.rmtree(path)
     if policy == "none":
