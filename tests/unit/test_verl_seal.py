@@ -247,3 +247,68 @@ def test_a_checkpoint_folder_a_user_override_names_is_not_sealed_nor_touched(tmp
     assert seal.config_digest == build_trainer_config(config).digest() and seal.run_id == "run"
     config["verl"]["overrides"] = [f"trainer.default_local_dir={tmp_path / 'shared'}"]
     assert checkpoint_seal(config, str(run_dir)) is None
+
+
+class JobApi:
+    """Ray's Job API as `jobs.job_cell` uses it, with a verl job that saves its checkpoints while it
+    runs (the first poll) and is then lost (SIGTERM, exit 143): what the task does around it is the
+    product's."""
+
+    entrypoints: list[str] = []
+    jobs: dict[str, list[str]] = {}
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def get_job_info(self, sid):
+        from types import SimpleNamespace
+
+        if sid not in self.jobs:
+            raise RuntimeError(f"Job {sid} does not exist")
+        return SimpleNamespace(status=self.jobs[sid][0], error_type=None, driver_exit_code=143)
+
+    def submit_job(self, entrypoint, submission_id, metadata, **_):
+        self.entrypoints.append(entrypoint)
+        self.jobs[submission_id] = ["RUNNING", "FAILED"]
+        self.folder = Path(metadata["dapo_ablate_run_dir"]) / "checkpoints"
+
+    def get_job_status(self, sid):
+        status = self.jobs[sid][0]
+        if status == "RUNNING":  # verl saves step 4 while the task polls
+            save(self.folder, 4, weights=b"trained by attempt 1")
+            self.jobs[sid].pop(0)
+        return status
+
+    def get_job_logs(self, sid):
+        return "Terminated"
+
+
+def test_the_task_sets_aside_a_planted_checkpoint_and_resubmits_from_what_its_own_job_wrote(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import ray.job_submission
+
+    from dapo_ablate.ablation.runtime.backends.job_failures import JobLost
+    from dapo_ablate.ablation.runtime.backends.verl_job import JOB_ENV, verl_job
+    from dapo_ablate.ablation.runtime.jobs import ADDRESS_ENV, MLFLOW_RUN_ENV, job_cell
+
+    spec = load_spec(EXAMPLE)
+    run = expand(spec).runs[0]
+    for name, value in ((JOB_ENV, verl_job(spec, run, ship=False).to_json()), (MLFLOW_RUN_ENV, "child"),
+                        (SEAL_ENV, KEY.hex()), (ADDRESS_ENV, "http://127.0.0.1:1")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(ray.job_submission, "JobSubmissionClient", JobApi)
+    monkeypatch.setattr(JobApi, "entrypoints", [])
+    monkeypatch.setattr(JobApi, "jobs", {})
+    run_dir = tmp_path / "exp" / run.run_id
+    save(run_dir / "checkpoints", 30, weights=b"another run's")
+    events = []
+    for _ in range(2):
+        with pytest.raises(JobLost):
+            job_cell(run.config.to_dict(), str(run_dir), None, on_event=lambda *event: events.append(event))
+    first, second = JobApi.entrypoints
+    assert "trainer.val_before_train=false" not in shlex.split(first)  # the planted step 30 was not resumed
+    assert second.endswith(" trainer.val_before_train=false")  # attempt 1's own step 4 is
+    notes = [data["message"] for kind, _, data in events if kind == "note"]
+    assert len(notes) == 1 and "global_step_30: not sealed for this run" in notes[0]
+    assert (set_aside(run_dir)[0] / "global_step_30" / "actor" / "model_world_size_1_rank_0.pt").read_bytes() == b"another run's"
+    assert sorted(os.listdir(run_dir / "checkpoints")) == ["global_step_4", TRACKER]
