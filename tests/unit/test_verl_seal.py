@@ -312,3 +312,31 @@ def test_the_task_sets_aside_a_planted_checkpoint_and_resubmits_from_what_its_ow
     assert len(notes) == 1 and "global_step_30: not sealed for this run" in notes[0]
     assert (set_aside(run_dir)[0] / "global_step_30" / "actor" / "model_world_size_1_rank_0.pt").read_bytes() == b"another run's"
     assert sorted(os.listdir(run_dir / "checkpoints")) == ["global_step_4", TRACKER]
+
+
+def test_validate_says_a_checkpoint_folder_a_user_override_names_is_neither_sealed_nor_pruned():
+    from dataclasses import replace
+
+    from dapo_ablate.ablation.runtime.backends.verl_plan import format_checkpoints
+
+    spec = load_spec(EXAMPLE)
+    runs = expand(spec).runs
+    assert "neither sealed nor pruned" not in format_checkpoints(spec, runs)
+    config = runs[0].config.to_dict()
+    config["verl"]["overrides"] = ["trainer.default_local_dir=/shared/all-checkpoints"]
+    line = format_checkpoints(spec, [replace(runs[0], config=build_trainer_config(config))])
+    assert line.endswith("; trainer.default_local_dir is overridden: that folder is yours, neither sealed nor pruned, "
+                         "and verl resumes from whatever it holds")
+
+
+def test_what_cannot_be_moved_aside_stops_the_submission_with_one_sentence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    def read_only(**_):  # the run folder refuses a new folder (read-only storage, a full disk)
+        raise PermissionError(13, "Permission denied")
+
+    run_dir = tmp_path / "run"
+    save(run_dir / "checkpoints", 3)
+    monkeypatch.setattr(verl_seal.tempfile, "mkdtemp", read_only)
+    with pytest.raises(verl_seal.CheckpointsNotSetAside, match=r"\(global_step_3, latest_checkpointed_iteration.txt\), "
+                       r"and it could not be moved aside \(Permission denied\); move it out of the run folder and run again$"):
+        run_seal(run_dir).secure()
+    assert (run_dir / "checkpoints" / "global_step_3").is_dir()

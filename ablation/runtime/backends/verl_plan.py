@@ -36,6 +36,7 @@ import re
 from typing import TYPE_CHECKING
 
 from dapo_ablate.ablation.runtime.backends.verl import DEFAULT_MAX_GEN_ROUNDS, job_shape, max_inflight_gen_batches
+from dapo_ablate.ablation.runtime.backends.verl_checkpoints import own_checkpoint_dir
 from dapo_ablate.ablation.runtime.backends.verl_cluster import jobs_at_once, shared_tracking_problem
 from dapo_ablate.ablation.runtime.backends.verl_data import EvalSet, eval_set
 from dapo_ablate.ablation.runtime.backends.verl_job import VerlJob, verl_job
@@ -198,13 +199,17 @@ def _size(n_bytes: float) -> str:
 
 
 def format_checkpoints(spec: ExperimentSpec, runs: list[PlannedRun]) -> str:
-    """The checkpoint disk of the verl runs: per save, per run while it trains, per run when done."""
+    """The checkpoint disk of the verl runs: per save, per run while it trains, per run when done;
+    and, when a user's override sends them elsewhere, that they are then neither sealed (`verl_seal`)
+    nor pruned."""
     config, policy = runs[0].config, spec.executor.checkpoints_when_done
     saves, n = checkpoint_saves(config), model_params(config.model.path)
     if not saves:
         return "  checkpoints: none (schedule.checkpoint_every unset): a failed run starts again from step 0"
+    elsewhere = ("; trainer.default_local_dir is overridden: that folder is yours, neither sealed nor pruned, and "
+                 "verl resumes from whatever it holds" if own_checkpoint_dir(config, ".") is None else "")
     if n is None:
-        return f"  checkpoints: {saves} saves per run; their size unknown (no model size such as -32B in model.path)"
+        return f"  checkpoints: {saves} saves per run; their size unknown (no model size such as -32B in model.path){elsewhere}"
     per_save, kept = CHECKPOINT_BYTES_PER_PARAM * n, config.verl.max_checkpoints
     training = min(saves, max(kept, 2) if kept == 1 else kept) if kept else saves
     done = {"all": min(training, kept or saves), "final": 1, "none": 0}[policy]  # all: what verl left
@@ -212,7 +217,7 @@ def format_checkpoints(spec: ExperimentSpec, runs: list[PlannedRun]) -> str:
     return (f"  checkpoints: {saves} saves per run of {_size(per_save)} each (fp32 weights + AdamW state, "
             f"{CHECKPOINT_BYTES_PER_PARAM} bytes x {n / 1e9:g}B parameters); while a run trains up to {training} kept "
             f"({_size(training * per_save)}, {limit}); once done {policy} (executor.checkpoints_when_done): "
-            f"{_size(done * per_save)} per run, {_size(done * per_save * len(runs))} for the {len(runs)} runs")
+            f"{_size(done * per_save)} per run, {_size(done * per_save * len(runs))} for the {len(runs)} runs{elsewhere}")
 
 
 def format_concurrency(configs: list[TrainerConfig]) -> str:

@@ -40,8 +40,9 @@ truncated, extended, copied from another run, or rewritten wholesale is caught; 
 a large file whose size and mtime are restored afterwards is caught only if it touches a sampled
 block (the offsets cannot be aimed around without the key, but a few changed bytes in a 3 GB shard
 are missed with high probability). The seal vouches for what was in the folder while the run's own
-job ran: a folder planted there during that time is sealed with it. The key is as secret as the
-ledger (`core.seals`).
+job ran, as the watching task saw it: a folder planted there during that time, or after the job
+ended and before a task saw its end (a driver that was down meanwhile re-attaches and seals then),
+is sealed with it. The key is as secret as the ledger (`core.seals`).
 
 Only the run folder's own ``checkpoints/`` is sealed and checked: a user's override of
 ``trainer.default_local_dir`` (`verl_checkpoints.own_checkpoint_dir` is None) names a folder that is
@@ -85,6 +86,11 @@ MAX_SEAL_BYTES = 64 * 2**20
 _STEP_CONTEXT = b"dapo-ablate verl checkpoint\x00"
 _TRACKER_CONTEXT = b"dapo-ablate verl tracker\x00"
 _CHUNK = 4 * 2**20
+
+
+class CheckpointsNotSetAside(RuntimeError):
+    """What must be set aside could not be moved (a read-only run folder, ...): the job is not
+    submitted, since verl would resume from it; the message is one sentence."""
 
 
 class UnsealableFolder(ValueError):
@@ -395,9 +401,14 @@ def _set_aside(run_folder: Path, paths: list[Path]) -> str:
     """Move `paths` (links renamed, never followed) into a new set-aside folder in `run_folder`;
     its name."""
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    folder = Path(tempfile.mkdtemp(prefix=f"{SET_ASIDE_PREFIX}{stamp}-", dir=run_folder))
-    for path in paths:
-        os.rename(path, folder / path.name)
+    try:
+        folder = Path(tempfile.mkdtemp(prefix=f"{SET_ASIDE_PREFIX}{stamp}-", dir=run_folder))
+        for path in paths:
+            os.rename(path, folder / path.name)
+    except OSError as err:
+        raise CheckpointsNotSetAside(
+            f"{run_folder / 'checkpoints'} holds state this run's jobs did not write ({', '.join(p.name for p in paths)}), "
+            f"and it could not be moved aside ({err.strerror}); move it out of the run folder and run again") from None
     return folder.name
 
 
