@@ -6,7 +6,8 @@ exits 2 without one). Nothing is downloaded: the model (a 105k-parameter random 
 character tokenizer), the data and the reward are the CPU test's (tests/verl_cpu/fixtures.py), made
 on the spot. A ``ray start --head`` with the real GPU in a private folder runs two cells (Dynamic
 Sampling off and on, the four other techniques on), 2 steps each, on verl's GPU defaults except
-``attn_implementation=sdpa`` and ``use_remove_padding=false`` (no flash-attn needed). Prints
+flash-attn with padding removal where flash-attn imports, else ``attn_implementation=sdpa`` and
+``use_remove_padding=false`` (the figures line says which). Prints
 ``gpu_smoke verl:`` with each run's status, avg@4, steps and wall seconds, then
 stops everything it started. ``--cpu`` runs the same on this CPU machine with the CPU plugin
 (tests/verl_cpu; what tests/e2e/test_verl_real.py does with four cells).
@@ -26,8 +27,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 BIN = Path(sys.executable).parent
-GPU_OVERRIDES = ["+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-                 "actor_rollout_ref.model.use_remove_padding=false"]
+SDPA_OVERRIDES = ["+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+                  "actor_rollout_ref.model.use_remove_padding=false"]
+"""Without flash-attn: transformers' SDPA attention, padding kept (verl's padding removal needs flash-attn)."""
+
+
+def gpu_overrides() -> tuple[list[str], str]:
+    """verl's GPU defaults (bf16 FSDP, vLLM rollouts) with flash-attn and padding removal where
+    flash-attn imports, else SDPA with padding kept; and which of the two, for the figures line."""
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        return SDPA_OVERRIDES, "attention sdpa, padding kept (flash-attn not importable)"
+    return ["actor_rollout_ref.model.use_remove_padding=true"], "attention flash_attention_2, padding removed"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with watch:
             address, _ = start_head(root, env, gpus=1)
-            spec = verl_spec(work, address, cpu=args.cpu, settings=False, run_timeout_s=900,
-                             extra=[] if args.cpu else GPU_OVERRIDES)
+            extra, attention = ([], "the CPU plugin's overrides") if args.cpu else gpu_overrides()
+            spec = verl_spec(work, address, cpu=args.cpu, settings=False, run_timeout_s=900, extra=extra)
             run = subprocess.run([str(BIN / "dapo-ablate"), "run", str(spec), "--no-progress"], env=env, cwd=work,
                                  capture_output=True, text=True, timeout=2400)
     finally:
@@ -66,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     figures = summary(work / "out", "verl-cpu" if args.cpu else "verl-gpu")
     print(f"gpu_smoke verl: exit {run.returncode}, {time.monotonic() - started:.0f} s in all, peak PSS "
-          f"{watch.peak_pss_bytes / 2**30:.1f} GiB; " + "; ".join(figures))
+          f"{watch.peak_pss_bytes / 2**30:.1f} GiB; {attention}; " + "; ".join(figures))
     if run.returncode:
         print((run.stdout + run.stderr)[-3000:], file=sys.stderr)
     if args.out is None:

@@ -139,6 +139,10 @@ def test_two_real_verl_jobs_at_once_on_one_ray_each_with_its_own_transfer_queue_
     assert len(jobs) == 2 and all(job["status"].endswith("SUCCEEDED") for job in jobs.values()), jobs
     assert sorted(job["entrypoint"] for job in jobs.values()) == sorted(entry for _, entry in printed)
     assert max(job["start"] for job in jobs.values()) < min(job["end"] for job in jobs.values()), jobs
+    # one ended first while the other was still running, and the other still SUCCEEDED: the first job's
+    # end (its driver, and the controller it owns, gone) did not take the other's TransferQueue with it
+    first, last = sorted(jobs.values(), key=lambda job: job["end"])
+    assert first["end"] < last["end"] and last["status"].endswith("SUCCEEDED"), jobs
     # each job started its own TransferQueue controller, in its own namespace; none in TransferQueue's shared one
     job_ids = sorted(job["job_id"] for job in jobs.values())
     assert len(actors) == 2 and controllers(actors) == {job_namespace(job_id): job_id for job_id in job_ids}, actors
