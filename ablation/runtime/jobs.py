@@ -45,7 +45,7 @@ from dapo_ablate.ablation.runtime.backends.verl_results import result_from_mlflo
 from dapo_ablate.ablation.runtime.backends.verl_seal import CheckpointSeal
 from dapo_ablate.ablation.runtime.joblog import log_tail
 from dapo_ablate.core.atomic import own_folder, write_text
-from dapo_ablate.core.config import build_trainer_config
+from dapo_ablate.core.config import ConfigError, build_trainer_config
 from dapo_ablate.core.seals import UNKEYED
 
 RESULT_MARKER = "DAPO_ABLATE_RESULT "
@@ -79,7 +79,10 @@ def checkpoint_seal(config: dict[str, Any], run_dir: str) -> CheckpointSeal | No
     """The seal of the run's checkpoints, for a backend whose jobs save into the run's folder (verl:
     `Backend.checkpoint_folder`; None for the built-in trainer, which seals its own, and for a
     user's ``trainer.default_local_dir``, not ours), under the experiment's worker key."""
-    trainer = build_trainer_config(config)
+    try:
+        trainer = build_trainer_config(config)
+    except ConfigError:  # the job fails on it, and its log says why: there is nothing of it to resume
+        return None
     folder = backend_of(config).checkpoint_folder(trainer, Path(run_dir))
     if folder is None:
         return None

@@ -227,8 +227,16 @@ cores can take longer ("The current node timed out during startup"), so a local 
 out is tried again, what it had started stopped first."""
 
 
+START_AGAIN = ("timed out during startup", "Failed to start GCS")
+"""A local start that failed for the machine, not for its arguments: Ray's fixed 30 s raylet wait
+passed on a busy machine, or the GCS port Ray picked was taken before its GCS bound it (by another
+Ray starting on the machine: its GCS then answers Ray's health check, with InvalidAuthToken when it
+uses token authentication). Ray picks the ports again on the next try."""
+
+
 def _start_local_ray(**init_kwargs: Any) -> None:
-    """``ray.init(address="local", **init_kwargs)``, tried again when it times out starting."""
+    """``ray.init(address="local", **init_kwargs)``, tried again when it fails to start for the
+    machine (`START_AGAIN`)."""
     import ray
 
     for attempt in range(1, LOCAL_START_TRIES + 1):
@@ -239,7 +247,7 @@ def _start_local_ray(**init_kwargs: Any) -> None:
             return
         except Exception as err:  # noqa: BLE001 - Ray raises a bare Exception for the start-up timeout
             _stop_interrupted_ray(before)
-            if "timed out during startup" not in str(err) or attempt == LOCAL_START_TRIES:
+            if not any(words in str(err) for words in START_AGAIN) or attempt == LOCAL_START_TRIES:
                 raise
         except BaseException:  # Ctrl-C (once Ray started) or SIGTERM while Ray starts: stop what it has started
             _stop_interrupted_ray(before)

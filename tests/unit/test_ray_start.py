@@ -1,6 +1,6 @@
 """`ray_connect._start_local_ray`: a local Ray start that times out on a busy machine (Ray waits a
-fixed 30 s for its raylet) is tried again, after stopping what it had started; any other failure,
-or the last try's, is raised. Ray's own start is replaced by a scripted one (the real one cannot
+fixed 30 s for its raylet), or whose GCS port another Ray took first, is tried again, after stopping
+what it had started; any other failure, or the last try's, is raised. Ray's own start is replaced by a scripted one (the real one cannot
 be made to time out on demand); what is tested is the product's retry around it."""
 
 import pytest
@@ -10,6 +10,11 @@ from dapo_ablate.ablation.runtime import ray_connect
 
 TIMEOUT = Exception("The current node timed out during startup. This could happen because some of the raylet "
                     "failed to startup or the GCS has become overloaded.")
+
+PORT_TAKEN = RuntimeError("Failed to start GCS.  Last 0 lines of error files:\n\n.Please check /tmp/ray/session_x/logs/"
+                          "gcs_server.out for details. Last connection error: ray.exceptions.AuthenticationError: RPC "
+                          "error: InvalidAuthToken: Authentication token is missing or incorrect.")
+"""What Ray raised in CI when another test's token-authenticated Ray held the GCS port it had picked."""
 
 
 def scripted(monkeypatch, outcomes: list) -> list:
@@ -42,3 +47,9 @@ def test_the_last_timeout_and_any_other_failure_are_raised(monkeypatch):
     with pytest.raises(RuntimeError, match="port in use"):
         ray_connect._start_local_ray(num_cpus=2)
     assert len(calls) == 1 and len(stopped) == 1
+
+
+def test_a_gcs_port_another_ray_took_is_tried_again(monkeypatch):
+    calls, stopped = scripted(monkeypatch, [PORT_TAKEN, None])
+    ray_connect._start_local_ray(num_cpus=2)
+    assert len(calls) == 2 and len(stopped) == 1
