@@ -537,21 +537,50 @@ SERVER_PROBE_S = 3.0
 
 
 def check_server_reachable(uri: str, hint: str = "check tracking.uri", timeout_s: float = SERVER_PROBE_S) -> None:
-    """An ``http(s)://`` tracking server accepts a TCP connection within `timeout_s` (ExecutorError,
-    one sentence ending in `hint`, otherwise); any other URI is left to its store's own checks."""
-    import socket
+    """An ``http(s)://`` tracking server answers one request of MLflow's REST API within `timeout_s`
+    with a status MLflow does not retry (ExecutorError, one sentence ending in `hint`, otherwise):
+    a server that accepts the connection and then says nothing, or answers 5xx / 429, keeps
+    MLflow's client waiting and retrying for minutes. Any other URI is left to its store's checks."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(uri)
     if parts.scheme not in ("http", "https"):
         return
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        socket.create_connection((parts.hostname or "", port), timeout=timeout_s).close()
+        status = _probe_status(parts, timeout_s)
     except (OSError, ValueError) as err:
         reason = getattr(err, "strerror", None) or str(err) or type(err).__name__
         raise ExecutorError(f"the MLflow tracking server at {uri} does not answer within {timeout_s:g} s ({reason}); "
                             f"start it or {hint}") from None
+    if status in _RETRIED_STATUSES:
+        raise ExecutorError(f"the MLflow tracking server at {uri} answers HTTP {status} (MLflow would retry it for "
+                            f"minutes); fix the server or {hint}")
+
+
+_RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+"""The HTTP statuses MLflow's client retries with growing pauses (its default: minutes in all)."""
+
+
+def _probe_status(parts: Any, timeout_s: float) -> int:
+    """The HTTP status of one GET of MLflow's experiment lookup at the server `parts` names, each
+    socket operation bounded by `timeout_s` (OSError / ValueError when none comes). Direct, as
+    MLflow's own connection is; TLS unverified here, MLflow verifies its own."""
+    import http.client
+    import ssl
+
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    if parts.scheme == "https":
+        connection: Any = http.client.HTTPSConnection(parts.hostname or "", port, timeout=timeout_s,
+                                                      context=ssl._create_unverified_context())  # noqa: S323
+    else:
+        connection = http.client.HTTPConnection(parts.hostname or "", port, timeout=timeout_s)
+    try:
+        connection.request("GET", parts.path.rstrip("/") + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default")
+        return connection.getresponse().status
+    except http.client.HTTPException as err:  # a reply that is not HTTP
+        raise ValueError(f"its reply is not HTTP: {type(err).__name__}") from None
+    finally:
+        connection.close()
 
 
 def open_tracker(uri: str, artifact_location: str | None, name: str, hint: str = "check tracking.uri") -> Tracker:
