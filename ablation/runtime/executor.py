@@ -329,12 +329,26 @@ def record_origin(folder: Path, origin: dict[str, Any]) -> None:
 
 
 def read_origin(folder: Path) -> dict[str, Any]:
-    """The folder's `ORIGIN_RECORD` ({} when absent or unreadable: an earlier version's folder)."""
+    """The folder's `ORIGIN_RECORD` ({} when absent or unreadable: an earlier version's folder).
+    Anyone who can write the folder can write it, so it is read as `record_origin` writes it or
+    not at all: a regular file (no link, FIFO or device) of at most `MAX_ORIGIN_BYTES`, JSON, and
+    of its fields only the texts (the overrides a list of texts); anything else is left out."""
     try:
-        data = json.loads((folder / ORIGIN_RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read_regular(folder / ORIGIN_RECORD, MAX_ORIGIN_BYTES).decode("utf-8"))
+    except (UnreadableFile, UnicodeDecodeError, ValueError, RecursionError):
         return {}
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    origin = {key: value for key, value in data.items() if key in _ORIGIN_TEXTS and isinstance(value, str)}
+    overrides = data.get("overrides")
+    if isinstance(overrides, list) and all(isinstance(item, str) for item in overrides):
+        origin["overrides"] = overrides
+    return origin
+
+
+MAX_ORIGIN_BYTES = 2**20
+"""An origin record larger than this is not read (the ones `record_origin` writes are a few hundred bytes)."""
+_ORIGIN_TEXTS = ("spec", "command", "trainer_file", "recorded")
 
 
 def record_spec(spec: Any, origin: dict[str, Any] | None = None) -> Path:
