@@ -244,9 +244,22 @@ def log_answer_to(logger: Any, experiment_name: str, answer: Answer) -> bool:
     if not (uri and parent_id):
         return False
     with store_errors(uri, "check tracking.uri"):  # a store that cannot be opened (a newer schema): one sentence
-        retry_transient(lambda: log_answer(Tracker(uri, None, experiment_name), parent_id, answer),
-                        "log the headline to the MLflow parent run", store=MLFLOW)
+        tracker = Tracker(uri, None, experiment_name)
+        check_parent_id(tracker, experiment_name, parent_id)
+        retry_transient(lambda: log_answer(tracker, parent_id, answer), "log the headline to the MLflow parent run",
+                        store=MLFLOW)
     return True
+
+
+def check_parent_id(tracker: Tracker, experiment_name: str, parent_id: str) -> None:
+    """ExecutorError, one sentence, unless the parent run id the ledger records is the parent run
+    of `experiment_name`'s MLflow experiment (`Tracker.is_parent`): an edited id never has the
+    headline or the report written onto another experiment's run."""
+    if not tracker.is_parent(parent_id):
+        raise ExecutorError(
+            f"the ledger names MLflow run {parent_id} as the parent run of {experiment_name!r}, but it is not that "
+            f"experiment's parent run in {tracker.uri} (the ledger's row was edited, or the run deleted); run "
+            f"`dapo-ablate run` on the spec once to find or make its parent again")
 
 
 def factor_levels(plan: Plan) -> tuple[FactorInfo, ...]:

@@ -223,8 +223,8 @@ def _finished_and_logged(spec: ExperimentSpec, plan: Plan, ledger: Ledger
     location = tracking.artifact_location or default_artifact_location(tracking.uri, spec.output_dir)
     tracker = open_tracker(tracking.uri, location, spec.name)
     parent_id = experiment.mlflow_parent_run_id
-    if not set(planned) <= set(tracker.finished_children(parent_id)):
-        return None
+    if not tracker.is_parent(parent_id) or not set(planned) <= set(tracker.finished_children(parent_id)):
+        return None  # an id edited in the ledger goes the driver's way, which finds the parent again
     by_id = {record["run_id"]: record for record in ledger.results(spec.name)}
     return [by_id[run_id] for run_id in planned], parent_id, tracker
 

@@ -136,7 +136,7 @@ class Tracker:
         digest, or is a sweep's (another spec used this name in this MLflow store, e.g. through
         another ledger)."""
         parent = self._active_run(known_id) if known_id else None
-        if parent is None:
+        if parent is None or parent.data.tags.get(ROLE_TAG) != "parent":  # an id edited in the ledger: not trusted
             found = self._search(f"tags.`{ROLE_TAG}` = 'parent'")
             parent = found[0] if found else None
         if parent is None or digest is None:
@@ -149,6 +149,13 @@ class Tracker:
                 f"give this spec another name, e.g. `name: {name}-2` in the spec or `name={name}-2` on the command line"
             )
         return parent
+
+    def is_parent(self, run_id: str) -> bool:
+        """`run_id` is this experiment's parent run: active, in this MLflow experiment, tagged
+        ``dapo.role = parent``. The ledger's record of the id can be edited by hand, so nothing is
+        written to a run it names before this holds (another experiment's parent, a child)."""
+        run = self._active_run(run_id)
+        return run is not None and run.data.tags.get(ROLE_TAG) == "parent"
 
     def log_parent_metrics(self, parent_id: str, metrics: dict[str, float], step: int = 0) -> None:
         """Headline metrics on the parent (e.g. the full-vs-baseline gain and its interval); a
