@@ -18,7 +18,7 @@ from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.tracking import ChildRun, Tracker, check_server_reachable
 from dapo_ablate.cli.main import app
 
-from support import HANG_GUARD_S, record_finished, write_spec
+from support import HANG_GUARD_S, free_port, record_finished, write_spec
 
 
 @pytest.fixture
@@ -135,3 +135,20 @@ def test_a_parent_id_edited_to_a_child_is_not_taken_for_the_parent(tmp_path):
     child = tracker.start_child(parent, ChildRun("r1", "baseline s0", {"a": 0}, 0, {}))
     assert tracker.check_parent(child, None).info.run_id == parent
     assert tracker.parent_run(child, name="exp", tags={}) == parent
+
+
+@pytest.mark.parametrize("kind", ["folder at the sqlite file's name", "closed postgresql port", "malformed URL"])
+def test_a_tracking_store_mlflow_would_retry_for_minutes_is_one_sentence_at_once(tmp_path, kind):
+    """MLflow retries a database it cannot open about 100 s (`train --tracking sqlite:////proc/x.db`
+    waited that long; a closed PostgreSQL the same), and `http://[::1` was a ValueError traceback."""
+    (tmp_path / "store.db").mkdir()
+    uri, expected = {
+        "folder at the sqlite file's name": (f"sqlite:///{tmp_path / 'store.db'}", "the MLflow tracking store file"),
+        "closed postgresql port": (f"postgresql://postgres@127.0.0.1:{free_port()}/mlflow",
+                                   "could not connect to the MLflow tracking database at"),
+        "malformed URL": ("http://[::1", "is not a URL (Invalid IPv6 URL)"),
+    }[kind]
+    with pytest.raises(ExecutorError) as refused:
+        check_server_reachable(uri, "check --tracking")
+    message = str(refused.value)
+    assert expected in message and message.endswith("check --tracking") and "\n" not in message
