@@ -27,7 +27,8 @@ States
     ``running --fail--> failed --claim--> running`` (while ``attempts < max_attempts``)
     ``running --release--> pending`` (Ctrl-C: the attempt is given back, not counted)
     ``running --claim--> running`` once its heartbeat is older than ``lease_s`` (a crashed
-    driver's claim is taken over; the crashed attempt still counts).
+    driver's claim is taken over; the crashed attempt still counts), or is missing or more than
+    ``lease_s`` ahead of now (a hand-edited row: no driver wrote it; `ledger_rules.LeaseWindow`).
     *done* is final: `finish` on a done run returns False and leaves the stored result as it was;
     `claim`, `fail` and `release` return False on it too. The one exception is a done run whose
     stored result is unusable (stored before `finish` checked it): reads show it failed and

@@ -86,25 +86,38 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def lease_cutoff(at: datetime, lease_s: float) -> datetime:
-    """A lease whose last heartbeat is older than this has expired."""
-    return at - timedelta(seconds=lease_s)
+@dataclass(frozen=True)
+class LeaseWindow:
+    """When a running run's lease still holds: its last heartbeat is within `lease_s` of now.
+    Older, its driver stopped renewing it; later (beyond the clock skew `lease_s` allows), or
+    missing, no driver wrote it (a hand-edited row): expired too, or the run waited for ever."""
+
+    cutoff: datetime
+    latest: datetime
+
+
+def lease_cutoff(at: datetime, lease_s: float) -> LeaseWindow:
+    """The window of heartbeats that still hold a lease at `at`."""
+    return LeaseWindow(at - timedelta(seconds=lease_s), at + timedelta(seconds=lease_s))
 
 
 # -- which runs a transition applies to (run: the `Run` table or a `Run` row) -------------------
 
 
-def _older(stamp: Any, cutoff: datetime) -> Any:
-    """``stamp < cutoff``; a missing stamp is older than nothing, as SQL's NULL compares."""
-    return False if stamp is None else stamp < cutoff
+def _outside(stamp: Any, window: LeaseWindow) -> Any:
+    """`stamp` missing (SQL: IS NULL) or outside `window`."""
+    if stamp is None:  # a row's missing stamp (the table's column is never None)
+        return True
+    return (stamp == None) | (stamp < window.cutoff) | (stamp > window.latest)  # noqa: E711 - SQL's IS NULL
 
 
-def lease_expired(run: Any, cutoff: datetime) -> Any:
-    """Running, with a last heartbeat before `cutoff`: its driver stopped renewing the lease."""
-    return (run.status == RUNNING) & _older(run.heartbeat_at, cutoff)
+def lease_expired(run: Any, window: LeaseWindow) -> Any:
+    """Running, with a last heartbeat outside `window`: its driver stopped renewing the lease (or
+    none wrote it)."""
+    return (run.status == RUNNING) & _outside(run.heartbeat_at, window)
 
 
-def claimable(run: Any, cutoff: datetime, max_attempts: int) -> Any:
+def claimable(run: Any, cutoff: LeaseWindow, max_attempts: int) -> Any:
     """What `claim` takes: a pending run; a failed one with attempts left; a running one whose
     lease expired, with attempts left (the crashed attempt counts: the run may be what kills its
     drivers)."""

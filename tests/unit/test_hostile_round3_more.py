@@ -1,20 +1,27 @@
 """Hostile input, round three, more members of the same classes: bounded waits on a tracking server
 that accepts a connection and then never answers, or answers with a status MLflow retries for
 minutes; records beside an experiment's spec (origin.json) that someone else wrote; a ledger's
-MLflow parent run id edited to name another run."""
+MLflow parent run id edited to name another run; a running row's heartbeat edited to one no driver
+wrote."""
 
 from __future__ import annotations
 
 import os
 import socket
 import threading
+from datetime import datetime, timezone
 
 import pytest
+from sqlalchemy import create_engine, update
 from typer.testing import CliRunner
 
+from dapo_ablate.ablation.experiment.identity import RunSpec
 from dapo_ablate.ablation.experiment.spec import load_spec, run_root
 from dapo_ablate.ablation.runtime.executor import ORIGIN_RECORD, read_origin, record_spec
+from dapo_ablate.ablation.store.database import with_psycopg_driver
 from dapo_ablate.ablation.store.errors import ExecutorError
+from dapo_ablate.ablation.store.ledger import connect_ledger
+from dapo_ablate.ablation.store.ledger_models import Run
 from dapo_ablate.ablation.store.tracking import ChildRun, Tracker, check_server_reachable
 from dapo_ablate.cli.main import app
 
@@ -152,3 +159,35 @@ def test_a_tracking_store_mlflow_would_retry_for_minutes_is_one_sentence_at_once
         check_server_reachable(uri, "check --tracking")
     message = str(refused.value)
     assert expected in message and message.endswith("check --tracking") and "\n" not in message
+
+
+# -- a running row's lease as the ledger holds it -------------------------------------------------
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def held_run(request, tmp_path):
+    """A ledger (SQLite, then PostgreSQL) with one run claimed by a driver, and its id."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+    with connect_ledger(url) as ledger:
+        ledger.ensure_experiment("exp", {"design": "full"})
+        ledger.add_runs("exp", [RunSpec("run-0", "0", {"a": 0}, 0, {"lr": 1e-6})])
+        assert ledger.claim("run-0", "a:1")
+        yield ledger, url
+
+
+@pytest.mark.parametrize("heartbeat", [None, datetime(9999, 12, 31, tzinfo=timezone.utc)], ids=["missing", "year 9999"])
+def test_a_running_row_whose_heartbeat_no_driver_wrote_is_an_expired_lease(held_run, heartbeat):
+    """A running row edited to a heartbeat no clock wrote (none, or in the far future) held its run
+    for ever: `run` said another driver would finish it and exited without training it."""
+    ledger, url = held_run
+    engine = create_engine(with_psycopg_driver(url))
+    with engine.begin() as connection:
+        connection.execute(update(Run).where(Run.run_id == "run-0").values(heartbeat_at=heartbeat, host="other:2"))
+    engine.dispose()
+    assert ledger.expired_leases("exp") == ["run-0"]
+    assert ledger.claimable("exp") == ["run-0"]
+    assert ledger.claim("run-0", "b:3") and ledger.runs_table("exp")[0]["host"] == "b:3"
+
+
+def test_a_live_lease_still_holds(held_run):
+    ledger, _ = held_run
+    assert ledger.heartbeat("run-0", "a:1")
+    assert ledger.expired_leases("exp") == [] and ledger.claimable("exp") == []
