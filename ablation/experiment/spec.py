@@ -523,6 +523,10 @@ def run_root(spec: ExperimentSpec | TrainerBasedSpec) -> Path:
     return Path(spec.output_dir).expanduser().resolve() / run_folder_name(spec.name)
 
 
+EVAL_CACHE_FOLDER = "eval-cache"
+"""The step-0 evaluation cache every experiment and sweep in an output folder shares, beside their run folders."""
+
+
 def run_folder_name(name: str) -> str:
     """The folder an experiment's or sweep's name gives its runs: the name, characters other than
     letters, digits, '.', '-' and '_' as '_'."""

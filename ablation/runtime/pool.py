@@ -94,7 +94,7 @@ class PoolSettings:
         sits beside the run folders."""
         run_root = keeper.run_root
         return cls({"num_cpus": executor.cpus_per_run, "num_gpus": executor.gpus_per_run}, limit, executor.lease_s,
-                   executor.run_timeout_s, run_root, run_root.parent / "eval-cache", keeper.key, dict(env or {}))
+                   executor.run_timeout_s, run_root, run_root.parent / EVAL_CACHE_FOLDER, keeper.key, dict(env or {}))
 
     @property
     def keeper(self) -> ResultKeeper:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
-from dapo_ablate.ablation.experiment.spec import run_folder_name
+from dapo_ablate.ablation.experiment.spec import EVAL_CACHE_FOLDER, run_folder_name
 from dapo_ablate.ablation.runtime.backends.registry import backend_of
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import LedgerError, check_ledger
@@ -40,7 +40,7 @@ CONTEXT_KNOBS = ("model.path", "rollout.max_response_len", "verl.max_prompt_leng
 
 def preflight(spec: ExperimentSpec, address: str | None) -> None:
     """Refuse, before anything is written anywhere, an unusable output, database or artifact
-    folder, a run folder name too long for the file system, a store file that is not a SQLite
+    folder, a run folder name too long for the file system or naming another thing kept there, a store file that is not a SQLite
     database, a ledger URL the ledger cannot open, an unreachable ledger or MLflow server, or an
     unreachable Ray address (each check bounded to seconds). `spec`: an experiment's or a sweep's."""
     check_run_folder(spec)
@@ -50,6 +50,7 @@ def preflight(spec: ExperimentSpec, address: str | None) -> None:
             check_writable_folder(path.parent, field_name)
             check_sqlite_file(path, field_name)
     check_artifact_location(spec)
+    check_own_names(spec, Path(spec.output_dir).expanduser().absolute() / run_folder_name(spec.name))
     check_ledger_url(spec.ledger)
     check_database(spec.ledger, "ledger")
     check_tracking_store(spec.tracking.uri)
@@ -76,6 +77,30 @@ def check_run_folder(spec: Any) -> None:
     check_writable_folder(folder, "output_dir")
     if os.path.lexists(folder / name):  # something already there (a file, a link loop) must be a folder
         check_writable_folder(folder / name, "output_dir")
+
+
+_SIDE_FILES = ("", "-wal", "-shm", "-journal", ".lock")
+"""A SQLite store's file and the ones SQLite and the ledger keep beside it."""
+
+
+def check_own_names(spec: Any, root: Path) -> None:
+    """The runs folder `root` the name gives is none of the other things the product keeps in
+    the output folder: the shared evaluation cache, a SQLite store's file (or its journal or
+    lock), MLflow's artifact folder (`name: ledger.db` stopped `run` in a FileExistsError once the
+    ledger was made; `name: eval-cache` shared the cache's folder)."""
+    own = {root.parent / EVAL_CACHE_FOLDER: "the evaluation cache every run of this output folder shares"}
+    for field_name, uri in (("ledger", spec.ledger), ("tracking.uri", spec.tracking.uri)):
+        path = sqlite_path(uri)
+        if path is not None:
+            own.update({path.expanduser().absolute().with_name(path.name + side): f"the `{field_name}` database's "
+                        f"{'file' if not side else side.strip('-.') + ' file'}" for side in _SIDE_FILES})
+    location = spec.tracking.artifact_location or default_artifact_location(spec.tracking.uri, spec.output_dir)
+    if location and urlparse(location).scheme == "file":
+        own[Path(url2pathname(urlparse(location).path))] = "MLflow's artifact folder (`tracking.artifact_location`)"
+    for path, what in own.items():
+        if os.path.realpath(path) == os.path.realpath(root):  # through links too: what the folder would be
+            raise ExecutorError(f"`name` {spec.name!r} makes the runs folder {str(root)!r}, which is {what}; give the "
+                                "experiment another name")
 
 
 def nearest_existing(folder: Path, field_name: str) -> Path:

@@ -191,3 +191,23 @@ def test_a_live_lease_still_holds(held_run):
     ledger, _ = held_run
     assert ledger.heartbeat("run-0", "a:1")
     assert ledger.expired_leases("exp") == [] and ledger.claimable("exp") == []
+
+
+# -- names whose runs folder is another thing the product keeps in the output folder ---------------
+@pytest.mark.parametrize("name, what", [
+    ("ledger.db", "the `ledger` database's file"),
+    ("ledger.db.lock", "the `ledger` database's lock file"),
+    ("mlflow.db-wal", "the `tracking.uri` database's wal file"),
+    ("eval-cache", "the evaluation cache every run of this output folder shares"),
+    ("mlartifacts", "MLflow's artifact folder"),
+])
+def test_a_name_whose_runs_folder_is_a_store_or_the_cache_is_refused(tmp_path, name, what):
+    """`name: ledger.db` passed validate and stopped `run` in a FileExistsError traceback (its runs
+    folder is the ledger's file); `name: eval-cache` shared the evaluation cache's folder."""
+    path = write_spec(tmp_path, name)
+    for command in (["validate", str(path)], ["run", str(path), "--dry-run"]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert f"`name` {name!r} makes the runs folder {str(tmp_path / 'out' / name)!r}, which is {what}" in result.output
+        assert result.output.count("\n") == 1 and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
