@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from dapo_ablate.ablation.experiment.spec import EVAL_CACHE_FOLDER
 from dapo_ablate.ablation.runtime.jobs import SEAL_ENV
 from dapo_ablate.ablation.runtime.jobs import stop_job as stop_ray_job
 from dapo_ablate.ablation.runtime.task import STARTED, describe_error, execute_run
