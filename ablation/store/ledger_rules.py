@@ -108,7 +108,7 @@ def _outside(stamp: Any, window: LeaseWindow) -> Any:
     """`stamp` missing (SQL: IS NULL) or outside `window`."""
     if stamp is None:  # a row's missing stamp (the table's column is never None)
         return True
-    return (stamp == None) | (stamp < window.cutoff) | (stamp > window.latest)  # noqa: E711 - SQL's IS NULL
+    return (stamp == None) | (stamp < window.cutoff) | (stamp > window.latest)  # SQL: IS NULL
 
 
 def lease_expired(run: Any, window: LeaseWindow) -> Any:

@@ -626,7 +626,7 @@ def _probe_status(parts: Any, timeout_s: float) -> int:
     port = parts.port or (443 if parts.scheme == "https" else 80)
     if parts.scheme == "https":
         connection: Any = http.client.HTTPSConnection(parts.hostname or "", port, timeout=timeout_s,
-                                                      context=ssl._create_unverified_context())  # noqa: S323
+                                                      context=ssl._create_unverified_context())
     else:
         connection = http.client.HTTPConnection(parts.hostname or "", port, timeout=timeout_s)
     try:

@@ -12,20 +12,26 @@ import threading
 from datetime import datetime, timezone
 
 import pytest
-from sqlalchemy import create_engine, update
-from typer.testing import CliRunner
-
 from dapo_ablate.ablation.experiment.identity import RunSpec
 from dapo_ablate.ablation.experiment.spec import load_spec, run_root
-from dapo_ablate.ablation.runtime.executor import ORIGIN_RECORD, read_origin, record_spec
+from dapo_ablate.ablation.runtime.executor import (
+    ORIGIN_RECORD,
+    read_origin,
+    record_spec,
+)
 from dapo_ablate.ablation.store.database import with_psycopg_driver
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import connect_ledger
 from dapo_ablate.ablation.store.ledger_models import Run
-from dapo_ablate.ablation.store.tracking import ChildRun, Tracker, check_server_reachable
+from dapo_ablate.ablation.store.tracking import (
+    ChildRun,
+    Tracker,
+    check_server_reachable,
+)
 from dapo_ablate.cli.main import app
-
+from sqlalchemy import create_engine, update
 from support import HANG_GUARD_S, free_port, record_finished, write_spec
+from typer.testing import CliRunner
 
 
 @pytest.fixture
