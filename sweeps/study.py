@@ -31,6 +31,7 @@ failed trial that was queued again (its retry stands in for it): see `counted_tr
 from __future__ import annotations
 
 import copy
+import math
 import os
 from datetime import datetime, timedelta
 import warnings
@@ -46,6 +47,7 @@ from dapo_ablate.ablation.store.database import with_psycopg_driver
 from dapo_ablate.ablation.runtime.hosts import pid_alive
 from dapo_ablate.ablation.store.ledger import LedgerError
 from dapo_ablate.ablation.store.tracking import sqlite_path
+from dapo_ablate.core.contracts import METRIC_PATTERN
 from dapo_ablate.sweeps.driver_storage import DRIVER_ATTR, DriverStorage
 from dapo_ablate.sweeps.spec import SweepSpec
 
@@ -193,7 +195,8 @@ def space_of(spec: SweepSpec) -> dict[str, dict[str, Any]]:
 def check_resumable(study: optuna.Study, spec: SweepSpec) -> None:
     """Refuse to resume a study whose trials were drawn from another search space or judged by
     another metric: old and new trials would mix in one ranking (a best value from outside the
-    new range). StudyError naming the difference; a new study has nothing stored yet."""
+    new range), or with a trial no sweep of it wrote (`check_trials`). StudyError naming the
+    difference; a new study has nothing stored yet."""
     stored = study.user_attrs.get(SPACE_ATTR)
     changes = space_changes(stored, space_of(spec)) if stored is not None else []
     metric = study.user_attrs.get(METRIC_ATTR)
@@ -204,6 +207,7 @@ def check_resumable(study: optuna.Study, spec: SweepSpec) -> None:
             f"the study {spec.name!r} in {spec.ledger} was run with another search space ({'; '.join(changes[:4])}); "
             "restore `space:` and `metric:`, or give the sweep a new name to start a new study"
         )
+    check_trials(study, spec)
 
 
 def space_changes(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[str]:
@@ -227,9 +231,52 @@ def load_study(spec: SweepSpec) -> optuna.Study:
         raise StudyError(f"no study named {spec.name!r} yet ({spec.ledger} does not exist); run `dapo-ablate sweep` first")
     storage = open_storage(spec, heartbeat=False)
     try:
-        return optuna.load_study(study_name=spec.name, storage=storage)
+        study = optuna.load_study(study_name=spec.name, storage=storage)
     except KeyError:
         raise StudyError(f"no study named {spec.name!r} in {spec.ledger} yet; run `dapo-ablate sweep` first") from None
+    check_trials(study, spec)
+    return study
+
+
+_EDITED = "restore the row, or give the sweep another name to start a new study"
+
+
+def check_trials(study: optuna.Study, spec: SweepSpec) -> None:
+    """Every trial of the study reads back as a sweep of `spec` writes it: each knob's value in
+    the spec's space, and a complete trial's value a finite number (an accuracy in [0, 1]).
+    StudyError naming the trial otherwise: a row edited by hand (a choice index past the list
+    raised an IndexError, an unknown distribution a ValueError; a value of 99 was the best
+    trial at 9900 pp, a knob outside the space its best setting)."""
+    try:
+        trials = study.get_trials(deepcopy=False)
+    except (ValueError, IndexError, KeyError, TypeError) as err:  # Optuna's own parse of the rows
+        raise StudyError(f"the study {spec.name!r} in {spec.ledger} holds a trial row Optuna cannot read "
+                         f"({type(err).__name__}: {err}); {_EDITED}") from None
+    space = distributions(spec)
+    for trial in trials:
+        problem = _trial_problem(trial, space, spec.metric)
+        if problem:
+            raise StudyError(f"trial {trial.number} of the study {spec.name!r} in {spec.ledger} {problem}: no sweep of "
+                             f"this spec wrote it (the row was edited); {_EDITED}")
+
+
+def _trial_problem(trial: FrozenTrial, space: dict[str, BaseDistribution], metric: str) -> str | None:
+    for name, value in trial.params.items():
+        if name not in space:
+            return f"has the knob {name!r}, which the sweep does not search"
+        try:
+            inside = space[name]._contains(space[name].to_internal_repr(value))
+        except (ValueError, TypeError):
+            inside = False
+        if not inside:
+            return f"has {name} = {value!r}, outside the sweep's space"
+    if trial.state == TrialState.COMPLETE:
+        value = trial.value
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"has the value {value!r}, not a finite number"
+        if METRIC_PATTERN.match(metric) and not 0 <= value <= 1:
+            return f"has {metric} = {value!r}, but an accuracy is a fraction in [0, 1]"
+    return None
 
 
 def distributions(spec: SweepSpec) -> dict[str, BaseDistribution]:

@@ -2,36 +2,37 @@
 that accepts a connection and then never answers, or answers with a status MLflow retries for
 minutes; records beside an experiment's spec (origin.json) that someone else wrote; a ledger's
 MLflow parent run id edited to name another run; a running row's heartbeat edited to one no driver
-wrote."""
+wrote; a runs folder that is a store or the cache; a sweep's Optuna rows edited by hand."""
 
 from __future__ import annotations
 
 import os
+import re
 import socket
+import sqlite3
 import threading
 from datetime import datetime, timezone
 
+import optuna
 import pytest
+import yaml
+from sqlalchemy import create_engine, update
+from typer.testing import CliRunner
+
 from dapo_ablate.ablation.experiment.identity import RunSpec
 from dapo_ablate.ablation.experiment.spec import load_spec, run_root
-from dapo_ablate.ablation.runtime.executor import (
-    ORIGIN_RECORD,
-    read_origin,
-    record_spec,
-)
+from dapo_ablate.ablation.runtime.executor import ORIGIN_RECORD, read_origin, record_spec
 from dapo_ablate.ablation.store.database import with_psycopg_driver
 from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.ledger import connect_ledger
 from dapo_ablate.ablation.store.ledger_models import Run
-from dapo_ablate.ablation.store.tracking import (
-    ChildRun,
-    Tracker,
-    check_server_reachable,
-)
+from dapo_ablate.ablation.store.tracking import ChildRun, Tracker, check_server_reachable
 from dapo_ablate.cli.main import app
-from sqlalchemy import create_engine, update
+from dapo_ablate.sweeps import study as studies
+from dapo_ablate.sweeps.spec import build_sweep
+
 from support import HANG_GUARD_S, free_port, record_finished, write_spec
-from typer.testing import CliRunner
+from tiny_configs import TINY_TRAINER
 
 
 @pytest.fixture
@@ -217,3 +218,51 @@ def test_a_name_whose_runs_folder_is_a_store_or_the_cache_is_refused(tmp_path, n
         assert f"`name` {name!r} makes the runs folder {str(tmp_path / 'out' / name)!r}, which is {what}" in result.output
         assert result.output.count("\n") == 1 and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+# -- a sweep's Optuna rows (in the ledger's database) edited by hand ---------------------------------
+SWEEP_EDITS = {
+    "choice index past the list": ("UPDATE trial_params SET param_value = 7 WHERE param_name = 'overlong_cache'",
+                                   "holds a trial row Optuna cannot read (IndexError"),
+    "unknown distribution": ("UPDATE trial_params SET distribution_json = '{\"name\": \"Nope\"}'",
+                             "holds a trial row Optuna cannot read (ValueError"),
+    "knob outside the space": ("UPDATE trial_params SET param_value = 5.0 WHERE param_name = 'eps_high'",
+                               "has eps_high = 5.0, outside the sweep's space"),
+    "accuracy of 99": ("UPDATE trial_values SET value = 99.0", "has avg@4 = 99.0, but an accuracy is a fraction in [0, 1]"),
+}
+
+
+@pytest.fixture
+def swept(tmp_path):
+    """A sweep spec whose study (SQLite, the ledger's file) holds one complete trial."""
+    data = {"name": "sw", "trainer": TINY_TRAINER, "space": {"eps_high": {"low": 0.2, "high": 0.4},
+                                                              "overlong_cache": {"choices": [4, 8]}},
+            "n_trials": 1, "sampler": {"type": "random", "seed": 0}, "output_dir": str(tmp_path / "out"),
+            "ledger": f"sqlite:///{tmp_path / 'out' / 'ledger.db'}",
+            "tracking": {"uri": f"sqlite:///{tmp_path / 'out' / 'mlflow.db'}"}}
+    (tmp_path / "out").mkdir()
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data))
+    spec = build_sweep(data)
+    study = studies.open_study(spec, studies.open_storage(spec, heartbeat=False))
+    trial = studies.ask(study, spec)
+    study.tell(trial, 0.25)
+    return path, spec, tmp_path / "out" / "ledger.db"
+
+
+@pytest.mark.parametrize("edit", list(SWEEP_EDITS))
+def test_a_sweeps_trial_row_edited_by_hand_is_one_sentence_naming_it(swept, tmp_path, edit):
+    """Each edit was an IndexError or ValueError traceback from sweep and sweep-report, or was
+    trusted: the best trial at 9900 pp, or its best setting outside the space."""
+    path, spec, ledger = swept
+    assert CliRunner().invoke(app, ["sweep-report", str(path), "--out", str(tmp_path / "before")]).exit_code == 0
+    statement, expected = SWEEP_EDITS[edit]
+    with sqlite3.connect(ledger) as connection:
+        connection.execute(statement)
+    result = CliRunner().invoke(app, ["sweep-report", str(path), "--out", str(tmp_path / "report")])
+    assert result.exit_code == 2, result.output
+    assert expected in result.output and "the study 'sw' in" in result.output, result.output
+    assert result.output.count("\n") == 1 and not (tmp_path / "report").exists()
+    study = optuna.load_study(study_name="sw", storage=studies.open_storage(spec, heartbeat=False))
+    with pytest.raises(studies.StudyError, match=re.escape(expected)):
+        studies.check_resumable(study, spec)  # what `sweep` runs before it resumes the study
