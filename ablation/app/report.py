@@ -11,6 +11,8 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import pandas as pd
 import yaml
@@ -21,7 +23,7 @@ from dapo_ablate.ablation.app.units import metric_units
 from dapo_ablate.ablation.app.specs import ERRORS as SPEC_ERRORS
 from dapo_ablate.ablation.app.specs import Experiment, load_experiment, other_runs_hint
 from dapo_ablate.ablation.experiment.design import Plan
-from dapo_ablate.ablation.experiment.spec import ExperimentSpec, load_spec
+from dapo_ablate.ablation.experiment.spec import EVAL_CACHE_FOLDER, ExperimentSpec, load_spec, run_root
 from dapo_ablate.ablation.runtime.executor import record_data
 from dapo_ablate.ablation.store.adaptive_state import adaptive_state
 from dapo_ablate.ablation.store.ledger import LedgerError
@@ -34,7 +36,7 @@ from dapo_ablate.ablation.store.results import (
     planned_records,
 )
 from dapo_ablate.ablation.store.errors import ExecutorError
-from dapo_ablate.ablation.store.tracking import Tracker, check_server_reachable, store_errors
+from dapo_ablate.ablation.store.tracking import Tracker, check_server_reachable, default_artifact_location, store_errors
 from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
 from dapo_ablate.core.contracts import DEFAULT_METRIC, FactorInfo
 from dapo_ablate.reports import ReportInputError, ReportOptions, load_results_csv, write_report
@@ -98,6 +100,7 @@ def report(request: ReportRequest) -> ReportOutcome:
             spec, plan = experiment.spec, experiment.plan
             table, factors, curves, design, logger = experiment_results(experiment)
             refuse_other_runs(experiment, len(table), request.out)
+            refuse_own_folders(spec, request.out)
             if getattr(logger, "tracking_uri", None):  # before any work: MLflow's client retries an absent server for minutes
                 check_server_reachable(logger.tracking_uri)
             provenance = experiment_provenance(experiment, len(table), getattr(logger, "parent_run_id", None))
@@ -174,6 +177,40 @@ def refuse_other_runs(experiment: Experiment, finished: int, out: Path) -> None:
     if hint is not None:
         raise UserError(f"experiment {experiment.spec.name!r}: this spec names {finished} of its finished runs, but {hint}; "
                         "nothing was written or logged (a report never mixes the runs of two plans)")
+
+
+def refuse_own_folders(spec: ExperimentSpec, out: Path) -> None:
+    """UserError, before any work, for an --out among the experiment's own state: holding its
+    output folder or MLflow's artifact folder (`--out .` logged the folder, artifacts and all, as
+    the parent's artifacts into itself until the names grew too long: an OSError traceback), or
+    inside its runs folder, the evaluation cache or the artifact folder (`--out OUTPUT_DIR/NAME`
+    replaced the spec record that `status`, `report` and `run` of the folder read)."""
+    target = os.path.realpath(out)
+    artifacts = _artifact_folder(spec)
+    output_dir = Path(spec.output_dir).expanduser()
+    holds = {"the output folder": output_dir, "MLflow's artifact folder": artifacts}
+    inside = {"the runs folder": run_root(spec), "the evaluation cache": output_dir / EVAL_CACHE_FOLDER,
+              "MLflow's artifact folder": artifacts}
+    for what, folder in [*((w, f) for w, f in holds.items() if f and _within(os.path.realpath(f), target)),
+                         *((w, f) for w, f in inside.items() if f and _within(target, os.path.realpath(f)))]:
+        real = os.path.realpath(folder)
+        relation = "is" if target == real else "is inside" if _within(target, real) else "holds"
+        raise UserError(f"--out {str(out)!r} {relation} {what} {str(folder)!r} of experiment {spec.name!r}, where it "
+                        "keeps its state; choose a folder of the report's own, e.g. --out report")
+
+
+def _artifact_folder(spec: ExperimentSpec) -> str | None:
+    """The local folder MLflow keeps the experiment's artifacts in; None for a server's or none named."""
+    tracking = getattr(spec, "tracking", None)
+    if tracking is None:
+        return None
+    location = tracking.artifact_location or default_artifact_location(tracking.uri, spec.output_dir)
+    return url2pathname(urlparse(location).path) if location and urlparse(location).scheme == "file" else None
+
+
+def _within(path: str, folder: str) -> bool:
+    """`path` is `folder` or under it (both real paths)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def write_staged(out: Path, write: Any) -> dict[str, Path]:

@@ -266,3 +266,32 @@ def test_a_sweeps_trial_row_edited_by_hand_is_one_sentence_naming_it(swept, tmp_
     study = optuna.load_study(study_name="sw", storage=studies.open_storage(spec, heartbeat=False))
     with pytest.raises(studies.StudyError, match=re.escape(expected)):
         studies.check_resumable(study, spec)  # what `sweep` runs before it resumes the study
+
+
+# -- report --out among the experiment's own state ------------------------------------------------
+@pytest.mark.parametrize("where, relation", [
+    ("out/origin", "is the runs folder"),
+    ("out", "is the output folder"),
+    (".", "holds the output folder"),
+    ("out/eval-cache", "is the evaluation cache"),
+    ("out/mlartifacts/report", "is inside MLflow's artifact folder"),
+])
+def test_report_out_among_the_experiments_own_state_is_refused_before_any_work(recorded, tmp_path, where, relation):
+    """`--out OUTPUT_DIR/NAME` replaced the spec record the folder's readers use; `--out .` logged the
+    folder with its MLflow artifacts into those artifacts until the names grew too long (OSError)."""
+    path, origin = recorded
+    spec_record = (origin.parent / "spec.yaml").read_text()
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    out = tmp_path / where
+    result = CliRunner().invoke(app, ["report", str(path), "--out", str(out), "--format", "md"])
+    assert result.exit_code == 2, result.output
+    assert f"--out {str(out)!r} {relation}" in result.output and result.output.count("\n") == 1, result.output
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert (origin.parent / "spec.yaml").read_text() == spec_record
+
+
+def test_report_out_beside_the_experiments_state_is_written(recorded, tmp_path):
+    path, _ = recorded
+    result = CliRunner().invoke(app, ["report", str(path), "--out", str(tmp_path / "out" / "report"), "--format", "md"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "report" / "report.md").is_file()
