@@ -50,6 +50,15 @@ class AdaptiveScheduler(FactorialScheduler):
     def __init__(self, spec: ExperimentSpec, plan: Plan, ledger: Ledger, policy: LookPolicy) -> None:
         super().__init__(spec, plan, ledger)
         self.policy = policy
+        self.left_undecided: dict[str, dict[str, Any]] | None = None
+        """The plan's rows when this driver ended before the look (a run failed, or held by another
+        driver): where the runs stand for its summary, even once another driver finished them."""
+
+    def plan_rows(self) -> dict[str, dict[str, Any]]:
+        """The ledger's rows of the plan's runs; once this driver ended before the look, the rows it
+        ended on: a run another driver finished since is that driver's to look at and publish, so
+        this one never reports every run done (nor a headline) for a plan no look decided."""
+        return self.left_undecided if self.left_undecided is not None else super().plan_rows()
 
     def finished(self) -> bool:
         """Asked with nothing in flight. With runs still queued: no. Else the plan first catches up
@@ -64,7 +73,8 @@ class AdaptiveScheduler(FactorialScheduler):
             return False  # runs another driver's look added: this driver trains its share
         rows = self.plan_rows()
         if any(row["status"] != DONE for row in rows.values()):
-            return True  # failed or held runs end this invocation; `run` again resumes before the look
+            self.left_undecided = rows  # failed or held runs end this invocation; `run` again resumes before the look
+            return True
         if state.stopped:
             return True
         look = self._look(len(state.looks) + 1, state.looks)

@@ -1,0 +1,50 @@
+"""Races between drivers of one adaptive experiment that the fuzz (tests/e2e/test_fuzz_adaptive_drivers.py)
+found, each replayed at the one moment it needs: the other driver's write is made by the ledger
+right after this driver's read (a real ledger on SQLite and PostgreSQL, the one Driver, its pool
+in this process, as in test_adaptive_drivers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dapo_ablate.ablation.runtime.experiment_run import ExperimentRun
+from dapo_ablate.ablation.runtime.factorial import RunOptions
+from dapo_ablate.ablation.store.adaptive_state import current_plan
+from dapo_ablate.ablation.store.ledger import DONE, SQLLedger
+
+from test_adaptive_drivers import Scripted, adaptive_spec, cell, inline, stored_looks  # noqa: F401 - inline: a fixture
+
+
+class OtherDriverFinishes(SQLLedger):
+    """The ledger, where another driver finishes the run it holds (`held`) right after this driver
+    read the plan's rows with every other run done."""
+
+    def __init__(self, url: str, held: str, result: dict[str, Any]) -> None:
+        super().__init__(url)
+        self.held, self.result, self.done = held, result, False
+
+    def runs_table(self, name: str) -> list[dict[str, Any]]:
+        rows = super().runs_table(name)
+        if not self.done and all(row["status"] == DONE or row["run_id"] == self.held for row in rows):
+            self.done = True
+            with SQLLedger(self.url) as other:
+                assert other.finish(self.held, self.result)
+        return rows
+
+
+def test_a_driver_that_left_a_held_run_publishes_nothing_when_the_other_driver_finishes_it_meanwhile(
+        inline, tmp_path, ledger_url):
+    spec = adaptive_spec(tmp_path, ledger_url)
+    plan = current_plan(spec, None)
+    held = plan.runs[-1]
+    with SQLLedger(spec.ledger) as ledger:
+        ledger.ensure_experiment(spec.name, spec.to_dict())
+        ledger.add_runs(spec.name, plan.run_specs())
+        assert ledger.claim(held.run_id, "another-host")  # the other driver trains it (its lease is live)
+    ledger = OtherDriverFinishes(spec.ledger, held.run_id, cell(held.config.to_dict(), "", None))
+    policy = Scripted({1: [("11", 1)]})
+    summary = ExperimentRun(spec, plan, cell, RunOptions(progress=False), ledger=ledger, policy=policy).run()
+    assert ledger.done and policy.seen == []  # it ended seeing the run held; the other driver finished it then
+    # no look decided these 4 runs (the other driver makes look 1, which grows the plan): not "all done", no headline
+    assert not summary.all_done and summary.held == 1 and summary.exit_code == 0
+    assert stored_looks(spec) == []
