@@ -7,12 +7,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from dapo_ablate.ablation.runtime import experiment_run
+from dapo_ablate.ablation.runtime.driver import Driver
 from dapo_ablate.ablation.runtime.experiment_run import ExperimentRun
 from dapo_ablate.ablation.runtime.factorial import RunOptions
 from dapo_ablate.ablation.store.adaptive_state import current_plan
 from dapo_ablate.ablation.store.ledger import DONE, SQLLedger
 
-from test_adaptive_drivers import Scripted, adaptive_spec, cell, inline, stored_looks  # noqa: F401 - inline: a fixture
+from test_adaptive_drivers import InlinePool, Scripted, adaptive_spec, cell, stored_looks
+
+
+@pytest.fixture
+def inline(monkeypatch):
+    monkeypatch.setattr(Driver, "pool_factory", InlinePool)
+    monkeypatch.setattr(experiment_run, "capacity", lambda spec, runs: 1)
 
 
 class OtherDriverFinishes(SQLLedger):
