@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dapo_ablate.ablation.runtime.factorial import FactorialScheduler
 from dapo_ablate.ablation.store.adaptive_state import AdaptiveState, adaptive_state
-from dapo_ablate.ablation.store.ledger import DONE, Ledger
+from dapo_ablate.ablation.store.ledger import DONE, PENDING, Ledger
 from dapo_ablate.ablation.store.transient import Retrying, retry_transient
 
 if TYPE_CHECKING:
@@ -53,6 +53,9 @@ class AdaptiveScheduler(FactorialScheduler):
         self.left_undecided: dict[str, dict[str, Any]] | None = None
         """The plan's rows when this driver ended before the look (a run failed, or held by another
         driver): where the runs stand for its summary, even once another driver finished them."""
+        self.taken_back: set[str] = set()
+        """Runs found pending at the end (handed back: their driver died) and queued again by this
+        invocation: each once, so a run nobody can claim never loops."""
 
     def plan_rows(self) -> dict[str, dict[str, Any]]:
         """The ledger's rows of the plan's runs; once this driver ended before the look, the rows it
@@ -63,15 +66,21 @@ class AdaptiveScheduler(FactorialScheduler):
     def finished(self) -> bool:
         """Asked with nothing in flight. With runs still queued: no. Else the plan first catches up
         with the looks other drivers stored (their runs join it; a look is never made on a stale
-        plan, nor a stop taken from a look this driver did not plan for). Then, once every planned
-        run is done (a failed or elsewhere-held run waits for the next invocation), look: True
-        when the look stops the experiment, else its runs are queued."""
+        plan, nor a stop taken from a look this driver did not plan for); a run handed back pending
+        since (its driver died) is queued, once. Then, once every planned run is done (a failed or
+        elsewhere-held run waits for the next invocation), look: True when the look stops the
+        experiment, else its runs are queued."""
         if self.queue:
             return False
         state = self._catch_up()
         if self.queue:
             return False  # runs another driver's look added: this driver trains its share
         rows = self.plan_rows()
+        pending = [run_id for run_id, row in rows.items() if row["status"] == PENDING and run_id not in self.taken_back]
+        if pending:  # handed back since this driver queued its runs (another driver died): it trains them
+            self.taken_back.update(pending)
+            self.enqueue(pending)
+            return False
         if any(row["status"] != DONE for row in rows.values()):
             self.left_undecided = rows  # failed or held runs end this invocation; `run` again resumes before the look
             return True

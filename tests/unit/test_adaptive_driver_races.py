@@ -58,3 +58,39 @@ def test_a_driver_that_left_a_held_run_publishes_nothing_when_the_other_driver_f
     # no look decided these 4 runs (the other driver makes look 1, which grows the plan): not "all done", no headline
     assert not summary.all_done and summary.held == 1 and summary.exit_code == 0
     assert stored_looks(spec) == []
+
+
+class OtherDriverDied(SQLLedger):
+    """The ledger, where the driver that holds `held` dies and a restarted one hands the run back
+    (pending, as `hosts.release_orphans` does) once every other run is done, just before this
+    driver reads the plan's rows."""
+
+    def __init__(self, url: str, held: str) -> None:
+        super().__init__(url)
+        self.held, self.released = held, False
+
+    def runs_table(self, name: str) -> list[dict[str, Any]]:
+        rows = super().runs_table(name)
+        if not self.released and all(row["status"] == DONE or row["run_id"] == self.held for row in rows):
+            self.released = True
+            with SQLLedger(self.url) as other:
+                assert other.release(self.held, host="another-host")
+            rows = super().runs_table(name)
+        return rows
+
+
+def test_a_run_handed_back_pending_at_the_end_is_trained_by_the_driver_still_running(inline, tmp_path, ledger_url):
+    spec = adaptive_spec(tmp_path, ledger_url)
+    plan = current_plan(spec, None)
+    held = plan.runs[-1]
+    with SQLLedger(spec.ledger) as ledger:
+        ledger.ensure_experiment(spec.name, spec.to_dict())
+        ledger.add_runs(spec.name, plan.run_specs())
+        assert ledger.claim(held.run_id, "another-host")  # the other driver trains it, then dies
+    ledger = OtherDriverDied(spec.ledger, held.run_id)
+    policy = Scripted({})  # look 1 stops
+    summary = ExperimentRun(spec, plan, cell, RunOptions(progress=False), ledger=ledger, policy=policy).run()
+    n = len(plan.runs)
+    assert ledger.released and policy.seen == [(1, n, n)]  # it trained the handed-back run, then looked at all n
+    assert summary.all_done and summary.exit_code == 0  # was: "1 not finished", exit 1
+    assert len(stored_looks(spec)) == 1
