@@ -5,6 +5,7 @@ in this process, as in test_adaptive_drivers)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,20 +26,22 @@ def inline(monkeypatch):
     monkeypatch.setattr(experiment_run, "capacity", lambda spec, runs: 1)
 
 
-class OtherDriverFinishes(SQLLedger):
-    """The ledger, where another driver finishes the run it holds (`held`) right after this driver
-    read the plan's rows with every other run done."""
+class OtherDriverActs(SQLLedger):
+    """The ledger, where another driver does `act` with the run it holds (`held`) once every other
+    run is done: right after this driver read the plan's rows (`reread` False), or just before."""
 
-    def __init__(self, url: str, held: str, result: dict[str, Any]) -> None:
+    def __init__(self, url: str, held: str, act: Callable[[SQLLedger], bool], *, reread: bool = False) -> None:
         super().__init__(url)
-        self.held, self.result, self.done = held, result, False
+        self.held, self.act, self.reread, self.done = held, act, reread, False
 
     def runs_table(self, name: str) -> list[dict[str, Any]]:
         rows = super().runs_table(name)
         if not self.done and all(row["status"] == DONE or row["run_id"] == self.held for row in rows):
             self.done = True
             with SQLLedger(self.url) as other:
-                assert other.finish(self.held, self.result)
+                assert self.act(other)
+            if self.reread:
+                rows = super().runs_table(name)
         return rows
 
 
@@ -51,32 +54,14 @@ def test_a_driver_that_left_a_held_run_publishes_nothing_when_the_other_driver_f
         ledger.ensure_experiment(spec.name, spec.to_dict())
         ledger.add_runs(spec.name, plan.run_specs())
         assert ledger.claim(held.run_id, "another-host")  # the other driver trains it (its lease is live)
-    ledger = OtherDriverFinishes(spec.ledger, held.run_id, cell(held.config.to_dict(), "", None))
+    result = cell(held.config.to_dict(), "", None)
+    ledger = OtherDriverActs(spec.ledger, held.run_id, lambda other: other.finish(held.run_id, result))
     policy = Scripted({1: [("11", 1)]})
     summary = ExperimentRun(spec, plan, cell, RunOptions(progress=False), ledger=ledger, policy=policy).run()
     assert ledger.done and policy.seen == []  # it ended seeing the run held; the other driver finished it then
     # no look decided these 4 runs (the other driver makes look 1, which grows the plan): not "all done", no headline
     assert not summary.all_done and summary.held == 1 and summary.exit_code == 0
     assert stored_looks(spec) == []
-
-
-class OtherDriverDied(SQLLedger):
-    """The ledger, where the driver that holds `held` dies and a restarted one hands the run back
-    (pending, as `hosts.release_orphans` does) once every other run is done, just before this
-    driver reads the plan's rows."""
-
-    def __init__(self, url: str, held: str) -> None:
-        super().__init__(url)
-        self.held, self.released = held, False
-
-    def runs_table(self, name: str) -> list[dict[str, Any]]:
-        rows = super().runs_table(name)
-        if not self.released and all(row["status"] == DONE or row["run_id"] == self.held for row in rows):
-            self.released = True
-            with SQLLedger(self.url) as other:
-                assert other.release(self.held, host="another-host")
-            rows = super().runs_table(name)
-        return rows
 
 
 def test_a_run_handed_back_pending_at_the_end_is_trained_by_the_driver_still_running(inline, tmp_path, ledger_url):
@@ -87,10 +72,12 @@ def test_a_run_handed_back_pending_at_the_end_is_trained_by_the_driver_still_run
         ledger.ensure_experiment(spec.name, spec.to_dict())
         ledger.add_runs(spec.name, plan.run_specs())
         assert ledger.claim(held.run_id, "another-host")  # the other driver trains it, then dies
-    ledger = OtherDriverDied(spec.ledger, held.run_id)
+    # it dies; a restarted one hands the run back pending (as `hosts.release_orphans` does)
+    ledger = OtherDriverActs(spec.ledger, held.run_id, lambda other: other.release(held.run_id, host="another-host"),
+                             reread=True)
     policy = Scripted({})  # look 1 stops
     summary = ExperimentRun(spec, plan, cell, RunOptions(progress=False), ledger=ledger, policy=policy).run()
     n = len(plan.runs)
-    assert ledger.released and policy.seen == [(1, n, n)]  # it trained the handed-back run, then looked at all n
+    assert ledger.done and policy.seen == [(1, n, n)]  # it trained the handed-back run, then looked at all n
     assert summary.all_done and summary.exit_code == 0  # was: "1 not finished", exit 1
     assert len(stored_looks(spec)) == 1
