@@ -233,9 +233,10 @@ class Output:
         return self.printed
 
 
-# Waits until the runs table shows every run's row and the view's columns (the waits poll the page;
-# the 300 s limit only bounds a broken page) and returns the page's address, text, column ids, and
-# each row's cells by column id and its place among the rows (the columns in the order shown).
+# Waits until the runs table shows every run's row and the view's columns and no loading overlay is
+# shown (the waits poll the page; the 300 s limits only bound a broken page) and returns the page's
+# address, text, column ids, and each row's cells by column id and its place among the rows (the
+# columns in the order shown).
 READ_RUNS_TABLE = """(async () => {
   const until = async (test, ms) => {
     for (const end = Date.now() + ms; Date.now() < end; await new Promise(r => setTimeout(r, 100))) {
@@ -247,7 +248,8 @@ READ_RUNS_TABLE = """(async () => {
   const columnIds = () => [...new Set([...document.querySelectorAll('.ag-header-cell[col-id]')]  // left to right as shown
     .sort((a, b) => a.getBoundingClientRect().left - b.getBoundingClientRect().left).map(cell => cell.getAttribute('col-id')))];
   await until(() => %(runs)s.every(id => rowIds().includes(id)) && %(columns)s.every(id => columnIds().includes(id)), 300000);
-  await until(() => !document.querySelector('.ag-overlay-loading-wrapper'), 60000);
+  // the grid keeps its loading overlay in the page, hidden, once the rows are in: wait for none shown
+  await until(() => ![...document.querySelectorAll('.ag-overlay-loading-wrapper')].some(e => e.offsetParent !== null), 300000);
   const rows = {};
   for (const cell of document.querySelectorAll('.ag-row[row-id] .ag-cell[col-id]')) {
     const row = cell.closest('.ag-row');
