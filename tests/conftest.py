@@ -52,6 +52,30 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+RAY_AUTH_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
+@pytest.fixture(autouse=True)
+def ray_auth_restored() -> Iterator[None]:
+    """Ray's authentication variables as they were before each test, and Ray's cached copy of them
+    read again when they changed: a test that joins a token cluster in this process
+    (`ray_connect.enable_token` sets ``RAY_AUTH_MODE=token``) leaves the next test of its worker
+    the environment it found."""
+    before = {name: os.environ.get(name) for name in RAY_AUTH_VARIABLES}
+    yield
+    if all(os.environ.get(name) == value for name, value in before.items()):
+        return
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if "ray" in sys.modules:  # Ray caches the mode and the token: read them again
+        from dapo_ablate.ablation.runtime.ray_connect import refresh_ray_auth
+
+        refresh_ray_auth()
+
+
 @pytest.fixture(scope="module")
 def local_ray(request: pytest.FixtureRequest) -> Iterator[None]:
     """One small local Ray for the requesting module, whose functions (its cheap cell functions),

@@ -88,7 +88,7 @@ def enable_token(token_file: str | None = None) -> str:
     if source is None:
         raise RayConnectError(missing_token_sentence())
     os.environ[MODE_ENV] = "token"
-    _refresh_ray_auth()
+    refresh_ray_auth()
     return source
 
 
@@ -101,7 +101,7 @@ def missing_token_sentence(address: str | None = None) -> str:
     )
 
 
-def _refresh_ray_auth() -> None:
+def refresh_ray_auth() -> None:
     """Make Ray's cached config and token loader see the environment just changed."""
     from ray._raylet import AuthenticationTokenLoader, Config
 
