@@ -47,10 +47,10 @@ from dapo_ablate.ablation.runtime import experiment_run
 from dapo_ablate.ablation.runtime.driver import Driver
 from dapo_ablate.ablation.runtime.experiment_run import ExperimentRun
 from dapo_ablate.ablation.runtime.factorial import ExperimentSummary, RunOptions
-from dapo_ablate.ablation.runtime.pool import DONE, FAILED, Outcome
 from dapo_ablate.ablation.store.adaptive_state import current_plan
 from dapo_ablate.ablation.store.ledger import SQLLedger
 
+import test_adaptive_drivers
 from conftest import fresh_postgres_database
 from support import spec_data
 from test_fuzz_strategies import EXAMPLES, FUZZ
@@ -134,55 +134,12 @@ class SteppedLedger:
         self.inner.close()
 
 
-class InlinePool:
-    """`RunPool`'s contract in this thread: a submitted run is claimed in the ledger and its cell
-    runs at once; `poll` hands one outcome over."""
+class InlinePool(test_adaptive_drivers.InlinePool):
+    """`RunPool`'s contract in this thread (test_adaptive_drivers' pool), without the step event
+    it sends on submit: here an event would reach the listeners between two ledger turns."""
 
     def __init__(self, ledger, host, cell_fn, settings, *, names=str, on_event=None) -> None:
-        self.ledger, self.host, self.cell_fn, self.limit = ledger, host, cell_fn, settings.limit
-        self.flights: dict[str, Outcome] = {}
-
-    def __len__(self) -> int:
-        return len(self.flights)
-
-    def __contains__(self, run_id: str) -> bool:
-        return run_id in self.flights
-
-    def free(self) -> int:
-        return self.limit - len(self.flights)
-
-    def submit(self, run_id, config, *, max_attempts, prepare=None, resources=None, time_limit=None) -> bool:
-        if not self.ledger.claim(run_id, self.host, max_attempts=max_attempts):
-            return False
-        if prepare is not None:
-            prepare()
-        try:
-            self.flights[run_id] = Outcome(run_id, DONE, result=self.cell_fn(config, "", None))
-        except Exception as err:  # noqa: BLE001 - the run's failure, as the real pool reports it
-            self.flights[run_id] = Outcome(run_id, FAILED, error=f"{type(err).__name__}: {err}")
-        return True
-
-    def poll(self, max_wait_s=None) -> list[Outcome]:
-        if not self.flights:
-            return []
-        first = next(iter(self.flights))
-        return [self.flights.pop(first)]
-
-    def record(self, run_id: str, result: dict[str, Any]) -> bool:
-        return self.ledger.finish(run_id, result)
-
-    def fail(self, run_id: str, error: str) -> bool:
-        return self.ledger.fail(run_id, error, self.host)
-
-    def abandon(self) -> list[str]:
-        released = list(self.flights)
-        for run_id in released:
-            self.ledger.release(run_id, self.host)
-        self.flights.clear()
-        return released
-
-    def close(self) -> None:
-        pass
+        super().__init__(ledger, host, cell_fn, settings, names=names, on_event=None)
 
 
 def planted(effect: float) -> Callable[..., dict]:
