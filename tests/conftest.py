@@ -27,6 +27,8 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
+from support import restore_environment
+
 E2E = Path(__file__).resolve().parent / "e2e"
 
 
@@ -65,11 +67,7 @@ def ray_auth_restored() -> Iterator[None]:
     yield
     if all(os.environ.get(name) == value for name, value in before.items()):
         return
-    for name, value in before.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    restore_environment(before)
     if "ray" in sys.modules:  # Ray caches the mode and the token: read them again
         from dapo_ablate.ablation.runtime.ray_connect import refresh_ray_auth
 

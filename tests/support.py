@@ -39,6 +39,15 @@ def pythonpath_with_tests(*first: str) -> str:
     return os.pathsep.join([*first, *map(str, TEST_TREES), os.environ.get("PYTHONPATH", "")])
 
 
+def restore_environment(saved: dict[str, str | None]) -> None:
+    """Put each variable of `saved` back in os.environ as it was (None: not set)."""
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -20,7 +20,7 @@ import pytest
 from dapo_ablate.ablation.runtime.pool import MLFLOW_RUN_ENV
 from dapo_ablate.ablation.store.tracking import RUN_ID_TAG
 
-from support import rows, run, write_spec
+from support import restore_environment, rows, run, write_spec
 from test_verl_job_shape import fake_verl
 
 
@@ -38,11 +38,7 @@ def verl_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), saved["PYTHONPATH"]]))
     os.environ["PATH"] = os.pathsep.join(filter(None, [str(Path(sys.executable).parent), saved["PATH"]]))
     yield
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    restore_environment(saved)
 VERL_EXECUTOR = {"gpus_per_run": 1}
 VERL_AVG = "val-core/aime-2024/acc/mean_at_32"  # verl's MLflow logger writes @ as _at_
 
