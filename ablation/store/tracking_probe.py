@@ -18,7 +18,6 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):])
 
 
-
 SERVER_PROBE_S = 3.0
 """How long a tracking server may take to accept a connection (MLflow's own client retries for minutes)."""
 
