@@ -26,10 +26,10 @@ ROOT = TESTS.parent
 EXAMPLES = ROOT / "examples"
 BENCHMARKS = ROOT / "benchmarks"
 TEST_TREES = (TESTS, TESTS / "unit", TESTS / "e2e")
+"""The folders a test module may be imported from (pyproject's ``pythonpath``)."""
 HANG_GUARD_S = 900
 """The one bound on a test's wait for an event (a process's exit, a job's state, a file): a guard
 against a hang on a broken machine, never a time budget a loaded machine could miss."""
-"""The folders a test module may be imported from (pyproject's ``pythonpath``)."""
 
 
 def pythonpath_with_tests(*first: str) -> str:

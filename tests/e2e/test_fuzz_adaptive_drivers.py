@@ -52,7 +52,7 @@ from dapo_ablate.ablation.store.ledger import SQLLedger
 
 import test_adaptive_drivers
 from conftest import fresh_postgres_database
-from support import spec_data
+from support import HANG_GUARD_S, spec_data
 from test_fuzz_strategies import EXAMPLES, FUZZ
 
 DRIVERS_FUZZ = settings(FUZZ, max_examples=min(EXAMPLES, 12), phases=[Phase.explicit, Phase.generate, Phase.shrink])
@@ -99,7 +99,7 @@ class Turns:
             self.cond.notify_all()
             if thread is not None:
                 thread.start()
-            assert self.cond.wait_for(lambda: self.turn is None, timeout=120), f"driver {who} blocked outside its turn"
+            assert self.cond.wait_for(lambda: self.turn is None, timeout=HANG_GUARD_S), f"driver {who} blocked outside its turn"
 
     def ended(self) -> None:
         with self.cond:

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from support import ROOT
+from support import HANG_GUARD_S, ROOT
 
 
 def run_smoke(out: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHON": sys.executable}
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_smoke.sh"), "--cpu", "--out", str(out), *args],
-                          capture_output=True, text=True, env=env, timeout=480)
+                          capture_output=True, text=True, env=env, timeout=HANG_GUARD_S)  # a hang guard
 
 
 def check_figures(proc: subprocess.CompletedProcess, out: Path, engine: str) -> dict:

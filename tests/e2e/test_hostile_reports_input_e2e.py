@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support import HANG_GUARD_S
+
 LOAD = """
 import sys
 from dapo_ablate.reports import ReportInputError, load_results_csv
@@ -21,11 +23,11 @@ else:
 
 
 def load_in_subprocess(path: Path | str) -> str:
-    """What load_results_csv(path) says, from a fresh interpreter that is killed after 120 s
+    """What load_results_csv(path) says, from a fresh interpreter that is killed after HANG_GUARD_S
     (a hang fails the test) and may not use more than 1 GiB."""
     limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (2**30 * 3, 2**30 * 3));"
     result = subprocess.run(
-        [sys.executable, "-c", limit + LOAD, str(path)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", limit + LOAD, str(path)], capture_output=True, text=True, timeout=HANG_GUARD_S
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout.strip()

@@ -13,6 +13,7 @@ from dapo_ablate.ablation.store.ledger import (
     SQLLedger,
 )
 
+from support import HANG_GUARD_S
 from test_ledger import make_runs  # noqa: F401, F811 - shared with the fast part
 
 
@@ -32,7 +33,7 @@ def test_status_from_a_second_process_while_a_writer_holds_the_lock(tmp_path) ->
         )
         try:
             shown = subprocess.run(
-                [sys.executable, "-c", status, url], capture_output=True, text=True, timeout=60
+                [sys.executable, "-c", status, url], capture_output=True, text=True, timeout=HANG_GUARD_S
             )
             assert shown.returncode == 0, shown.stderr
             assert json.loads(shown.stdout)["pending"] == 3

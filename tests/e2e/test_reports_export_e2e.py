@@ -11,6 +11,7 @@ import pytest
 
 from dapo_ablate.reports.export import latex_escape
 
+from support import HANG_GUARD_S
 from test_reports_export import CHROMIUM, FACTORS, FIGURES, PLANTED, TABLES, report_dir  # noqa: F401, F811 - shared with the fast part
 
 
@@ -154,7 +155,7 @@ def test_report_html_loads_in_headless_chromium(report_dir, tmp_path):
     ]
     url = (report_dir / "report.html").as_uri()
     dom = subprocess.run(
-        [str(CHROMIUM), *flags, "--dump-dom", url], capture_output=True, text=True, timeout=60
+        [str(CHROMIUM), *flags, "--dump-dom", url], capture_output=True, text=True, timeout=HANG_GUARD_S
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert "Supported by the data" in dom.stdout and dom.stdout.count("<img") == len(FIGURES)
@@ -163,6 +164,6 @@ def test_report_html_loads_in_headless_chromium(report_dir, tmp_path):
         [str(CHROMIUM), *flags, f"--screenshot={shot}", "--window-size=1280,2000", url],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_GUARD_S,
     )
     assert run.returncode == 0 and shot.stat().st_size > 10_000, run.stderr[-2000:]

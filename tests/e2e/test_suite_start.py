@@ -3,12 +3,13 @@ under nohup, SIGINT arrives ignored, and the tests that send Ctrl-C must still s
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from support import ROOT
+from support import HANG_GUARD_S, ROOT, pythonpath_with_tests
 
 
 PROBE = '''
@@ -33,10 +34,11 @@ def test_sigint_reaches_a_child_it_starts():
 def test_sigint_tests_pass_when_the_suite_starts_with_sigint_ignored(tmp_path: Path):
     (tmp_path / "test_probe.py").write_text(PROBE)
     (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
+    env = {**os.environ, "PYTHONPATH": pythonpath_with_tests()}  # the copied conftest imports `support`
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as `&` or nohup starts a job
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=tmp_path, env=env,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "2 passed" in result.stdout
