@@ -36,4 +36,6 @@ if [ "${1:-}" = "verl" ]; then
 fi
 PY="${PYTHON:-.venv/bin/python}"
 [ -x "$PY" ] || PY=python3
-exec timeout 480 "$PY" benchmarks/gpu_smoke.py "$@"
+# One GPU: 8 minutes; --cpu (its smaller shape on cores shared with other work, as in CI): 30.
+LIMIT=480; case " $* " in *" --cpu "*) LIMIT=1800;; esac
+exec timeout "$LIMIT" "$PY" benchmarks/gpu_smoke.py "$@"
