@@ -39,7 +39,7 @@ from dapo_ablate.ablation.store.errors import ExecutorError
 from dapo_ablate.ablation.store.tracking import Tracker, check_server_reachable, default_artifact_location, store_errors
 from dapo_ablate.ablation.store.transient import MLFLOW, retry_transient
 from dapo_ablate.core.contracts import DEFAULT_METRIC, FactorInfo
-from dapo_ablate.reports import ReportInputError, ReportOptions, load_results_csv, write_report
+from dapo_ablate.reports import ReportInputError, ReportOptions, load_results_csv
 from dapo_ablate.reports.answer import Answer, experiment_answer, log_answer
 
 ERRORS = (ReportInputError, ResultsError, LedgerError, ExecutorError, *SPEC_ERRORS)
@@ -87,6 +87,8 @@ class ReportOutcome:
 def report(request: ReportRequest) -> ReportOutcome:
     """Write the report's files; with a spec, attach them and the headline to the experiment's
     MLflow parent run."""
+    from dapo_ablate.reports import write_report  # the page and its figures (matplotlib) load only here, not for `run`'s answer
+
     with user_errors(*ERRORS):
         record = None
         if request.results is not None:
