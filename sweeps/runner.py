@@ -42,8 +42,9 @@ from optuna.trial import TrialState
 from dapo_ablate.ablation.experiment.spec import run_root
 from dapo_ablate.ablation.runtime.driver import Driver, DriverOptions, RunListener
 from dapo_ablate.ablation.runtime.executor import session
-from dapo_ablate.ablation.runtime.hosts import release_orphans, this_host
-from dapo_ablate.ablation.runtime.pool import PoolSettings, ResultKeeper, concurrency_limit, record_kept
+from dapo_ablate.ablation.runtime.hosts import this_host
+from dapo_ablate.ablation.runtime.left_behind import recover_left_behind
+from dapo_ablate.ablation.runtime.pool import PoolSettings, ResultKeeper, concurrency_limit
 from dapo_ablate.ablation.runtime.preflight import check_contexts
 from dapo_ablate.ablation.runtime.ray_connect import capacity
 from dapo_ablate.ablation.runtime.signals import INTERRUPTED_EXIT, TERMINATED_EXIT, Interrupted
@@ -225,14 +226,10 @@ class SweepRun(RunListener):
             self.display.note(f"trial {number}: its driver stopped; queued again")
         for number in studies.fail_stale(self.study, self.spec.heartbeat.grace_period_s):
             self.display.note(f"trial {number}: its driver stopped; queued again")
-        release_orphans(self.ledger, self.spec.name, self.host)
-        for run_id in self.ledger.reopen_malformed(self.spec.name):  # stored unusable by an older version
-            self.display.note(f"run {run_id}: its stored result was unusable; it trains again")
-        undone = [row["run_id"] for row in self.ledger.runs_table(self.spec.name) if row["status"] != "done"]
-        kept = record_kept(self.ledger, self.keeper, undone, host=self.host)  # a dead driver's finished runs
-        for run_id in kept.recorded:
-            self.display.note(f"run {run_id}: recorded its kept result (not retrained)")
-        for note in kept.notes:
+        for note in recover_left_behind(
+                self.ledger, self.keeper, self.spec.name, self.host,
+                undone=lambda: [row["run_id"] for row in self.ledger.runs_table(self.spec.name) if row["status"] != "done"],
+                label=lambda run_id: f"run {run_id}"):
             self.display.note(note)
         self.logged = self.mlflow.logged_trials()
         for trial in self.study.get_trials(deepcopy=False, states=studies.FINISHED):

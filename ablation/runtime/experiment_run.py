@@ -18,9 +18,10 @@ from dapo_ablate.ablation.runtime.backends.registry import backend_of, jobs_at_o
 from dapo_ablate.ablation.runtime.backends.verl_checkpoints import prune_checkpoints
 from dapo_ablate.ablation.runtime.driver import FAILED_ATTEMPT, RECORDED, Driver, DriverOptions, RunListener, Settled
 from dapo_ablate.ablation.runtime.factorial import ExperimentSummary, FactorialScheduler, RunOptions
-from dapo_ablate.ablation.runtime.hosts import release_orphans, this_host
+from dapo_ablate.ablation.runtime.hosts import this_host
+from dapo_ablate.ablation.runtime.left_behind import recover_left_behind
 from dapo_ablate.ablation.runtime.mlflow_runs import MlflowRuns
-from dapo_ablate.ablation.runtime.pool import PoolSettings, ResultKeeper, concurrency_limit, record_kept
+from dapo_ablate.ablation.runtime.pool import PoolSettings, ResultKeeper, concurrency_limit
 from dapo_ablate.ablation.runtime.ray_connect import capacity
 from dapo_ablate.ablation.runtime.run_display import RunDisplay
 from dapo_ablate.ablation.runtime.task import describe_error
@@ -122,21 +123,10 @@ class ExperimentRun(RunListener):
         self.keeper = ResultKeeper(run_root(self.spec), self.ledger.result_key(self.name))
         self.ledger.add_runs(self.name, self.plan.run_specs())
         planned = self.scheduler.planned
-        for run_id in self.ledger.reopen_malformed(self.name):
-            if run_id in planned:
-                self.notes_before.append(f"{planned[run_id].name}: its stored result was unusable; it trains again")
-        release_orphans(self.ledger, self.name, self.host)
-        self._record_kept_results()
-
-    def _record_kept_results(self) -> None:
-        """Results kept on disk by a driver whose ledger write failed are recorded now; a kept
-        file this product did not seal for its run is set aside (the run trains)."""
-        planned = self.scheduler.planned
-        undone = [run_id for run_id, row in self.scheduler.plan_rows().items() if row["status"] != DONE]
-        kept = record_kept(self.ledger, self.keeper, undone, lambda run_id: planned[run_id].name, self.host)
-        for run_id in kept.recorded:
-            self.notes_before.append(f"{planned[run_id].name}: recorded its kept result (not retrained)")
-        self.notes_before.extend(kept.notes)
+        self.notes_before += recover_left_behind(
+            self.ledger, self.keeper, self.name, self.host,
+            undone=lambda: [run_id for run_id, row in self.scheduler.plan_rows().items() if row["status"] != DONE],
+            label=lambda run_id: planned[run_id].name if run_id in planned else None)
 
     def _recover(self) -> dict[str, dict[str, Any]]:
         """The plan's finished runs are read once (the records the summary hands on) and those not

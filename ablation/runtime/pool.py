@@ -42,13 +42,13 @@ from dapo_ablate.ablation.runtime.jobs import stop_job as stop_ray_job
 from dapo_ablate.ablation.runtime.task import STARTED, describe_error, execute_run
 from dapo_ablate.ablation.runtime.time_limit import TimeLimit
 from dapo_ablate.ablation.store.errors import ExecutorError
-from dapo_ablate.ablation.store.kept_results import KEPT_RESULT, KeptRecords, ResultKeeper, record_kept, record_result
+from dapo_ablate.ablation.store.kept_results import KEPT_RESULT, KeptRecords, ResultKeeper, record_result
 from dapo_ablate.ablation.store.ledger import Ledger
 from dapo_ablate.ablation.store.transient import Retrying
 from dapo_ablate.core import seals
 
 __all__ = ["KEPT_RESULT", "KeptRecords", "Outcome", "PoolSettings", "ResultKeeper", "RunPool", "concurrency_limit",
-           "live_queue", "record_kept", "record_result"]
+           "live_queue", "record_result"]
 
 if TYPE_CHECKING:
     from dapo_ablate.ablation.experiment.spec import ExecutorSpec
