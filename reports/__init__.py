@@ -44,3 +44,7 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
