@@ -283,3 +283,13 @@ def test_the_scheduler_protocol_asks_only_what_differs_between_designs():
     (listener,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "RunListener"]
     events = {node.name for node in listener.body if isinstance(node, ast.FunctionDef)}
     assert not events & set(methods), "a scheduler that listens (a sweep's) would hear a listener's event as its own call"
+
+
+def test_the_answer_run_and_status_print_loads_without_the_report_pages_code():
+    """`run` and `status` print the answer (`reports.answer`, through the app's commands); the
+    page and its figures (`reports.report`, `reports.plots`, matplotlib) load only for `report`:
+    a fresh interpreter importing the commands' modules has none of them."""
+    code = ("import sys, dapo_ablate.ablation.app.experiment, dapo_ablate.ablation.app.report, dapo_ablate.reports.answer; "
+            "print(sorted(m for m in ('matplotlib', 'dapo_ablate.reports.report', 'dapo_ablate.reports.plots') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]", loaded
