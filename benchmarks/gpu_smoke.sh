@@ -13,10 +13,11 @@ cd "$(dirname "$0")/.."
 # offline: nothing is fetched (the checkpoint is built locally) and nothing is reported
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TRANSFORMERS_OFFLINE="${TRANSFORMERS_OFFLINE:-1}"
 export VLLM_NO_USAGE_STATS="${VLLM_NO_USAGE_STATS:-1}" DO_NOT_TRACK="${DO_NOT_TRACK:-1}"
+# The bound on either run: one GPU, 8 minutes in all (the verl run's install included); --cpu (the
+# smaller shape, or verl's CPU plugin, on cores shared with other work, as in CI): 30 minutes.
+LIMIT=480; case " $* " in *" --cpu "*) LIMIT=1800;; esac
 if [ "${1:-}" = "verl" ]; then
   shift
-  # One GPU: 8 minutes in all, the install included; --cpu (the CPU plugin, shared cores): 30.
-  LIMIT=480; case " $* " in *" --cpu "*) LIMIT=1800;; esac
   # Offline install: with no verl environment here and a folder of wheels in $WHEELS (default
   # .wheels/, filled on a machine with a network by `pip download -d .wheels -e ".[verl]"` plus
   # flash-attn's wheel if one fits the GPU's CUDA), .venv-verl is built from it, nothing fetched.
@@ -36,6 +37,4 @@ if [ "${1:-}" = "verl" ]; then
 fi
 PY="${PYTHON:-.venv/bin/python}"
 [ -x "$PY" ] || PY=python3
-# One GPU: 8 minutes; --cpu (its smaller shape on cores shared with other work, as in CI): 30.
-LIMIT=480; case " $* " in *" --cpu "*) LIMIT=1800;; esac
 exec timeout "$LIMIT" "$PY" benchmarks/gpu_smoke.py "$@"

@@ -25,6 +25,9 @@ def recover_left_behind(ledger: Ledger, keeper: ResultKeeper, experiment: str, h
     notes = [f"{label(run_id)}: its stored result was unusable; it trains again"
              for run_id in ledger.reopen_malformed(experiment) if label(run_id) is not None]
     release_orphans(ledger, experiment, host)
-    kept = record_kept(ledger, keeper, undone(), lambda run_id: label(run_id) or run_id, host)
-    notes += [f"{label(run_id) or run_id}: recorded its kept result (not retrained)" for run_id in kept.recorded]
-    return notes + kept.notes
+
+    def name(run_id: str) -> str:
+        return label(run_id) or run_id
+
+    kept = record_kept(ledger, keeper, undone(), name, host)
+    return notes + [f"{name(run_id)}: recorded its kept result (not retrained)" for run_id in kept.recorded] + kept.notes

@@ -39,6 +39,8 @@ def verl_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     os.environ["PATH"] = os.pathsep.join(filter(None, [str(Path(sys.executable).parent), saved["PATH"]]))
     yield
     restore_environment(saved)
+
+
 VERL_EXECUTOR = {"gpus_per_run": 1}
 VERL_AVG = "val-core/aime-2024/acc/mean_at_32"  # verl's MLflow logger writes @ as _at_
 
