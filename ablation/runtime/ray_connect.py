@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import signal
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -221,22 +222,31 @@ def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
     return True
 
 
-LOCAL_START_TRIES = 3
-"""Ray waits a fixed 30 s for a new raylet to register with its GCS; a machine loaded far past its
-cores can take longer ("The current node timed out during startup"), so a local start that times
-out is tried again, what it had started stopped first."""
+LOCAL_START_TRIES = 5
+"""Ray waits fixed times for a new node's processes (its raylet to register with the GCS, 30 s; the
+raylet for its dashboard agent's ports, about 15 s, or it aborts); a machine loaded far past its
+cores can take longer ("The current node timed out during startup"), so a local start that fails
+so is tried again, what it had started stopped first, after a pause that grows with each try."""
+
+LOCAL_START_PAUSE_S = 10.0
+"""The pause before try n + 1 is n times this (10, 20, 30, 40 s): a burst of load, such as other
+programs starting their own processes, passes instead of meeting every try."""
 
 
 START_AGAIN = ("timed out during startup", "Failed to start GCS")
-"""A local start that failed for the machine, not for its arguments: Ray's fixed 30 s raylet wait
-passed on a busy machine, or the GCS port Ray picked was taken before its GCS bound it (by another
-Ray starting on the machine: its GCS then answers Ray's health check, with InvalidAuthToken when it
-uses token authentication). Ray picks the ports again on the next try."""
+"""A local start that failed for the machine, not for its arguments: Ray's fixed waits passed on a
+busy machine, or the GCS port Ray picked was taken before its GCS bound it (by another Ray starting
+on the machine: its GCS then answers Ray's health check, with InvalidAuthToken when it uses token
+authentication). Ray picks the ports again on the next try."""
+
+
+def _pause(seconds: float) -> None:
+    time.sleep(seconds)
 
 
 def _start_local_ray(**init_kwargs: Any) -> None:
     """``ray.init(address="local", **init_kwargs)``, tried again when it fails to start for the
-    machine (`START_AGAIN`)."""
+    machine (`START_AGAIN`); ExecutorError, one sentence, when every try did."""
     import ray
 
     for attempt in range(1, LOCAL_START_TRIES + 1):
@@ -247,11 +257,19 @@ def _start_local_ray(**init_kwargs: Any) -> None:
             return
         except Exception as err:  # noqa: BLE001 - Ray raises a bare Exception for the start-up timeout
             _stop_interrupted_ray(before)
-            if not any(words in str(err) for words in START_AGAIN) or attempt == LOCAL_START_TRIES:
+            if not any(words in str(err) for words in START_AGAIN):
                 raise
+            if attempt == LOCAL_START_TRIES:
+                first = str(err).strip().splitlines()[0]
+                raise ExecutorError(
+                    f"this machine's local Ray failed to start {LOCAL_START_TRIES} times ({first}): the machine is "
+                    "too busy for Ray's fixed start-up waits; run again when it is less loaded, or join a running "
+                    "cluster with --address"
+                ) from None
         except BaseException:  # Ctrl-C (once Ray started) or SIGTERM while Ray starts: stop what it has started
             _stop_interrupted_ray(before)
             raise
+        _pause(LOCAL_START_PAUSE_S * attempt)
 
 
 def _children_now() -> set[tuple[int, int | None]]:
