@@ -223,10 +223,11 @@ def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
 
 
 LOCAL_START_TRIES = 5
-"""Ray waits fixed times for a new node's processes (its raylet to register with the GCS, 30 s; the
-raylet for its dashboard agent's ports, about 15 s, or it aborts); a machine loaded far past its
-cores can take longer ("The current node timed out during startup"), so a local start that fails
-so is tried again, what it had started stopped first, after a pause that grows with each try."""
+"""Ray waits fixed times for a new node's processes (the driver 30 s for its raylet to register with
+the GCS; the raylet for its dashboard agent's port file, or it aborts: seen 18-37 s after the agent
+started); a machine loaded far past its cores can take longer ("The current node timed out during
+startup"), so a local start that fails so is tried again, what it had started stopped first, after
+a pause that grows with each try (benchmarks/ray_start_under_load.sh reproduces both failures)."""
 
 LOCAL_START_PAUSE_S = 10.0
 """The pause before try n + 1 is n times this (10, 20, 30, 40 s): a burst of load, such as other

@@ -1,5 +1,5 @@
 """`ray_connect._start_local_ray`: a local Ray start that times out on a busy machine (Ray waits a
-fixed 30 s for its raylet, and the raylet about 15 s for its dashboard agent), or whose GCS port
+fixed 30 s for its raylet, and the raylet a fixed time for its dashboard agent), or whose GCS port
 another Ray took first, is tried again, after stopping what it had started and a pause that grows
 with each try; any other failure is raised, and the last try's becomes one sentence. Ray's own start is replaced by a scripted one (the real one cannot
 be made to time out on demand); what is tested is the product's retry around it."""
