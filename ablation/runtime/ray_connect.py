@@ -222,16 +222,14 @@ def connect_ray(address: str | None, spec: ExperimentSpec) -> bool:
     return True
 
 
-LOCAL_START_TRIES = 5
+LOCAL_START_PAUSES_S = (10.0, 20.0, 30.0, 40.0)
 """Ray waits fixed times for a new node's processes (the driver 30 s for its raylet to register with
 the GCS; the raylet for its dashboard agent's port file, or it aborts: seen 18-37 s after the agent
 started); a machine loaded far past its cores can take longer ("The current node timed out during
 startup"), so a local start that fails so is tried again, what it had started stopped first, after
-a pause that grows with each try (benchmarks/ray_start_under_load.sh reproduces both failures)."""
-
-LOCAL_START_PAUSE_S = 10.0
-"""The pause before try n + 1 is n times this (10, 20, 30, 40 s): a burst of load, such as other
-programs starting their own processes, passes instead of meeting every try."""
+each of these pauses in turn (five tries): a burst of load, such as other programs starting their
+own processes, passes instead of meeting every try (benchmarks/ray_start_under_load.sh reproduces
+both failures). Bounded backoff, as `store.transient.TRANSIENT_RETRIES` is for the stores."""
 
 
 START_AGAIN = ("timed out during startup", "Failed to start GCS")
@@ -241,16 +239,13 @@ on the machine: its GCS then answers Ray's health check, with InvalidAuthToken w
 authentication). Ray picks the ports again on the next try."""
 
 
-def _pause(seconds: float) -> None:
-    time.sleep(seconds)
-
-
 def _start_local_ray(**init_kwargs: Any) -> None:
     """``ray.init(address="local", **init_kwargs)``, tried again when it fails to start for the
     machine (`START_AGAIN`); ExecutorError, one sentence, when every try did."""
     import ray
 
-    for attempt in range(1, LOCAL_START_TRIES + 1):
+    pauses = (*LOCAL_START_PAUSES_S, None)
+    for pause in pauses:
         before = _children_now()
         try:
             with ctrl_c_held():
@@ -260,17 +255,17 @@ def _start_local_ray(**init_kwargs: Any) -> None:
             _stop_interrupted_ray(before)
             if not any(words in str(err) for words in START_AGAIN):
                 raise
-            if attempt == LOCAL_START_TRIES:
+            if pause is None:
                 first = str(err).strip().splitlines()[0]
                 raise ExecutorError(
-                    f"this machine's local Ray failed to start {LOCAL_START_TRIES} times ({first}): the machine is "
+                    f"this machine's local Ray failed to start {len(pauses)} times ({first}): the machine is "
                     "too busy for Ray's fixed start-up waits; run again when it is less loaded, or join a running "
                     "cluster with --address"
                 ) from None
         except BaseException:  # Ctrl-C (once Ray started) or SIGTERM while Ray starts: stop what it has started
             _stop_interrupted_ray(before)
             raise
-        _pause(LOCAL_START_PAUSE_S * attempt)
+        time.sleep(pause)
 
 
 def _children_now() -> set[tuple[int, int | None]]:

@@ -22,7 +22,7 @@ PORT_TAKEN = RuntimeError("Failed to start GCS.  Last 0 lines of error files:\n\
 def scripted(monkeypatch, outcomes: list) -> list:
     calls, stopped, pauses = [], [], []
     monkeypatch.setattr(ray_connect, "_stop_interrupted_ray", lambda before: stopped.append(before))
-    monkeypatch.setattr(ray_connect, "_pause", pauses.append)
+    monkeypatch.setattr(ray_connect.time, "sleep", pauses.append)  # only the retry loop sleeps here
 
     def init(**kwargs):
         calls.append(kwargs)
@@ -38,19 +38,20 @@ def test_a_start_that_timed_out_is_tried_again_after_stopping_what_it_started(mo
     calls, stopped, pauses = scripted(monkeypatch, [TIMEOUT, TIMEOUT, None])
     ray_connect._start_local_ray(num_cpus=2, include_dashboard=False)
     assert len(calls) == 3 and len(stopped) == 2
-    assert pauses == [ray_connect.LOCAL_START_PAUSE_S, 2 * ray_connect.LOCAL_START_PAUSE_S]  # growing, none after a start
+    assert pauses == list(ray_connect.LOCAL_START_PAUSES_S[:2])  # none after the start that worked
+    assert list(ray_connect.LOCAL_START_PAUSES_S) == sorted(ray_connect.LOCAL_START_PAUSES_S)  # growing
     assert all(call["address"] == "local" and call["num_cpus"] == 2 for call in calls)
 
 
 def test_the_last_timeout_is_one_sentence_and_any_other_failure_is_raised(monkeypatch):
-    tries = ray_connect.LOCAL_START_TRIES
+    tries = len(ray_connect.LOCAL_START_PAUSES_S) + 1
     calls, stopped, pauses = scripted(monkeypatch, [TIMEOUT] * tries)
     with pytest.raises(ExecutorError) as refused:
         ray_connect._start_local_ray(num_cpus=2)
     assert str(refused.value).startswith(f"this machine's local Ray failed to start {tries} times (The current node "
                                          "timed out during startup.")  # fmt: skip
     assert "--address" in str(refused.value) and "\n" not in str(refused.value)
-    assert len(calls) == tries == len(stopped) and len(pauses) == tries - 1
+    assert len(calls) == tries == len(stopped) and pauses == list(ray_connect.LOCAL_START_PAUSES_S)
     calls, stopped, pauses = scripted(monkeypatch, [RuntimeError("port in use")])
     with pytest.raises(RuntimeError, match="port in use"):
         ray_connect._start_local_ray(num_cpus=2)
